@@ -1,0 +1,54 @@
+"""Start or join Ray.
+
+The embedded default binds to 127.0.0.1 and sends no usage statistics. Ray reads both settings when
+it is imported, so nothing in convgrid imports ray at module level: this module sets the environment
+first, then imports it. When joining a cluster (`--address`), the host's address is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_OWNED = False  # whether this process started the Ray instance it is connected to
+
+
+def _prepare_env(embedded: bool) -> None:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if embedded:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def connect(address: str | None = None, num_cpus: int | None = None, **init_kwargs: Any) -> Any:
+    """Return the `ray` module, connected. address: None (embedded local), "auto", "HOST:PORT" or
+    "ray://HOST:PORT" (Ray Client). An already connected process is left as it is."""
+    global _OWNED
+    embedded = address is None
+    _prepare_env(embedded)
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    if embedded:
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=True,
+            configure_logging=False,
+            **init_kwargs,
+        )
+        _OWNED = True
+    else:
+        ray.init(address=address, **init_kwargs)
+    return ray
+
+
+def shutdown_if_owned() -> None:
+    """Stop the embedded Ray this process started (never a cluster it merely joined)."""
+    global _OWNED
+    if _OWNED:
+        import ray
+
+        ray.shutdown()
+        _OWNED = False

@@ -1,0 +1,29 @@
+"""convgrid's runner: grid files -> configs -> execution -> Parquet store; the CLI.
+
+Notebook API:
+    from runner import run_grid, load_grid, ResultStore
+    report = run_grid("grids/deep_linear/demo_depth.yaml", results="results", executor="ray")
+"""
+
+from runner.api import RunReport, cells_from_store, execute_cells, plan, run_grid
+from runner.errors import ConfigError
+from runner.execute import LocalExecutor, RayExecutor
+from runner.spec import Cell, Grid, load_grid
+from runner.status import store_status
+from runner.store import ResultStore
+
+__all__ = [
+    "Cell",
+    "ConfigError",
+    "Grid",
+    "LocalExecutor",
+    "RayExecutor",
+    "ResultStore",
+    "RunReport",
+    "cells_from_store",
+    "execute_cells",
+    "load_grid",
+    "plan",
+    "run_grid",
+    "store_status",
+]

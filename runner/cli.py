@@ -1,0 +1,115 @@
+"""`convgrid ...`: the command line. Bad input prints one message and exits with code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.errors import ConfigError
+
+
+def _add_execution_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (default ./results)")
+    p.add_argument("--executor", default="ray", choices=["ray", "local"], help="ray (default) or local (in-process)")
+    p.add_argument("--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)")
+    p.add_argument("--workers", type=int, default=None, help="number of actors (default: one per CPU slot)")
+    p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per actor (default 1)")
+    p.add_argument("--gpus-per-worker", type=float, default=None, help="GPU share per actor (runs on cuda)")
+    p.add_argument("--timeout", type=float, default=None, help="per-run time limit in seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="convgrid", description="Grids of convergence experiments on Ray; results in Parquet.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run every cell of a grid that is not yet in the store")
+    run.add_argument("grid", nargs="?", help="grid YAML file (optional with --only: the run's params come from the store)")
+    _add_execution_options(run)
+    run.add_argument("--retry-failed", action="store_true", help="also run again cells that failed or timed out")
+    run.add_argument("--only", action="append", metavar="RUN_ID", help="run (again) just this run id (a prefix is enough)")
+    run.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
+
+    tasks = sub.add_parser("tasks", help="list tasks, or one task's params")
+    tasks.add_argument("name", nargs="?")
+
+    status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
+    status.add_argument("results", nargs="?", default="results")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runner.api import cells_from_store, plan, run_grid
+    from runner.spec import Grid, load_grid
+    from runner.store import ResultStore
+
+    if args.grid is None and not args.only:
+        raise ConfigError("give a grid file, or --only RUN_ID to rerun a stored run", key="grid")
+    if args.grid is not None:
+        grid = load_grid(args.grid)
+    else:
+        grid = Grid("rerun", args.results, "", cells_from_store(ResultStore(args.results), args.only))
+    if args.dry_run:
+        return _dry_run(grid, ResultStore(args.results), args.retry_failed, plan)
+    options = {
+        "address": args.address,
+        "workers": args.workers,
+        "threads": args.threads,
+        "gpus_per_worker": args.gpus_per_worker,
+        "timeout_s": args.timeout,
+    }
+    report = run_grid(
+        grid, args.results, args.executor, retry_failed=args.retry_failed, only=args.only, progress=not args.no_progress, **options
+    )
+    print(report.line())
+    return 0
+
+
+def _dry_run(grid, store, retry_failed, plan) -> int:  # type: ignore[no-untyped-def]
+    todo, done, skipped = plan(grid.cells, store, retry_failed)
+    print(f"{grid.name} ({grid.source}): {len(grid.cells)} cells over tasks {', '.join(grid.tasks())}")
+    print(f"  done: {done}   failed/timeout skipped: {skipped}   to run: {len(todo)}")
+    for cell in todo[:5]:
+        print(f"  {cell.run_id[:12]} {cell.task} {json.dumps(cell.params_json(), sort_keys=True)}")
+    if len(todo) > 5:
+        print(f"  ... and {len(todo) - 5} more")
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from runner.describe import describe_task, list_tasks
+
+    print(describe_task(args.name) if args.name else list_tasks())
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from runner.status import store_status
+    from runner.store import ResultStore
+
+    if "://" not in args.results and not Path(args.results).exists():
+        raise ConfigError("no such results root", key="results")
+    print(store_status(ResultStore(args.results)).format())
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"convgrid: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("convgrid: interrupted; finished runs are in the store, rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

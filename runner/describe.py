@@ -1,0 +1,64 @@
+"""`convgrid tasks [NAME]`: each task's params with type, default, bounds and doc."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from pydantic.fields import FieldInfo
+
+from runner.errors import ConfigError
+from runner.identity import discriminators, tag_value, variants
+from tasks import UnknownTaskError, get_task, task_names
+
+
+def _doc(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or inspect.getdoc(inspect.getmodule(obj)) or ""
+    return doc.strip().splitlines()[0] if doc else ""
+
+
+def list_tasks() -> str:
+    lines = []
+    for name in task_names():
+        try:
+            task = get_task(name)
+        except ImportError as exc:
+            lines.append(f"{name:<16} (unavailable: {exc})")
+            continue
+        lines.append(f"{name:<16} v{task.version:<4} {_doc(type(task))}")
+    return "\n".join(lines)
+
+
+def _bounds(field: FieldInfo) -> str:
+    parts = []
+    for meta in field.metadata:
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "len>="), ("max_length", "len<=")):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                parts.append(f"{sym}{value}")
+    return " ".join(parts)
+
+
+def _type_name(annotation: Any) -> str:
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    return text or str(annotation).replace("typing.", "")
+
+
+def describe_task(name: str) -> str:
+    try:
+        task = get_task(name)
+    except UnknownTaskError as exc:
+        raise ConfigError(str(exc).split(";")[0], key="task", choices=task_names()) from None
+    lines = [f"{task.name} (version {task.version}): {_doc(type(task))}"]
+    tags = discriminators(task)
+    for model in variants(task):
+        title = ", ".join(f"{t}={tag_value(model, t)}" for t in sorted(tags)) if tags else "params"
+        lines.append(f"\n[{title}]")
+        for fname, field in model.model_fields.items():
+            if fname in tags:
+                continue
+            default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+            lines.append(f"  {fname:<18} {_type_name(field.annotation):<28} default {default:<12} {_bounds(field):<14} {field.description or ''}".rstrip())
+    lines.append("\nsummary: " + ", ".join(f"{k} ({v})" for k, v in task.summary_fields.items()))
+    lines.append("curve:   step (int), " + ", ".join(f"{k} ({v})" for k, v in task.curve_fields.items()))
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""Run identity: validated params -> canonical JSON -> run_id.
+
+run_id = sha256(canonical JSON of {task, version, params that differ from their defaults}).
+Canonical JSON comes from the validated pydantic model (numbers as numbers, sorted keys), never from
+raw YAML, so `1e-5` and `0.00001` are one cell. Omitting defaults means a param added later with a
+default keeps every old id; changing a default or a meaning needs a version bump of the task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import types
+import typing
+from functools import cache
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, TypeAdapter
+
+from tasks.base import Task
+
+
+@cache
+def params_adapter(task: Task) -> TypeAdapter[Any]:
+    return TypeAdapter(task.Params)
+
+
+def variants(task: Task) -> list[type[BaseModel]]:
+    """The concrete parameter models of a task: one, or one per branch of a discriminated union."""
+    params = task.Params
+    if isinstance(params, type) and issubclass(params, BaseModel):
+        return [params]
+    if get_origin(params) is typing.Annotated:
+        params = get_args(params)[0]
+    if get_origin(params) in (Union, types.UnionType):
+        # Branches may be Annotated[Model, Tag(...)] (callable discriminators); unwrap them.
+        branches = [get_args(a)[0] if get_origin(a) is typing.Annotated else a for a in get_args(params)]
+        return [a for a in branches if isinstance(a, type) and issubclass(a, BaseModel)]
+    raise TypeError(f"{task.name}: Params must be a pydantic model or a union of models, not {params!r}")
+
+
+def discriminators(task: Task) -> set[str]:
+    """Fields whose type is a single Literal in every variant (the union's tag): always part of the id."""
+    models = variants(task)
+    if len(models) < 2:
+        return set()
+    tags: set[str] | None = None
+    for model in models:
+        mine = {
+            n for n, f in model.model_fields.items() if get_origin(f.annotation) is Literal and len(get_args(f.annotation)) == 1
+        }
+        tags = mine if tags is None else tags & mine
+    return tags or set()
+
+
+def tag_value(model: type[BaseModel], tag: str) -> str:
+    """The Literal value of a union branch's tag field."""
+    return str(get_args(model.model_fields[tag].annotation)[0])
+
+
+def canonical_params(task: Task, params: BaseModel) -> dict[str, Any]:
+    """Params that differ from their defaults (plus the union tag), as JSON-ready values."""
+    full = params.model_dump(mode="json")
+    keep = discriminators(task)
+    out: dict[str, Any] = {}
+    for name, field in type(params).model_fields.items():
+        value = full[name]
+        if name in keep or field.is_required():
+            out[name] = value
+            continue
+        default = field.get_default(call_default_factory=True)
+        default_json = TypeAdapter(field.annotation).dump_python(default, mode="json")
+        if value != default_json or type(value) is not type(default_json):
+            out[name] = value
+    return out
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def run_id(task: Task, params: BaseModel) -> str:
+    payload = {"task": task.name, "version": task.version, "params": canonical_params(task, params)}
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:32]
+
+
+def validate_params(task: Task, raw: dict[str, Any]) -> BaseModel:
+    """Validate raw params (raises pydantic.ValidationError)."""
+    return params_adapter(task).validate_python(raw)

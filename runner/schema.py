@@ -1,0 +1,105 @@
+"""Explicit Arrow schemas per task, built from its Params models and declared fields.
+
+The store never infers a schema from the first row: a metric or param that is null in the first runs
+and set in later ones keeps its column and type.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from functools import cache
+from typing import Any, Literal, Union, get_args, get_origin
+
+import pyarrow as pa
+
+from runner.identity import variants
+from tasks.base import Task
+
+FIELD_TYPES: dict[str, pa.DataType] = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
+
+# Columns every runs/ row has. Params, then summary metrics, are added per task after these.
+RUN_COLUMNS: list[pa.Field] = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("task", pa.string(), nullable=False),
+    pa.field("version", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("error", pa.string()),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("params_json", pa.string(), nullable=False),
+    pa.field("wall_s", pa.float64()),
+    pa.field("flops", pa.float64()),
+    pa.field("n_steps", pa.int64()),
+    pa.field("diverged_step", pa.int64()),
+    pa.field("started", pa.timestamp("us", tz="UTC")),
+    pa.field("finished", pa.timestamp("us", tz="UTC")),
+    pa.field("host", pa.string()),
+    pa.field("device", pa.string()),
+    pa.field("code_version", pa.string()),
+    pa.field("packages", pa.string()),
+]
+CURVE_COLUMNS: list[pa.Field] = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("step", pa.int64(), nullable=False),
+]
+MEMBER_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("grid", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # "grid" or "study"
+        pa.field("source", pa.string()),
+        pa.field("block", pa.int32()),
+        pa.field("added", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def arrow_type(annotation: Any) -> pa.DataType:
+    """Arrow type of a param annotation: scalars, Literals, Optional[...] and list[...] of scalars."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(annotation) if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"unsupported param union {annotation!r}")
+        return arrow_type(inner[0])
+    if origin is Literal:
+        kinds = {type(a) for a in get_args(annotation)}
+        return arrow_type(kinds.pop()) if len(kinds) == 1 else pa.string()
+    if origin in (list, typing.List):  # noqa: UP006
+        return pa.list_(arrow_type(get_args(annotation)[0]))
+    scalar = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    if annotation in scalar:
+        return scalar[annotation]
+    raise TypeError(f"unsupported param type {annotation!r}")
+
+
+@cache
+def param_columns(task: Task) -> list[pa.Field]:
+    """One column per param name across all variants of the task (same name, same type)."""
+    cols: dict[str, pa.DataType] = {}
+    for model in variants(task):
+        for name, field in model.model_fields.items():
+            typ = arrow_type(field.annotation)
+            if cols.setdefault(name, typ) != typ:
+                raise TypeError(f"{task.name}: param {name!r} has types {cols[name]} and {typ} in different variants")
+    return [pa.field(n, t) for n, t in cols.items()]
+
+
+@cache
+def runs_schema(task: Task) -> pa.Schema:
+    fixed = {f.name for f in RUN_COLUMNS}
+    params = param_columns(task)
+    summary = [pa.field(n, FIELD_TYPES[t]) for n, t in task.summary_fields.items()]
+    names = [f.name for f in params] + [f.name for f in summary]
+    clash = (set(names) & fixed) | {n for n in names if names.count(n) > 1}
+    if clash:
+        raise TypeError(f"{task.name}: params/summary fields clash with store columns: {sorted(clash)}")
+    return pa.schema(RUN_COLUMNS + params + summary, metadata={"task": task.name, "version": task.version})
+
+
+@cache
+def curves_schema(task: Task) -> pa.Schema:
+    extra = [pa.field(n, FIELD_TYPES[t]) for n, t in task.curve_fields.items()]
+    return pa.schema(CURVE_COLUMNS + extra, metadata={"task": task.name, "version": task.version})

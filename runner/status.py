@@ -1,0 +1,58 @@
+"""`convgrid status`: what is done, failed, diverged, pruned or missing, per task and per grid."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from runner.store import ResultStore
+from tasks.base import ALL_STATUSES
+
+COLUMNS = (*ALL_STATUSES, "missing")
+
+
+@dataclass
+class StatusReport:
+    by_task: dict[str, Counter[str]] = field(default_factory=dict)
+    by_grid: dict[str, Counter[str]] = field(default_factory=dict)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)  # (task, run_id, first line)
+
+    def format(self, max_errors: int = 10) -> str:
+        lines = []
+        for title, table in (("task", self.by_task), ("grid/study", self.by_grid)):
+            if not table:
+                continue
+            width = max(len(title), *(len(k) for k in table))
+            lines.append(f"{title:<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS))
+            for key in sorted(table):
+                lines.append(f"{key:<{width}}  " + "  ".join(f"{table[key][c]:>8}" for c in COLUMNS))
+            lines.append("")
+        if self.errors:
+            lines.append(f"failures ({len(self.errors)}; first lines):")
+            for task, rid, err in self.errors[:max_errors]:
+                lines.append(f"  {task} {rid[:12]}: {err}")
+            if len(self.errors) > max_errors:
+                lines.append(f"  ... {len(self.errors) - max_errors} more")
+        return "\n".join(lines).rstrip() or "the store is empty"
+
+
+def store_status(store: ResultStore) -> StatusReport:
+    runs = store.read_runs(columns=["task", "status", "error"])
+    latest = dict(zip(runs["run_id"].to_pylist(), runs["status"].to_pylist(), strict=True))
+    report = StatusReport()
+    by_task: dict[str, Counter[str]] = defaultdict(Counter)
+    for task, status in zip(runs["task"].to_pylist(), runs["status"].to_pylist(), strict=True):
+        by_task[task][status] += 1
+    for rid, task, status, error in zip(*(runs[c].to_pylist() for c in ("run_id", "task", "status", "error")), strict=True):
+        if status in ("failed", "timeout") and error:
+            report.errors.append((task, rid, error.strip().splitlines()[0]))
+    members = store.read_members()
+    by_grid: dict[str, Counter[str]] = defaultdict(Counter)
+    seen: set[tuple[str, str]] = set()
+    for grid, rid in zip(members["grid"].to_pylist(), members["run_id"].to_pylist(), strict=True):
+        if (grid, rid) in seen:
+            continue
+        seen.add((grid, rid))
+        by_grid[grid][latest.get(rid, "missing")] += 1
+    report.by_task, report.by_grid = dict(by_task), dict(by_grid)
+    return report

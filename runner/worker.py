@@ -1,0 +1,114 @@
+"""Running cells: the code both executors share, in the driver (local) or inside a Ray actor.
+
+A cell never raises out of here: an exception inside a task becomes a `failed` record with the full
+traceback, so one bad config cannot take a chunk (or an actor) down with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from runner import provenance
+from runner.identity import validate_params
+from tasks import Result, RunContext, get_task
+
+Reporter = Callable[[int, Mapping[str, float]], bool]
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """What travels to a worker: enough to rebuild and run one cell."""
+
+    run_id: str
+    task: str
+    params: dict[str, Any]  # full validated params, JSON-ready
+
+
+@dataclass
+class RunRecord:
+    """One finished cell as the store wants it: a runs/ row and its curve columns."""
+
+    run_id: str
+    task: str
+    row: dict[str, Any]
+    curve: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return str(self.row["status"])
+
+
+def configure_threads(threads: int) -> None:
+    """Pin torch (and the BLAS it calls) to `threads`: on a small machine, one actor per core with one
+    thread each beats oversubscription by a wide margin."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def _record(item: WorkItem, result: Result, started: datetime, wall: float, device: str) -> RunRecord:
+    task = get_task(item.task)
+    row: dict[str, Any] = {
+        "run_id": item.run_id,
+        "task": item.task,
+        "version": task.version,
+        "status": result.status,
+        "error": result.error,
+        "params_json": _json(item.params),
+        "wall_s": wall,
+        "flops": float(result.flops),
+        "n_steps": int(result.n_steps),
+        "diverged_step": result.diverged_step,
+        "started": started,
+        "finished": datetime.now(UTC),
+        "host": provenance.host(),
+        "device": device,
+        "code_version": provenance.code_version(),
+        "packages": provenance.packages(),
+    }
+    row.update(item.params)
+    row.update(result.summary)
+    curve = {k: list(v) for k, v in result.curve.items()}
+    return RunRecord(item.run_id, item.task, row, curve)
+
+
+def _json(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+def run_item(
+    item: WorkItem,
+    *,
+    device: str = "cpu",
+    threads: int = 1,
+    timeout_s: float | None = None,
+    reporter: Reporter | None = None,
+) -> RunRecord:
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    deadline = time.time() + timeout_s if timeout_s else None
+    ctx = RunContext(device=device, threads=threads, deadline=deadline, reporter=reporter)
+    try:
+        task = get_task(item.task)
+        params = validate_params(task, item.params)
+        result = task.run(params, ctx)
+        result.validate(task)
+    except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
+        result = Result(status="failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return _record(item, result, started, time.perf_counter() - t0, device)
+
+
+def run_chunk(items: list[WorkItem], **kwargs: Any) -> list[RunRecord]:
+    """Run a chunk of cells in order (the unit of work an actor receives)."""
+    return [run_item(item, **kwargs) for item in items]

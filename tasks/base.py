@@ -1,0 +1,157 @@
+"""The Task protocol: what every learner family gives the runner, and what it gets back.
+
+Tasks know nothing of Ray, Optuna or Parquet. The runner knows a task only through this module:
+its `name`, `version`, the pydantic `Params` type (a model, or a discriminated union of models split
+by algorithm), the declared summary and curve fields, and `run`. The numerical core of a task is plain
+torch functions on tensors; `run` wraps it, reports progress through `RunContext.report`, and returns
+a `Result`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+Status = Literal["ok", "diverged", "failed", "timeout", "pruned"]
+FINAL_STATUSES: frozenset[str] = frozenset({"ok", "diverged"})
+ALL_STATUSES: tuple[str, ...] = ("ok", "diverged", "failed", "timeout", "pruned")
+
+# Column types a task may declare for its summary metrics and curve columns. Declared up front so
+# the store writes an explicit schema (a metric that first appears in a late run is never dropped).
+FieldType = Literal["float", "int", "bool", "str"]
+
+
+class TaskParams(BaseModel):
+    """Base of every task's parameter model.
+
+    `extra="forbid"` turns a misspelt or foreign key into an error instead of a new run id;
+    `frozen` makes params hashable and safe to share between configs of a grid.
+    Everything that can change a result is a param, `seed` included.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seed: int = 0
+
+
+@dataclass
+class RunContext:
+    """What a run may know that cannot change its result.
+
+    `report(step, **metrics)` feeds curves/pruning upstream and answers False when the run must stop
+    (its deadline has passed, or a pruner said so). Tasks call it at their logging cadence and return
+    promptly (status "timeout" or "pruned", see `stop_status`) when it answers False.
+    """
+
+    device: str = "cpu"
+    threads: int = 1
+    deadline: float | None = None  # time.time() after which the run must stop
+    reporter: Callable[[int, Mapping[str, float]], bool] | None = None
+    stop_reason: str | None = field(default=None, init=False)
+
+    def report(self, step: int, **metrics: float) -> bool:
+        if self.deadline is not None and time.time() > self.deadline:
+            self.stop_reason = "timeout"
+            return False
+        if self.reporter is not None and not self.reporter(step, metrics):
+            self.stop_reason = "pruned"
+            return False
+        return True
+
+    def stop_status(self) -> Status:
+        """Status a run returns after `report` answered False."""
+        return "pruned" if self.stop_reason == "pruned" else "timeout"
+
+
+@dataclass
+class Result:
+    """One run's outcome.
+
+    `curve` maps column name -> sequence; all columns have equal length and include "step".
+    `summary` holds scalar metrics, including the theory's predictions for this config where the
+    spec gives them, so that analysis never needs the task code. `flops` counts the form the code
+    actually computes. `diverged_step` is the step at which a diverging run was stopped.
+    """
+
+    status: Status
+    summary: dict[str, Any] = field(default_factory=dict)
+    curve: dict[str, Sequence[Any]] = field(default_factory=dict)
+    flops: float = 0.0
+    n_steps: int = 0
+    diverged_step: int | None = None
+    error: str | None = None
+
+    def validate(self, task: Task) -> None:
+        """Raise ValueError if this result breaks the protocol for `task` (used by the runner and
+        the conformance suite)."""
+        if self.status not in ALL_STATUSES:
+            raise ValueError(f"status {self.status!r} not in {ALL_STATUSES}")
+        unknown = set(self.summary) - set(task.summary_fields)
+        if unknown:
+            raise ValueError(f"{task.name}: undeclared summary fields {sorted(unknown)}")
+        unknown = set(self.curve) - set(task.curve_fields) - {"step"}
+        if unknown:
+            raise ValueError(f"{task.name}: undeclared curve fields {sorted(unknown)}")
+        lengths = {k: len(v) for k, v in self.curve.items()}
+        if self.curve and "step" not in self.curve:
+            raise ValueError(f"{task.name}: curve has no 'step' column")
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{task.name}: curve columns of unequal length {lengths}")
+        if self.status == "diverged" and self.diverged_step is None:
+            raise ValueError(f"{task.name}: diverged result without diverged_step")
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A learner family.
+
+    name: registry key; version: bump when results would change (part of every run id).
+    Params: a TaskParams subclass or an `Annotated[Union[...], Field(discriminator=...)]` of them.
+    summary_fields / curve_fields: declared column types (curve always has an int "step" too).
+    examples: configs for the conformance suite, as raw dicts; `diverging_example` really diverges
+    (or is None where the task's algorithms cannot).
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    Params: ClassVar[Any]
+    summary_fields: ClassVar[dict[str, FieldType]]
+    curve_fields: ClassVar[dict[str, FieldType]]
+    examples: ClassVar[list[dict[str, Any]]]
+    diverging_example: ClassVar[dict[str, Any] | None]
+
+    def run(self, p: Any, ctx: RunContext) -> Result: ...
+
+
+class BatchedTask(Task, Protocol):
+    """Optional vectorised path: configs with equal, non-None batch_key run as one computation."""
+
+    def batch_key(self, p: Any) -> Hashable | None: ...
+
+    def run_batch(self, ps: list[Any], ctx: RunContext) -> list[Result]: ...
+
+
+def is_diverged(value: float, limit: float = 1e150) -> bool:
+    """A metric that is NaN, infinite or astronomically large means the learner diverged."""
+    return not math.isfinite(value) or abs(value) > limit
+
+
+def tagged_union(tag: str, default: str | None, *models: type[TaskParams]) -> Any:
+    """A discriminated union of param models on the Literal field `tag`, where a config that omits the
+    tag gets `default` (pydantic's plain discriminator insists on the tag being present)."""
+    from typing import Annotated, Union, get_args
+
+    from pydantic import Discriminator, Tag
+
+    def pick(value: Any) -> Any:
+        if isinstance(value, dict):
+            return value.get(tag, default)
+        return getattr(value, tag, default)
+
+    members = tuple(Annotated[m, Tag(get_args(m.model_fields[tag].annotation)[0])] for m in models)
+    return Annotated[Union[members], Discriminator(pick)]  # noqa: UP007 - a runtime-built union
