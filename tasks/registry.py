@@ -43,3 +43,8 @@ def register(name: str, target: str) -> None:
     on every worker."""
     _TASKS[name] = target
     get_task.cache_clear()
+
+
+def unregister(name: str) -> None:
+    _TASKS.pop(name, None)
+    get_task.cache_clear()

@@ -1,0 +1,30 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+RESULTS ?= results/demo
+
+.PHONY: install demo test bench clean-demo
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# A real grid (deep linear nets, depth sweep, BCGD) on an embedded local Ray; Parquet + PNG figure.
+demo: $(STAMP)
+	$(VENV)/bin/convgrid run grids/deep_linear/demo_depth.yaml --results $(RESULTS)
+	$(VENV)/bin/convgrid report $(RESULTS) --out $(RESULTS)/report
+	@echo "Parquet results: $(RESULTS)/runs, $(RESULTS)/curves   report and figures: $(RESULTS)/report"
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/overhead.py
+
+clean-demo:
+	rm -rf $(RESULTS)

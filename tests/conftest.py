@@ -1,0 +1,34 @@
+"""Shared fixtures. Ray's environment must be set before anything imports ray: Ray binds to
+127.0.0.1 and sends no usage statistics, so tests never talk to anything but loopback."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ray_local() -> Iterator[object]:
+    """One embedded Ray per test module (a start costs seconds), shut down afterwards."""
+    from cluster import connect, shutdown_if_owned
+
+    ray = connect(None, num_cpus=2)
+    yield ray
+    shutdown_if_owned()
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []

@@ -1,0 +1,85 @@
+"""Resume semantics: finished work is never redone, a grown grid runs only new cells, failures wait
+for --retry-failed, --only reruns one run in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from runner import ResultStore, run_grid, store_status
+from runner.cli import main
+from tasks.registry import register, unregister
+
+
+def _grid(lrs: list[float]) -> dict:
+    return {"name": "sweep", "blocks": [{"task": "least_squares", "params": {"d_in": 6, "m": 20, "n_iters": 30}, "product": {"lr": lrs}}]}
+
+
+def _physical_rows(root: Path) -> int:
+    return ds.dataset(root / "runs", partitioning="hive").count_rows()
+
+
+@pytest.fixture
+def faulty() -> Iterator[None]:
+    register("faulty", "tests.toy_tasks:FaultyTask")
+    yield
+    unregister("faulty")
+
+
+def test_second_run_executes_nothing_and_grown_grid_only_new_cells(tmp_path: Path) -> None:
+    first = run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    assert first.executed == 2 and _physical_rows(tmp_path) == 2
+    again = run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    assert again.executed == 0 and again.already_done == 2 and "nothing to run" in again.line()
+    assert _physical_rows(tmp_path) == 2
+    grown = run_grid(_grid([0.01, 0.02, 0.03, 0.04]), tmp_path, "local", progress=False)
+    assert grown.executed == 2 and grown.already_done == 2
+    assert _physical_rows(tmp_path) == 4
+    assert len(ResultStore(tmp_path).done_ids()) == 4
+
+
+def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: Path, faulty: None) -> None:
+    grid = {"name": "f", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0]}}, {"task": "faulty", "params": {"x": 3.0, "fail": True}}]}
+    rep = run_grid(grid, tmp_path, "local", progress=False)
+    assert rep.counts == {"ok": 2, "failed": 1}
+    runs = ResultStore(tmp_path).read_runs("faulty").to_pandas()
+    error = runs.loc[runs["status"] == "failed", "error"].iloc[0]
+    assert "RuntimeError: asked to fail with x=3.0" in error and "Traceback" in error and "toy_tasks.py" in error
+    again = run_grid(grid, tmp_path, "local", progress=False)
+    assert again.executed == 0 and again.skipped_failed == 1
+    retried = run_grid(grid, tmp_path, "local", progress=False, retry_failed=True)
+    assert retried.executed == 1 and retried.counts == {"failed": 1}
+    status = store_status(ResultStore(tmp_path))
+    assert status.by_grid["f"]["ok"] == 2 and status.by_grid["f"]["failed"] == 1
+    assert "asked to fail" in status.format()
+
+
+def test_cooperative_timeout_is_recorded(tmp_path: Path, faulty: None) -> None:
+    grid = {"blocks": [{"task": "faulty", "params": {"sleep_s": 5.0}}]}
+    rep = run_grid(grid, tmp_path, "local", progress=False, timeout_s=0.2)
+    assert rep.counts == {"timeout": 1}
+
+
+def test_only_reruns_one_stored_run_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    rid = sorted(ResultStore(tmp_path).done_ids())[0]
+    assert main(["run", "--only", rid[:10], "--results", str(tmp_path), "--executor", "local", "--no-progress"]) == 0
+    assert "ran 1 of 1" in capsys.readouterr().out
+    assert _physical_rows(tmp_path) == 3
+    assert len(ResultStore(tmp_path).done_ids()) == 2
+    assert main(["run", "--only", "ffffffff", "--results", str(tmp_path), "--executor", "local"]) == 2
+
+
+def test_status_reports_missing_members(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_grid(_grid([0.01]), tmp_path, "local", progress=False)
+    from runner.api import member_rows
+    from runner.spec import load_grid
+
+    ResultStore(tmp_path).write_members(member_rows(load_grid(_grid([0.01, 0.5]))))
+    assert main(["status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("sweep"))
+    assert line.split()[1:] == ["1", "0", "0", "0", "0", "1"]

@@ -1,0 +1,42 @@
+"""A task for fault tests: real arithmetic, plus ways to fail that real learners should not have."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from tasks.base import FieldType, Result, RunContext, TaskParams
+
+
+class FaultyParams(TaskParams):
+    x: float = Field(1.0, description="value whose square is the result")
+    fail: bool = Field(False, description="raise inside run")
+    sleep_s: float = Field(0.0, ge=0.0, description="cooperative work time (reports every 10 ms)")
+    hang_s: float = Field(0.0, ge=0.0, description="time spent ignoring the deadline")
+
+
+class FaultyTask:
+    """Squares x; may raise, or sleep cooperatively, or hang ignoring its deadline."""
+
+    name: ClassVar[str] = "faulty"
+    version: ClassVar[str] = "1"
+    Params: ClassVar[Any] = FaultyParams
+    summary_fields: ClassVar[dict[str, FieldType]] = {"square": "float"}
+    curve_fields: ClassVar[dict[str, FieldType]] = {"value": "float"}
+    examples: ClassVar[list[dict[str, Any]]] = [{"x": 2.0}]
+    diverging_example: ClassVar[dict[str, Any] | None] = None
+
+    def run(self, p: FaultyParams, ctx: RunContext) -> Result:
+        if p.fail:
+            raise RuntimeError(f"asked to fail with x={p.x}")
+        step = 0
+        t_end = time.time() + p.sleep_s
+        while time.time() < t_end:
+            step += 1
+            time.sleep(0.01)
+            if not ctx.report(step, value=p.x):
+                return Result(status=ctx.stop_status(), n_steps=step)
+        time.sleep(p.hang_s)
+        return Result(status="ok", summary={"square": p.x * p.x}, curve={"step": [0], "value": [p.x]}, n_steps=1)
