@@ -54,7 +54,7 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
     if not isinstance(kind, str):
         return kind
     if kind == "local":
-        return LocalExecutor(threads=options.get("threads", 1), timeout_s=options.get("timeout_s"))
+        return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"))
     if kind == "ray":
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
     raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["local", "ray"])
@@ -128,6 +128,8 @@ def run_grid(
     only: Iterable[str] | None = None,
     progress: bool = True,
     close_executor: bool = True,
+    flush_every: int = 256,
+    flush_s: float = 10.0,
     **executor_options: Any,
 ) -> RunReport:
     """Run every cell of a grid not yet in the store. `only` restricts to (and re-runs) given run ids."""
@@ -149,7 +151,7 @@ def run_grid(
     runner = make_executor(executor, **executor_options)
     t0 = time.monotonic()
     try:
-        report.counts = execute_cells(todo, store, runner, grid.name, progress=progress)
+        report.counts = execute_cells(todo, store, runner, grid.name, progress=progress, flush_every=flush_every, flush_s=flush_s)
     finally:
         report.wall_s = time.monotonic() - t0
         if close_executor:

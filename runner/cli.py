@@ -19,6 +19,9 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per actor (default 1)")
     p.add_argument("--gpus-per-worker", type=float, default=None, help="GPU share per actor (runs on cuda)")
     p.add_argument("--timeout", type=float, default=None, help="per-run time limit in seconds")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds a run may ignore its deadline before its actor is killed (default 5)")
+    p.add_argument("--flush-every", type=int, default=256, help="write a part file every N finished runs (default 256)")
+    p.add_argument("--flush-seconds", type=float, default=10.0, help="... or every S seconds (default 10)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
 
 
@@ -35,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser("tasks", help="list tasks, or one task's params")
     tasks.add_argument("name", nargs="?")
+
+    compact = sub.add_parser("compact", help="merge small part files; readers see the same results")
+    compact.add_argument("results", nargs="?", default="results")
 
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
@@ -60,9 +66,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         "threads": args.threads,
         "gpus_per_worker": args.gpus_per_worker,
         "timeout_s": args.timeout,
+        "grace_s": args.grace,
     }
     report = run_grid(
-        grid, args.results, args.executor, retry_failed=args.retry_failed, only=args.only, progress=not args.no_progress, **options
+        grid,
+        args.results,
+        args.executor,
+        retry_failed=args.retry_failed,
+        only=args.only,
+        progress=not args.no_progress,
+        flush_every=args.flush_every,
+        flush_s=args.flush_seconds,
+        **options,
     )
     print(report.line())
     return 0
@@ -86,17 +101,29 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from runner.status import store_status
+def _existing_store(results: str):  # type: ignore[no-untyped-def]
     from runner.store import ResultStore
 
-    if "://" not in args.results and not Path(args.results).exists():
-        raise ConfigError("no such results root", key="results")
-    print(store_status(ResultStore(args.results)).format())
+    if "://" not in results and not Path(results).is_dir():
+        raise ConfigError("no such results root", file=results, key="results")
+    return ResultStore(results)
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from runner.compact import compact
+
+    print(compact(_existing_store(args.results)).line())
     return 0
 
 
-COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status}
+def cmd_status(args: argparse.Namespace) -> int:
+    from runner.status import store_status
+
+    print(store_status(_existing_store(args.results)).format())
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

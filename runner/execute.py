@@ -65,23 +65,6 @@ class ChunkSizer:
         return max(1, min(self.max_chunk, int(self.target_s / per_run), fair))
 
 
-class _Actor:
-    """Body of the Ray actor; wrapped with ray.remote at start so that ray is imported lazily."""
-
-    def __init__(self, threads: int, device: str) -> None:
-        configure_threads(threads)
-        self.threads = threads
-        self.device = device
-
-    def pid(self) -> int:
-        import os
-
-        return os.getpid()
-
-    def run_chunk(self, items: list[WorkItem], timeout_s: float | None) -> list[RunRecord]:
-        return [run_item(i, device=self.device, threads=self.threads, timeout_s=timeout_s) for i in items]
-
-
 @dataclass
 class RayExecutor:
     """An actor pool on an embedded or existing Ray cluster."""
@@ -93,10 +76,12 @@ class RayExecutor:
     timeout_s: float | None = None
     target_chunk_s: float = 2.0
     in_flight_per_worker: int = 2
+    grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
     chunks_submitted: int = field(default=0, init=False)
     chunks_resubmitted: int = field(default=0, init=False)
+    hard_kills: int = field(default=0, init=False)
 
     def start(self) -> None:
         if self.actors:
@@ -104,50 +89,83 @@ class RayExecutor:
         from cluster import connect
 
         ray = connect(self.address)
+        from runner.ray_actor import ChunkActor  # imports ray: only after connect set its environment
+
         n = self.workers
         if n is None:
             resources = ray.cluster_resources()
             n = int(resources.get("GPU", 0) / self.gpus_per_worker) if self.gpus_per_worker else int(resources.get("CPU", 1) // self.threads)
         device = "cuda" if self.gpus_per_worker else "cpu"
-        remote = ray.remote(max_restarts=-1, max_task_retries=0)(_Actor)
         opts = {"num_cpus": self.threads, "num_gpus": self.gpus_per_worker}
-        self.actors = [remote.options(**opts).remote(self.threads, device) for _ in range(max(1, n))]
+        self.actors = [ChunkActor.options(**opts).remote(self.threads, device) for _ in range(max(1, n))]
 
     def execute(self, items: Sequence[WorkItem]) -> Iterator[list[RunRecord]]:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
         self.start()
+        lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
         queue: deque[WorkItem] = deque(items)
         sizer = ChunkSizer(self.target_chunk_s)
         pending: dict[Any, tuple[int, list[WorkItem]]] = {}
         load = [0] * len(self.actors)
-        lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
+        killed: set[str] = set()  # run ids recorded as hard timeouts; dropped when their chunk is requeued
+        last_check = time.monotonic()
         while queue or pending:
-            for idx in sorted(range(len(self.actors)), key=load.__getitem__):
-                while queue and load[idx] < self.in_flight_per_worker:
-                    n = sizer.size(len(queue), len(self.actors))
-                    chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
-                    ref = self.actors[idx].run_chunk.remote(chunk, self.timeout_s)
-                    pending[ref] = (idx, chunk)
-                    load[idx] += 1
-                    self.chunks_submitted += 1
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            self._fill(queue, pending, load, sizer)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self._poll_s())
             for ref in ready:
                 idx, chunk = pending.pop(ref)
                 load[idx] -= 1
                 try:
                     records = ray.get(ref)
                 except lost:
-                    # The actor died with the chunk (killed worker, lost node). Ray restarts the actor;
-                    # the chunk goes back to the front of the queue, so nothing is lost or doubled.
-                    queue.extendleft(reversed(chunk))
+                    # The actor died with the chunk (a killed worker, a lost node, or our hard timeout).
+                    # Ray restarts the actor; the chunk's unfinished runs go back to the front of the queue.
+                    # Nothing of a lost chunk was written, so nothing is written twice.
+                    queue.extendleft(reversed([i for i in chunk if i.run_id not in killed]))
                     self.chunks_resubmitted += 1
-                    time.sleep(0.05)
                     continue
                 sizer.observe(records)
                 yield records
+            if self.timeout_s is not None and time.monotonic() - last_check >= self._poll_s():
+                last_check = time.monotonic()
+                yield from self._enforce_hard_timeout(pending, killed)
 
+    def _fill(self, queue: deque[WorkItem], pending: dict[Any, tuple[int, list[WorkItem]]], load: list[int], sizer: ChunkSizer) -> None:
+        for idx in sorted(range(len(self.actors)), key=load.__getitem__):
+            while queue and load[idx] < self.in_flight_per_worker:
+                n = sizer.size(len(queue), len(self.actors))
+                chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
+                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s)] = (idx, chunk)
+                load[idx] += 1
+                self.chunks_submitted += 1
+
+    def _poll_s(self) -> float | None:
+        return None if self.timeout_s is None else min(1.0, max(0.05, self.timeout_s / 4))
+
+    def _enforce_hard_timeout(self, pending: dict[Any, tuple[int, list[WorkItem]]], killed: set[str]) -> Iterator[list[RunRecord]]:
+        """Kill actors whose current run is past its deadline plus the grace period; record it as timeout."""
+        import ray
+
+        from runner.worker import timeout_record
+
+        assert self.timeout_s is not None
+        limit = self.timeout_s + self.grace_s
+        busy = sorted({idx for idx, _ in pending.values()})
+        try:
+            states = ray.get([self.actors[i].current.remote() for i in busy], timeout=10)
+        except Exception:  # noqa: BLE001 - an actor that cannot even answer is handled when its chunk fails
+            return
+        items = {i.run_id: i for _, chunk in pending.values() for i in chunk}
+        for idx, state in zip(busy, states, strict=True):
+            if state is None or state[1] < limit or state[0] in killed:
+                continue
+            run_id, elapsed = state
+            killed.add(run_id)
+            ray.kill(self.actors[idx], no_restart=False)
+            self.hard_kills += 1
+            yield [timeout_record(items[run_id], elapsed, self.timeout_s)]
     def worker_pids(self) -> list[int]:
         import ray
 

@@ -12,7 +12,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import torch
@@ -107,6 +107,13 @@ def run_item(
     except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
         result = Result(status="failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     return _record(item, result, started, time.perf_counter() - t0, device)
+
+
+def timeout_record(item: WorkItem, elapsed_s: float, limit_s: float, device: str = "cpu") -> RunRecord:
+    """The record of a run whose worker was killed because it ignored its deadline."""
+    started = datetime.now(UTC) - timedelta(seconds=elapsed_s)
+    message = f"hard timeout: the run ignored its {limit_s:g}s deadline and its worker was killed after {elapsed_s:.1f}s"
+    return _record(item, Result(status="timeout", error=message), started, elapsed_s, device)
 
 
 def run_chunk(items: list[WorkItem], **kwargs: Any) -> list[RunRecord]:

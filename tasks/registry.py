@@ -4,6 +4,7 @@ one task, never imports the others (a worker pays only for the task it runs)."""
 from __future__ import annotations
 
 import importlib
+import os
 from functools import cache
 
 from tasks.base import Task
@@ -15,6 +16,19 @@ _TASKS: dict[str, str] = {
 }
 
 
+# Tasks outside this package: "name=module:Class,name2=module2:Class2". Read from the environment so
+# that Ray workers, which inherit it, know the same tasks as the driver.
+EXTRA_TASKS_ENV = "CONVGRID_EXTRA_TASKS"
+
+
+def _all_tasks() -> dict[str, str]:
+    extra = {}
+    for entry in filter(None, os.environ.get(EXTRA_TASKS_ENV, "").split(",")):
+        name, _, target = entry.partition("=")
+        extra[name.strip()] = target.strip()
+    return {**_TASKS, **extra}
+
+
 class UnknownTaskError(KeyError):
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -24,14 +38,19 @@ class UnknownTaskError(KeyError):
         return f"unknown task {self.name!r}; valid choices: {', '.join(task_names())}"
 
 
-def task_names() -> list[str]:
+def builtin_task_names() -> list[str]:
+    """The tasks shipped with convgrid (the conformance suite's subjects)."""
     return sorted(_TASKS)
+
+
+def task_names() -> list[str]:
+    return sorted(_all_tasks())
 
 
 @cache
 def get_task(name: str) -> Task:
     try:
-        target = _TASKS[name]
+        target = _all_tasks()[name]
     except KeyError:
         raise UnknownTaskError(name) from None
     module_name, attr = target.split(":")

@@ -3,7 +3,6 @@ for --retry-failed, --only reruns one run in-process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -11,7 +10,6 @@ import pytest
 
 from runner import ResultStore, run_grid, store_status
 from runner.cli import main
-from tasks.registry import register, unregister
 
 
 def _grid(lrs: list[float]) -> dict:
@@ -20,13 +18,6 @@ def _grid(lrs: list[float]) -> dict:
 
 def _physical_rows(root: Path) -> int:
     return ds.dataset(root / "runs", partitioning="hive").count_rows()
-
-
-@pytest.fixture
-def faulty() -> Iterator[None]:
-    register("faulty", "tests.toy_tasks:FaultyTask")
-    yield
-    unregister("faulty")
 
 
 def test_second_run_executes_nothing_and_grown_grid_only_new_cells(tmp_path: Path) -> None:
@@ -41,7 +32,7 @@ def test_second_run_executes_nothing_and_grown_grid_only_new_cells(tmp_path: Pat
     assert len(ResultStore(tmp_path).done_ids()) == 4
 
 
-def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: Path, faulty: None) -> None:
+def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: Path) -> None:
     grid = {"name": "f", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0]}}, {"task": "faulty", "params": {"x": 3.0, "fail": True}}]}
     rep = run_grid(grid, tmp_path, "local", progress=False)
     assert rep.counts == {"ok": 2, "failed": 1}
@@ -57,7 +48,7 @@ def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: P
     assert "asked to fail" in status.format()
 
 
-def test_cooperative_timeout_is_recorded(tmp_path: Path, faulty: None) -> None:
+def test_cooperative_timeout_is_recorded(tmp_path: Path) -> None:
     grid = {"blocks": [{"task": "faulty", "params": {"sleep_s": 5.0}}]}
     rep = run_grid(grid, tmp_path, "local", progress=False, timeout_s=0.2)
     assert rep.counts == {"timeout": 1}

@@ -12,9 +12,10 @@ from runner.identity import canonical_json, run_id, validate_params
 from runner.schema import curves_schema, runs_schema
 from runner.store import ResultStore
 from runner.worker import WorkItem, run_item
-from tasks import RunContext, get_task, task_names
+from tasks import RunContext, get_task
+from tasks.registry import builtin_task_names
 
-TASKS = task_names()
+TASKS = builtin_task_names()
 
 
 def _examples(name: str) -> list[tuple[str, dict[str, Any]]]:

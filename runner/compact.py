@@ -1,0 +1,80 @@
+"""`convgrid compact`: merge many small part files into one per partition without changing what
+readers see (the newest row per run, the curves of those rows, unique memberships).
+
+New parts are written (atomically) before old ones are deleted, and only the files read are deleted,
+so a reader or a driver writing at the same time never loses a result: at worst a reader briefly
+sees duplicates, which it drops anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from runner.schema import MEMBER_SCHEMA, curves_schema, runs_schema
+from runner.store import ResultStore, latest_per_run
+from tasks import get_task
+
+
+@dataclass
+class CompactReport:
+    files_before: int = 0
+    files_after: int = 0
+    rows_dropped: int = 0
+
+    def line(self) -> str:
+        return f"compacted {self.files_before} part files into {self.files_after}; dropped {self.rows_dropped} superseded rows"
+
+
+def _parts(store: ResultStore, *parts: str) -> list[str]:
+    directory = store.path(*parts)
+    if store.fs.get_file_info(directory).type == pafs.FileType.NotFound:
+        return []
+    infos = store.fs.get_file_info(pafs.FileSelector(directory))
+    return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith("part-"))
+
+
+def _read(store: ResultStore, files: list[str], schema: pa.Schema) -> pa.Table:
+    return ds.dataset(files, filesystem=store.fs, format="parquet", schema=schema).to_table()
+
+
+def _replace(store: ResultStore, files: list[str], table: pa.Table, *parts: str, report: CompactReport) -> None:
+    report.files_before += len(files)
+    if len(files) <= 1:
+        report.files_after += len(files)
+        return
+    if table.num_rows:
+        store.write_part(table, *parts)
+        report.files_after += 1
+    for path in files:
+        store.fs.delete_file(path)
+
+
+def compact(store: ResultStore) -> CompactReport:
+    report = CompactReport()
+    for name in store.tasks():
+        task = get_task(name)
+        run_files = _parts(store, "runs", f"task={name}")
+        curve_files = _parts(store, "curves", f"task={name}")
+        runs_all = _read(store, run_files, runs_schema(task))
+        runs = latest_per_run(runs_all)
+        report.rows_dropped += runs_all.num_rows - runs.num_rows
+        curves = _read(store, curve_files, curves_schema(task)) if curve_files else curves_schema(task).empty_table()
+        keys = runs.select(["run_id", "batch_id"])
+        kept = curves.join(keys, keys=["run_id", "batch_id"], join_type="inner").select(curves.schema.names)
+        kept = kept.sort_by([("run_id", "ascending"), ("step", "ascending")])
+        report.rows_dropped += curves.num_rows - kept.num_rows
+        # curves before runs, as in every write: a run never points at curves that are not there yet
+        _replace(store, curve_files, kept.cast(curves_schema(task)), "curves", f"task={name}", report=report)
+        _replace(store, run_files, runs.sort_by("run_id"), "runs", f"task={name}", report=report)
+    member_files = _parts(store, "members")
+    if member_files:
+        members = _read(store, member_files, MEMBER_SCHEMA).sort_by("added")
+        frame = members.to_pandas().drop_duplicates(["grid", "run_id"], keep="first")
+        unique = pa.Table.from_pandas(frame, schema=MEMBER_SCHEMA, preserve_index=False)
+        report.rows_dropped += members.num_rows - unique.num_rows
+        _replace(store, member_files, unique, "members", report=report)
+    return report

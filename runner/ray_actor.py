@@ -1,0 +1,50 @@
+"""The long-lived Ray actor that runs chunks of cells.
+
+Imported only after `cluster.connect` has set Ray's environment (this module imports ray).
+`run_chunk` runs in the actor's default group (one at a time, in order); `current` and `pid` run in a
+separate control group, so the driver can ask what a busy actor is doing (for the hard timeout)
+without waiting for its chunk to finish.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import ray
+
+from runner.worker import RunRecord, WorkItem, configure_threads, run_item
+
+
+@ray.remote(max_restarts=-1, max_task_retries=0, concurrency_groups={"control": 1})
+class ChunkActor:
+    def __init__(self, threads: int, device: str) -> None:
+        configure_threads(threads)
+        self.threads = threads
+        self.device = device
+        self._lock = threading.Lock()
+        self._current: tuple[str, float] | None = None
+
+    def run_chunk(self, items: list[WorkItem], timeout_s: float | None) -> list[RunRecord]:
+        out = []
+        for item in items:
+            with self._lock:
+                self._current = (item.run_id, time.monotonic())
+            out.append(run_item(item, device=self.device, threads=self.threads, timeout_s=timeout_s))
+        with self._lock:
+            self._current = None
+        return out
+
+    @ray.method(concurrency_group="control")
+    def current(self) -> tuple[str, float] | None:
+        """(run_id, seconds it has been running) of the run in progress, or None when idle."""
+        with self._lock:
+            if self._current is None:
+                return None
+            run_id, t0 = self._current
+            return run_id, time.monotonic() - t0
+
+    @ray.method(concurrency_group="control")
+    def pid(self) -> int:
+        return os.getpid()
