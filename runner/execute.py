@@ -45,7 +45,8 @@ class LocalExecutor:
 
 class ChunkSizer:
     """Chunk sizes from measured per-run seconds: aim at `target_s` of work per chunk, but never so big
-    that the last chunks leave actors idle (at most the remaining work split over all actors)."""
+    that the last chunks leave actors idle (at most the remaining work split over every chunk slot,
+    so the tail is cut finer and all actors finish together)."""
 
     def __init__(self, target_s: float = 2.0, max_chunk: int = 1024) -> None:
         self.target_s = target_s
@@ -57,11 +58,11 @@ class ChunkSizer:
         self.total_s += sum(float(r.row.get("wall_s") or 0.0) for r in records)
         self.count += len(records)
 
-    def size(self, remaining: int, actors: int) -> int:
+    def size(self, remaining: int, slots: int) -> int:
         if self.count == 0:
             return 1  # measure first
         per_run = max(self.total_s / self.count, 1e-6)
-        fair = max(1, math.ceil(remaining / actors))
+        fair = max(1, math.ceil(remaining / slots))
         return max(1, min(self.max_chunk, int(self.target_s / per_run), fair))
 
 
@@ -74,7 +75,7 @@ class RayExecutor:
     threads: int = 1
     gpus_per_worker: float = 0.0
     timeout_s: float | None = None
-    target_chunk_s: float = 2.0
+    target_chunk_s: float = 1.0
     in_flight_per_worker: int = 2
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
     name: str = "ray"
@@ -135,7 +136,7 @@ class RayExecutor:
     def _fill(self, queue: deque[WorkItem], pending: dict[Any, tuple[int, list[WorkItem]]], load: list[int], sizer: ChunkSizer) -> None:
         for idx in sorted(range(len(self.actors)), key=load.__getitem__):
             while queue and load[idx] < self.in_flight_per_worker:
-                n = sizer.size(len(queue), len(self.actors))
+                n = sizer.size(len(queue), len(self.actors) * self.in_flight_per_worker)
                 chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
                 pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s)] = (idx, chunk)
                 load[idx] += 1
