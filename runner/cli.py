@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     compact = sub.add_parser("compact", help="merge small part files; readers see the same results")
     compact.add_argument("results", nargs="?", default="results")
 
+    report = sub.add_parser("report", help="figures, grids, failures and provenance as Markdown and HTML")
+    report.add_argument("results", nargs="?", default="results")
+    report.add_argument("--out", default=None, help="output folder (default RESULTS/report)")
+
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
     return parser
@@ -116,6 +120,20 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.report import build_report
+
+    store = _existing_store(args.results)
+    out = Path(args.out or Path(args.results) / "report")
+    report = build_report(store.root, out)
+    n_images = sum(len(s.images) for s in report.sections)
+    print(f"report: {out / 'report.html'} and {out / 'report.md'} ({len(report.sections)} grids, {n_images} figures)")
+    for section in report.sections:
+        for image in section.images:
+            print(f"  figure: {image}")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from runner.status import store_status
 
@@ -123,7 +141,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact}
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
