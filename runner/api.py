@@ -54,7 +54,7 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
     if not isinstance(kind, str):
         return kind
     if kind == "local":
-        return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"))
+        return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"), reporter_factory=options.get("reporter_factory"))
     if kind == "ray":
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
     raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["local", "ray"])

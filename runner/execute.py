@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runner.worker import RunRecord, WorkItem, configure_threads, run_item
+from runner.worker import ReporterFactory, RunRecord, WorkItem, configure_threads, run_item
 
 
 class Executor(Protocol):
@@ -32,12 +32,14 @@ class LocalExecutor:
 
     threads: int = 1
     timeout_s: float | None = None
+    reporter_factory: ReporterFactory | None = None
     name: str = "local"
 
     def execute(self, items: Sequence[WorkItem]) -> Iterator[list[RunRecord]]:
         configure_threads(self.threads)
         for item in items:
-            yield [run_item(item, threads=self.threads, timeout_s=self.timeout_s)]
+            reporter = self.reporter_factory(item) if self.reporter_factory else None
+            yield [run_item(item, threads=self.threads, timeout_s=self.timeout_s, reporter=reporter)]
 
     def close(self) -> None:
         pass
@@ -77,6 +79,7 @@ class RayExecutor:
     timeout_s: float | None = None
     target_chunk_s: float = 1.0
     in_flight_per_worker: int = 2
+    reporter_factory: ReporterFactory | None = None  # serialisable; called in the actor for each run
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
@@ -138,7 +141,7 @@ class RayExecutor:
             while queue and load[idx] < self.in_flight_per_worker:
                 n = sizer.size(len(queue), len(self.actors) * self.in_flight_per_worker)
                 chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
-                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s)] = (idx, chunk)
+                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, self.reporter_factory)] = (idx, chunk)
                 load[idx] += 1
                 self.chunks_submitted += 1
 

@@ -33,6 +33,11 @@ class WorkItem:
     params: dict[str, Any]  # full validated params, JSON-ready
 
 
+# Builds the `report` callback of one run (e.g. one that forwards intermediate values to an Optuna
+# pruner in the driver). Executors call it where the run executes, so it must pickle for Ray.
+ReporterFactory = Callable[[WorkItem], Reporter | None]
+
+
 @dataclass
 class RunRecord:
     """One finished cell as the store wants it: a runs/ row and its curve columns."""

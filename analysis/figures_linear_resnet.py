@@ -1,0 +1,336 @@
+"""Figures of paper 003 (linear ResNets, Zou, Long & Gu 2020) from the store's frames.
+
+Each function takes `runs` (one row per run: run_id, status, params, summary fields, flops, n_steps,
+wall_s), `curves` (run_id, step, loss, subopt, rel_subopt, ...) and an output folder, and returns the
+PNGs it wrote. Curves are medians over seeds with interquartile bands; losses on a log axis against
+iterations, as in the paper. Only pandas, numpy and matplotlib: analysis never imports task code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
+COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+ITER_COLUMNS = {"iters_rel_1e2": "1e-2", "iters_rel_1e4": "1e-4", "iters_rel_1e6": "1e-6"}
+
+
+# --------------------------------------------------------------------------------------- helpers
+def _done(runs: pd.DataFrame) -> pd.DataFrame:
+    """Final runs only (ok or diverged): pruned/failed/timeout runs are not results."""
+    return runs[runs["status"].isin(["ok", "diverged"])] if "status" in runs else runs
+
+
+def _curve_quantiles(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:
+    """Per (keys, step): 25/50/75% of `col` over the runs (seeds) sharing those keys."""
+    merged = curves[["run_id", "step", col]].merge(runs[["run_id", *keys]], on="run_id")
+    merged = merged.replace([np.inf, -np.inf], np.nan).dropna(subset=[col])
+    if merged.empty:
+        return pd.DataFrame(columns=[*keys, "step", "q25", "q50", "q75"])
+    g = merged.groupby([*keys, "step"])[col]
+    out = g.quantile([0.25, 0.5, 0.75]).unstack()
+    out.columns = ["q25", "q50", "q75"]
+    return out.reset_index()
+
+
+def _band(ax: plt.Axes, q: pd.DataFrame, label: str, color: str, **kw: object) -> None:
+    q = q.sort_values("step")
+    positive = q["q50"] > 0  # log axes: a loss of exactly 0 (float floor) cannot be drawn
+    q = q[positive]
+    ax.plot(q["step"], q["q50"], label=label, color=color, **kw)  # type: ignore[arg-type]
+    ax.fill_between(q["step"], q["q25"].clip(lower=1e-300), q["q75"], color=color, alpha=0.2, linewidth=0)
+
+
+def _iter_stats(values: pd.Series) -> tuple[float, float, float]:
+    """Quartiles of iterations-to-threshold over seeds; -1 (never reached) counts as +inf, so a
+    median of inf means most seeds never got there. Sample quantiles: no interpolation with inf."""
+    v = np.where(values.to_numpy(dtype=float) < 0, np.inf, values.to_numpy(dtype=float))
+    if v.size == 0:
+        return (np.nan, np.nan, np.nan)
+    q = np.quantile(v, [0.25, 0.5, 0.75], method="inverted_cdf")
+    return float(q[0]), float(q[1]), float(q[2])
+
+
+def _iter_line(ax: plt.Axes, rows: pd.DataFrame, x: str, col: str, label: str, color: str,
+               marker: str = "o", xcol: str | None = None) -> None:
+    """Median (IQR error bars) of iterations-to-threshold against `x`; unreached medians are dropped
+    and marked at the top of the axis with an open triangle."""
+    pts = []
+    for xv, grp in rows.groupby(x):
+        q25, q50, q75 = _iter_stats(grp[col])
+        xpos = float(grp[xcol].median()) if xcol else float(xv)
+        pts.append((xpos, q25, q50, q75))
+    if not pts:
+        return
+    arr = np.array(sorted(pts))
+    ok = np.isfinite(arr[:, 2])
+    hi = np.where(np.isfinite(arr[:, 3]), arr[:, 3], arr[:, 2])
+    ax.errorbar(arr[ok, 0], arr[ok, 2], yerr=[arr[ok, 2] - arr[ok, 1], hi[ok] - arr[ok, 2]], label=label,
+                color=color, marker=marker, capsize=3)
+    if (~ok).any():
+        top = np.nanmax(arr[ok, 2]) * 1.5 if ok.any() else 1.0
+        ax.plot(arr[~ok, 0], np.full((~ok).sum(), top), linestyle="none", marker="^", mfc="none", color=color)
+
+
+def _ticks(ax: plt.Axes, values: pd.Series) -> None:
+    """Label a log x axis at the swept values (log axes otherwise show only powers of ten)."""
+    vals = sorted({float(v) for v in values.dropna()})
+    if vals:
+        ax.set_xticks(vals, [f"{v:g}" for v in vals])
+        ax.minorticks_off()
+
+
+def _save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{stem}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def _values(runs: pd.DataFrame, col: str) -> str:
+    vals = sorted(runs[col].dropna().unique()) if col in runs else []
+    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals)
+
+
+# ------------------------------------------------------------------------------- Fig. 1 (a)-(b)
+TRANSFORM_LABELS = {"identity": "identity", "modified_identity": "modified identity", "gaussian": "random (Gaussian)"}
+
+
+def fig1_transforms(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str, title: str) -> list[Path]:
+    """Training loss and loss - L* against iterations for the three transforms (L = 10)."""
+    runs = _done(runs)
+    if runs.empty:
+        return []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for col, ax in zip(["loss", "subopt"], axes, strict=True):
+        q = _curve_quantiles(runs, curves, ["transform"], col)
+        for i, (tr, label) in enumerate(TRANSFORM_LABELS.items()):
+            sel = q[q["transform"] == tr]
+            if not sel.empty:
+                _band(ax, sel, label, COLORS[i])
+        ax.set_yscale("log")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
+    axes[0].axhline(runs["loss_star"].median(), color="gray", ls=":", label="L* (least squares)")
+    axes[0].axhline(runs["y_sq_half"].median(), color="gray", ls="--", lw=0.8, label="||Y||^2 / 2")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{title}: m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}")
+    return _save(fig, out_dir, stem)
+
+
+def fig1a(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1a_transforms_m40") -> list[Path]:
+    return fig1_transforms(runs, curves, out_dir, stem, "Fig. 1(a) transforms")
+
+
+def fig1b(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1b_transforms_m200") -> list[Path]:
+    return fig1_transforms(runs, curves, out_dir, stem, "Fig. 1(b) transforms")
+
+
+# ------------------------------------------------------------------------------- Fig. 1 (c)-(d)
+def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str, title: str) -> list[Path]:
+    """ResNet (zero init) against the standard linear net (Gaussian init) over depth. The paper draws
+    the ResNet at its largest L only ("quite similar for different L"); we draw it solid there and
+    faint at the other depths so that the claim can be seen."""
+    runs = _done(runs)
+    if runs.empty:
+        return []
+    depths = sorted(runs["depth"].unique())
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for col, ax in zip(["loss", "subopt"], axes, strict=True):
+        q = _curve_quantiles(runs, curves, ["model", "depth"], col)
+        for i, depth in enumerate(depths):
+            color = COLORS[i % len(COLORS)]
+            std = q[(q["model"] == "standard") & (q["depth"] == depth)]
+            if not std.empty:
+                _band(ax, std, f"standard net, L = {depth}", color, ls="--")
+            res = q[(q["model"] == "resnet") & (q["depth"] == depth)]
+            if not res.empty:
+                largest = depth == max(depths)
+                _band(ax, res, f"ResNet, L = {depth}" if largest else "_nolegend_", "black" if largest else color,
+                      lw=2.0 if largest else 0.8, alpha=1.0 if largest else 0.5)
+        ax.set_yscale("log")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
+    axes[0].axhline(runs["loss_star"].median(), color="gray", ls=":", label="L*")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{title}: m = {_values(runs, 'm')}, c = {_values(runs, 'c')} (eta ~ 1/L); faint: ResNet at smaller L")
+    return _save(fig, out_dir, stem)
+
+
+def fig1c(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1c_depth_m40") -> list[Path]:
+    return fig1_depth(runs, curves, out_dir, stem, "Fig. 1(c) ResNet vs standard net")
+
+
+def fig1d(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1d_depth_m200") -> list[Path]:
+    return fig1_depth(runs, curves, out_dir, stem, "Fig. 1(d) ResNet vs standard net")
+
+
+# ------------------------------------------------------------------------------------- sweeps
+def _step_groups(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Split a depth sweep into its two step rules: a constant c (eta ~ 1/L) and a constant c/L (the
+    same eta at every depth). A cell can belong to both (where c = (c/L) L), as in the grid."""
+    c0 = rows["c"].mode().iloc[0]
+    out = {f"c = {c0:g} (eta ~ 1/L)": rows[np.isclose(rows["c"], c0)]}
+    ratio = rows["c"] / rows["depth"]
+    other = rows[~np.isclose(rows["c"], c0)]
+    if not other.empty:
+        r0 = (other["c"] / other["depth"]).mode().iloc[0]
+        out[f"c / L = {r0:g} (eta fixed)"] = rows[np.isclose(ratio, r0)]
+    return out
+
+
+def sweep_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_depth") -> list[Path]:
+    """Iterations to a relative suboptimality of 1e-6 against depth, per model and width."""
+    runs = _done(runs)
+    if runs.empty:
+        return []
+    groups = _step_groups(runs)
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], groups.items(), strict=True):
+        i = 0
+        for (model, m), grp in rows.groupby(["model", "m"]):
+            _iter_line(ax, grp, "depth", "iters_rel_1e6", f"{model}, m = {m}", COLORS[i % len(COLORS)],
+                       marker="o" if model == "resnet" else "s")
+            i += 1
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _ticks(ax, rows["depth"])
+        ax.set_xlabel("depth L")
+        ax.set_ylabel("iterations to (L - L*) / (L0 - L*) <= 1e-6")
+        ax.set_title(title + "; open triangle: not reached / diverged", fontsize=9)
+        ax.legend(fontsize=8)
+    return _save(fig, out_dir, stem)
+
+
+def sweep_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_width") -> list[Path]:
+    """Iterations to 1e-6 and the final relative suboptimality against the width m."""
+    runs = _done(runs)
+    if runs.empty:
+        return []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    keys = ["transform", "model", "depth"]
+    for i, (key, grp) in enumerate(runs.groupby(keys)):
+        transform, model, depth = key
+        label = f"{model}, L = {depth}" + ("" if transform == "gaussian" else f", {transform}")
+        color = COLORS[i % len(COLORS)]
+        marker = "o" if model == "resnet" else "s"
+        _iter_line(axes[0], grp, "m", "iters_rel_1e6", label, color, marker=marker)
+        med = grp.groupby("m")["rel_subopt_final"].median()
+        axes[1].plot(med.index, med.clip(lower=1e-17), marker=marker, color=color, label=label)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _ticks(ax, runs["m"])
+        ax.set_xlabel("width m")
+    axes[0].set_ylabel("iterations to relative suboptimality 1e-6")
+    axes[1].set_ylabel("final (L - L*) / (L0 - L*) (median)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Width sweep: n_iters = {_values(runs, 'n_iters')}, c = {_values(runs, 'c')}")
+    return _save(fig, out_dir, stem)
+
+
+def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_kappa") -> list[Path]:
+    """Iterations to 1e-6 against kappa(X X^T), log-log, with the fitted slope (theory: 1)."""
+    runs = _done(runs)
+    if runs.empty:
+        return []
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for i, (model, grp) in enumerate(runs.groupby("model")):
+        med = grp.assign(it=grp["iters_rel_1e6"].where(grp["iters_rel_1e6"] >= 0)).groupby("kappa")
+        xs, ys = med["kappa_x"].median(), med["it"].median()
+        fit = np.isfinite(ys) & (ys > 0)
+        slope = np.polyfit(np.log(xs[fit]), np.log(ys[fit]), 1)[0] if fit.sum() >= 2 else np.nan
+        _iter_line(ax, grp, "kappa", "iters_rel_1e6", f"{model} (slope {slope:.2f})", COLORS[i],
+                   marker="o" if model == "resnet" else "s", xcol="kappa_x")
+    kx = runs["kappa_x"]
+    ref = np.array([kx.min(), kx.max()])
+    base = runs.loc[runs["iters_rel_1e6"] > 0, "iters_rel_1e6"].min()
+    if np.isfinite(base):
+        ax.plot(ref, base * ref / ref[0], color="gray", ls=":", label="slope 1 (Cor. 3.4)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("kappa = ||X||^2 / sigma_r^2(X)")
+    ax.set_ylabel("iterations to relative suboptimality 1e-6")
+    ax.legend(fontsize=8)
+    ax.set_title(f"m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}", fontsize=9)
+    return _save(fig, out_dir, stem)
+
+
+def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_sgd_batch") -> list[Path]:
+    """Left: SGD's final excess loss against the batch size B when L* > 0, per c, with an n/B guide.
+    Right: loss - L* against iterations when L* = 0 (noise 0), one line per B."""
+    runs = _done(runs)
+    if runs.empty:
+        return []
+    noisy, exact = runs[runs["noise"] > 0], runs[runs["noise"] == 0]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    for i, (c, grp) in enumerate(noisy.groupby("c")):
+        q = grp.groupby("batch_size")["subopt_tail"].quantile([0.25, 0.5, 0.75]).unstack()
+        ax.errorbar(q.index, q[0.5], yerr=[q[0.5] - q[0.25], q[0.75] - q[0.5]], marker="o", capsize=3,
+                    color=COLORS[i], label=f"c = {c:g}")
+        # Gradient noise of B samples drawn without replacement scales as (n - B) / B.
+        n = float(grp["n"].iloc[0])
+        bs = q.index[q.index < n].to_numpy(dtype=float)
+        if bs.size:
+            b0 = bs.min()
+            ax.plot(bs, q[0.5].loc[b0] * ((n - bs) / bs) / ((n - b0) / b0), color=COLORS[i], ls=":", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _ticks(ax, noisy["batch_size"])
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("loss - L*, mean over the last 20% (median, IQR)")
+    ax.set_title("L* > 0: stalls at an excess ~ eta (n - B) / B (dotted guide)", fontsize=9)
+    if not noisy.empty:
+        ax.legend(fontsize=8)
+    ax = axes[1]
+    q = _curve_quantiles(exact, curves, ["batch_size"], "subopt")
+    for i, b in enumerate(sorted(q["batch_size"].unique())):
+        _band(ax, q[q["batch_size"] == b], f"B = {b}", COLORS[i % len(COLORS)])
+    ax.set_yscale("log")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss - L*")
+    ax.set_title("L* = 0 (noise 0): linear convergence of the last iterate (Thm 3.8)", fontsize=9)
+    if not q.empty:
+        ax.legend(fontsize=8)
+    fig.suptitle(f"SGD: n = {_values(runs, 'n')}, m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}")
+    return _save(fig, out_dir, stem)
+
+
+def _named(fn: Callable[..., list[Path]], stem: str) -> Figure:
+    def figure(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
+        return fn(runs, curves, out_dir, stem=stem)
+
+    figure.__name__ = f"{fn.__name__}_{stem}"
+    return figure
+
+
+FIGURES: dict[str, Figure] = {
+    "fig1a_transforms_m40": fig1a,
+    "fig1b_transforms_m200": fig1b,
+    "fig1c_depth_m40": fig1c,
+    "fig1d_depth_m200": fig1d,
+    "sweep_depth": sweep_depth,
+    "sweep_width": sweep_width,
+    "sweep_kappa": sweep_kappa,
+    "sweep_sgd_batch": sweep_sgd_batch,
+    # The small grids of grids/linear_resnet/small (same figures, their own file names).
+    "small_fig1a_transforms_m40": _named(fig1a, "small_fig1a_transforms_m40"),
+    "small_fig1b_transforms_m200": _named(fig1b, "small_fig1b_transforms_m200"),
+    "small_fig1c_depth_m40": _named(fig1c, "small_fig1c_depth_m40"),
+    "small_fig1d_depth_m200": _named(fig1d, "small_fig1d_depth_m200"),
+    "small_sweep_depth": _named(sweep_depth, "small_sweep_depth"),
+    "small_sweep_width": _named(sweep_width, "small_sweep_width"),
+    "small_sweep_kappa": _named(sweep_kappa, "small_sweep_kappa"),
+    "small_sweep_sgd_batch": _named(sweep_sgd_batch, "small_sweep_sgd_batch"),
+}

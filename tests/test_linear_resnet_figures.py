@@ -1,0 +1,112 @@
+"""Grid files of linear_resnet validate cell by cell, and every figure draws from frames built by
+actually running the task on the small grids (the store's runs/curves layout, no hand-made numbers)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from pydantic import TypeAdapter
+
+from analysis.figures_linear_resnet import FIGURES
+from tasks.base import RunContext
+from tasks.linear_resnet.task import LinearResNetTask
+
+ROOT = Path(__file__).resolve().parents[1]
+GRIDS = ROOT / "grids" / "linear_resnet"
+TASK = LinearResNetTask()
+ADAPTER = TypeAdapter(TASK.Params)
+
+
+def expand(path: Path) -> Iterator[Any]:
+    """The grid format (blocks of product x zip x repeat), expanded and validated cell by cell."""
+    grid = yaml.safe_load(path.read_text())
+    for block in grid["blocks"]:
+        assert block["task"] == "linear_resnet"
+        zips = block.get("zip") or []
+        zips = zips if isinstance(zips, list) else [zips]
+        axes = [[{k: val} for val in vals] for k, vals in block.get("product", {}).items()]
+        for group in zips:
+            (length,) = {len(vals) for vals in group.values()}
+            axes.append([{k: vals[i] for k, vals in group.items()} for i in range(length)])
+        for combo in itertools.product(*axes):
+            raw = dict(block.get("params", {}))
+            for part in combo:
+                raw.update(part)
+            seed = int(raw.get("seed", 0))
+            for r in range(block.get("repeat", 1)):
+                yield ADAPTER.validate_python({**raw, "seed": seed + r})
+
+
+def frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """runs (one row per run: run_id, status, params, summary, flops, n_steps, wall_s) and curves."""
+    rows, curves = [], []
+    for i, p in enumerate(expand(path)):
+        t0 = time.perf_counter()
+        res = TASK.run(p, RunContext())
+        res.validate(TASK)
+        run_id = f"{path.stem}-{i}"
+        rows.append({"run_id": run_id, "status": res.status, **p.model_dump(mode="json"), **res.summary,
+                     "flops": res.flops, "n_steps": res.n_steps, "wall_s": time.perf_counter() - t0})
+        curve = pd.DataFrame(res.curve)
+        curve.insert(0, "run_id", run_id)
+        curves.append(curve)
+    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+
+
+def grid_name(path: Path) -> str:
+    return yaml.safe_load(path.read_text()).get("name") or path.stem
+
+
+ALL = sorted(GRIDS.rglob("*.yaml"))
+SMALL = sorted((GRIDS / "small").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(GRIDS)))
+def test_grid_validates(path: Path) -> None:
+    cells = list(expand(path))
+    assert cells
+    name = grid_name(path)
+    assert name == (f"small_{path.stem}" if path.parent.name == "small" else path.stem)
+    assert name in FIGURES
+
+
+def test_every_full_grid_has_a_small_twin_and_a_figure() -> None:
+    full = {p.stem for p in GRIDS.glob("*.yaml")}
+    assert full == {p.stem for p in SMALL}
+    assert {"fig1a_transforms_m40", "fig1b_transforms_m200", "fig1c_depth_m40", "fig1d_depth_m200"} <= full
+    assert set(FIGURES) == {grid_name(p) for p in ALL}
+
+
+@pytest.fixture(scope="module")
+def small_frames() -> dict[str, tuple[pd.DataFrame, pd.DataFrame, float]]:
+    out = {}
+    for path in SMALL:
+        t0 = time.perf_counter()
+        runs, curves = frames(path)
+        out[grid_name(path)] = (runs, curves, time.perf_counter() - t0)
+    return out
+
+
+@pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
+def test_small_grid_runs_and_draws(path: Path, small_frames: dict, tmp_path: Path) -> None:
+    name = grid_name(path)
+    runs, curves, seconds = small_frames[name]
+    assert seconds < 10.0  # "a few seconds" with margin for a loaded machine
+    assert set(runs["status"]) == {"ok"}
+    assert {"run_id", "flops", "n_steps", "wall_s", "iters_rel_1e6", "transform", "depth"} <= set(runs.columns)
+    assert set(curves["run_id"]) == set(runs["run_id"])
+    written = FIGURES[name](runs, curves, tmp_path)
+    assert written and all(p.suffix == ".png" and p.stat().st_size > 10_000 for p in written)
+    assert all(p.parent == tmp_path for p in written)
+
+
+def test_figures_skip_unfinished_runs(small_frames: dict, tmp_path: Path) -> None:
+    runs, curves, _ = small_frames["small_fig1a_transforms_m40"]
+    assert FIGURES["small_fig1a_transforms_m40"](runs.assign(status="pruned"), curves, tmp_path) == []
