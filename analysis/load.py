@@ -75,13 +75,13 @@ def load(
     if dataset is None:
         raise FileNotFoundError(f"no runs of task {task!r} under {root} (tasks there: {task_names(root)})")
     cols = None if columns is None else list(dict.fromkeys(["run_id", "finished", "status", "batch_id", *columns]))
-    table = latest_per_run(dataset.to_table(columns=cols))
+    # Param filters are pushed into the scan: every attempt of a run has the same params, so
+    # filtering before de-duplication is exact. Status filters come after it (attempts differ).
     expr = _expression(filters)
     if grid is not None:
-        ids = members(root, grid)["run_id"].tolist()
-        table = table.filter(pc.is_in(table["run_id"], value_set=pa.array(ids, pa.string())))
-    if expr is not None:
-        table = table.filter(expr)
+        ids = pa.array(members(root, grid)["run_id"].tolist(), pa.string())
+        expr = pc.field("run_id").isin(ids) if expr is None else expr & pc.field("run_id").isin(ids)
+    table = latest_per_run(dataset.to_table(columns=cols, filter=expr))
     if statuses is not None:
         table = table.filter(pc.is_in(table["status"], value_set=pa.array(list(statuses))))
     return table.to_pandas().reset_index(drop=True)
@@ -95,7 +95,8 @@ def curves(
     columns: Iterable[str] | None = None,
 ) -> pd.DataFrame:
     """Curve rows (run_id, step, ...) of the newest attempt of each run in `runs` (default: all runs
-    of the task, or of `grid`)."""
+    of the task, or of `grid`), grouped by run in step order."""
+    every_run = runs is None and grid is None
     if runs is None:
         runs = load(root, task, grid=grid, columns=[])
     fs, base = open_root(root)
@@ -103,9 +104,28 @@ def curves(
     if dataset is None or runs.empty:
         return pd.DataFrame(columns=["run_id", "step", *(columns or [])])
     cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
-    keys = pa.table({"run_id": runs["run_id"].astype(str).tolist(), "batch_id": runs["batch_id"].astype(str).tolist()})
-    expr = pc.field("run_id").isin(keys["run_id"]) & pc.field("batch_id").isin(keys["batch_id"])
+    run_ids = pa.array(runs["run_id"].astype(str).tolist(), pa.string())
+    batches = pa.array(runs["batch_id"].astype(str).tolist(), pa.string())
+    # Scan only parts that hold a kept attempt (orphans and stale parts are skipped by the scan),
+    # and only the runs asked for. The scan keeps the written order: grouped by run, in step order.
+    expr = pc.field("batch_id").isin(pc.unique(batches))
+    if not every_run:
+        expr = expr & pc.field("run_id").isin(run_ids)
     table = dataset.to_table(columns=cols, filter=expr)
-    table = table.join(keys, keys=["run_id", "batch_id"], join_type="inner")
-    frame = table.drop_columns(["batch_id"]).to_pandas()
-    return frame.sort_values(["run_id", "step"]).reset_index(drop=True)
+    stale = _runs_with_stale_attempts(fs, base, task, run_ids, batches)
+    if len(stale):
+        # A kept part may also hold an older attempt of a run retried elsewhere: drop those rows.
+        kept_batch = pc.take(batches, pc.index_in(table["run_id"], value_set=run_ids))
+        keep = pc.or_(pc.invert(pc.is_in(table["run_id"], value_set=stale)), pc.equal(kept_batch, table["batch_id"]))
+        table = table.filter(pc.fill_null(keep, False))
+    return table.drop_columns(["batch_id"]).to_pandas()
+
+
+def _runs_with_stale_attempts(fs: pafs.FileSystem, base: str, task: str, run_ids: pa.Array, batches: pa.Array) -> pa.Array:
+    """Run ids (among those asked for) that have a runs row in a batch other than their kept one."""
+    dataset = _dataset(fs, f"{base}/runs/task={task}")
+    assert dataset is not None
+    rows = dataset.to_table(columns=["run_id", "batch_id"])
+    kept = pc.take(batches, pc.index_in(rows["run_id"], value_set=run_ids))
+    stale = pc.and_(pc.is_valid(kept), pc.not_equal(kept, rows["batch_id"]))
+    return pc.unique(rows["run_id"].filter(pc.fill_null(stale, False)))

@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("results", nargs="?", default="results")
     report.add_argument("--out", default=None, help="output folder (default RESULTS/report)")
 
+    check = sub.add_parser("check", help="the claims table: each paper claim decided on the stored runs")
+    check.add_argument("results", nargs="?", default="results")
+    check.add_argument("--strict", action="store_true", help="exit 1 when a verdict on a complete full grid differs from the expected one")
+
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
     return parser
@@ -134,6 +138,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from analysis.claims import evaluate
+
+    table = evaluate(_existing_store(args.results).root)
+    print(table.format())
+    surprises = [r for r in table.results if r.surprising]
+    decided = sum(r.verdict.verdict != "not enough data" for r in table.results)
+    print(f"\n{len(table.results)} claims: {decided} decided, {len(surprises)} differ from the expected verdict on complete full grids")
+    return 1 if args.strict and surprises else 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from runner.status import store_status
 
@@ -141,7 +156,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report}
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report, "check": cmd_check}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
