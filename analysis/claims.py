@@ -106,7 +106,7 @@ class ClaimsTable:
         return "\n".join(lines)
 
 
-CLAIM_MODULES = ("analysis.claims_linear_resnet",)
+CLAIM_MODULES = ("analysis.claims_linear_resnet", "analysis.claims_deep_linear")
 
 
 def registry() -> list[Claim]:

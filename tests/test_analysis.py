@@ -123,3 +123,16 @@ def test_curves_of_a_retried_run_come_from_its_newest_attempt(tmp_path: Path) ->
     cur = analysis.curves(tmp_path, "least_squares")
     assert cur.groupby("run_id").size().to_dict() == {r: 30 for r in cur["run_id"].unique()}
     assert len(cur) == 60
+
+
+def test_deep_linear_claims_on_reduced_grids(tmp_path: Path) -> None:
+    from analysis.claims_deep_linear import CLAIMS
+
+    small = Path(__file__).resolve().parent.parent / "grids" / "deep_linear" / "small"
+    for name in ("fig2_depth", "fig5_width", "fig6_order_init"):
+        run_grid(small / f"{name}.yaml", tmp_path, "local", progress=False)
+    results = {r.claim.id: r for r in evaluate(str(tmp_path), CLAIMS).results}
+    for cid in ("002.fig2.sweeps_decrease", "002.fig2.depth1_fewest_iterations", "002.fig5.narrow_layer", "002.fig6.order_rule"):
+        assert results[cid].verdict.verdict == HOLDS, (cid, results[cid].verdict)
+    assert results["002.fig2.L400_one_sweep"].verdict.verdict == "not enough data"  # the small grid stops at L = 64
+    assert results["002.fig3.deep_beats_depth1"].grid is None

@@ -1,0 +1,117 @@
+"""Flop counting (spec section 5): a counter the learners use, and closed forms.
+
+A multiply-add counts 2 flops; a matrix product (p x q)(q x r) costs 2pqr; an axpy or a Frobenius
+inner product costs 2 per entry. The learners route every product through `FlopCounter.mm`, so the
+count is that of the form the code actually computes (covariance form for L2; products with an
+identity factor, at the top and bottom layers, are skipped and not counted).
+
+`bcgd_sweep_flops` / `gd_iter_flops` are the same counts in closed form (tests check they agree
+exactly with the counter); `spec_*` are the spec's approximate formulas, kept to compare with its
+table. Eigenvalue routines count 4k^3/3 (Householder tridiagonalisation dominates when only the
+eigenvalues are needed).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class FlopCounter:
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        cols = b.shape[1] if b.dim() == 2 else 1
+        self.total += 2.0 * a.shape[0] * a.shape[1] * cols
+        return a @ b
+
+    def add(self, n: float) -> None:
+        self.total += n
+
+    def eigvalsh(self, a: torch.Tensor) -> torch.Tensor:
+        k = a.shape[0]
+        self.total += 4.0 * k**3 / 3.0
+        return torch.linalg.eigvalsh(a)
+
+
+def _update_core(d_in: int, d_out: int, n_i: int, n_im1: int, top: bool, bottom: bool) -> float:
+    """One BCGD L2 update with the optimal step, given A (None at the top) and the prefix P (None at the bottom)."""
+    f = 0.0
+    if not top:
+        f += 2 * d_out * n_i * n_im1  # AW = A W_i
+    if not bottom:
+        f += 2 * d_out * n_im1 * d_in  # M = AW P
+    f += 2 * d_out * d_in * d_in + d_out * d_in  # R = M Sxx - Syx
+    if not bottom:
+        f += 2 * d_out * d_in * n_im1  # R P^T
+    if not top:
+        f += 2 * n_i * d_out * n_im1  # G = A^T (R P^T)
+        f += 2 * d_out * n_i * n_im1  # A G
+    if not bottom:
+        f += 2 * d_out * n_im1 * d_in  # D = AG P
+    f += 2 * d_out * d_in * d_in + 2 * d_out * d_in  # D Sxx and <D Sxx, D>
+    f += 4 * n_i * n_im1  # ||G||^2 and the update of W_i
+    f += 2 * d_out * d_in  # M - eta D
+    return f
+
+
+def bcgd_sweep_flops(widths: list[int], order: str) -> float:
+    """Exact learner flops of one BCGD sweep (L2, optimal step), excluding the error metric."""
+    d_in, d_out, depth = widths[0], widths[-1], len(widths) - 1
+    total = 0.0
+    if order == "desc":
+        total += sum(2 * widths[j] * widths[j - 1] * d_in for j in range(2, depth))  # prefixes
+        for i in range(depth, 0, -1):
+            total += _update_core(d_in, d_out, widths[i], widths[i - 1], i == depth, i == 1)
+            if i < depth:
+                total += 2 * d_out * widths[i - 1]  # A <- AW - eta AG
+    else:
+        total += sum(2 * d_out * widths[j + 1] * widths[j] for j in range(1, depth - 1))  # suffixes
+        for i in range(1, depth + 1):
+            total += _update_core(d_in, d_out, widths[i], widths[i - 1], i == depth, i == 1)
+            if 1 < i < depth:
+                total += 2 * widths[i] * widths[i - 1] * d_in  # B <- W_i B
+    return total
+
+
+def gd_prefix_flops(widths: list[int]) -> float:
+    """Prefixes W_j..W_1 (j < L) and the end-to-end product, recomputed after every GD update."""
+    d_in, d_out, depth = widths[0], widths[-1], len(widths) - 1
+    f = sum(2 * widths[j] * widths[j - 1] * d_in for j in range(2, depth))
+    if depth >= 2:
+        f += 2 * d_out * widths[depth - 1] * d_in
+    return f
+
+
+def gd_iter_flops(widths: list[int]) -> float:
+    """Exact learner flops of one GD iteration (covariance form), excluding the error metric."""
+    d_in, d_out, depth = widths[0], widths[-1], len(widths) - 1
+    f = 2 * d_out * d_in * d_in + d_out * d_in  # R
+    f += sum(2 * d_out * widths[j + 1] * widths[j] for j in range(1, depth - 1))  # suffixes
+    for j in range(1, depth + 1):
+        if j > 1:
+            f += 2 * d_out * d_in * widths[j - 1]  # R P_{j-1}^T
+        if j < depth:
+            f += 2 * widths[j] * d_out * widths[j - 1]  # S_j^T (.)
+        f += 2 * widths[j] * widths[j - 1]  # update
+    return f + gd_prefix_flops(widths)
+
+
+# --- the spec's approximate formulas (section 5), n = hidden width -------------------------------
+
+def spec_bcgd_sweep(d_in: int, d_out: int, n: int, depth: int) -> float:
+    if depth == 1:
+        return 4.0 * d_out * d_in * d_in
+    per_update = 6 * d_out * n * n + 6 * d_out * n * d_in + 4 * d_out * d_in * d_in + 4 * n * n
+    return 2.0 * (depth - 2) * n * n * d_in + depth * per_update
+
+
+def spec_gd_iter(d_in: int, d_out: int, n: int, depth: int) -> float:
+    return (
+        2.0 * (depth - 1) * n * n * d_in
+        + 2.0 * (depth - 1) * d_out * n * n
+        + depth * (2 * d_out * d_in * n + 2 * n * d_out * n)
+        + 2 * d_out * d_in * d_in
+    )

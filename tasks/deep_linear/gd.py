@@ -1,0 +1,60 @@
+"""Full-batch GD on the deep linear network (end-to-end back-propagation), covariance form.
+
+Every layer moves from the same weights: G_j = S_j^T (M Sxx - Syx) P_{j-1}^T with the suffix
+S_j = W_{L:(j+1)} and the prefix P_{j-1} = W_{(j-1):1}, the gradient of the *halved* loss
+(spec G2: the paper's quoted GD steps 1e-5 / 2e-5 only match this convention).
+The Du & Hu step n_L / (3 L ||X||^2) is offered because the paper reports that it diverges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from tasks.deep_linear.bcgd import Update
+from tasks.deep_linear.data import Problem
+from tasks.deep_linear.flops import FlopCounter
+
+
+def du_hu_lr(prob: Problem, depth: int) -> float:
+    d_out = prob.w_ls.shape[0]
+    return d_out / (3.0 * depth * float(prob.sv[0]) ** 2)
+
+
+def _prefixes(ws: list[torch.Tensor], counter: FlopCounter) -> tuple[list[torch.Tensor | None], torch.Tensor]:
+    """pref[j] = W_j..W_1 for j < L (pref[0] = None = identity) and the end-to-end M."""
+    depth = len(ws)
+    pref: list[torch.Tensor | None] = [None] * depth
+    if depth >= 2:
+        pref[1] = ws[0]
+    for j in range(2, depth):
+        pref[j] = counter.mm(ws[j - 1], pref[j - 1])  # type: ignore[arg-type]
+    m = ws[0] if depth == 1 else counter.mm(ws[depth - 1], pref[depth - 1])  # type: ignore[arg-type]
+    return pref, m
+
+
+def gd(prob: Problem, ws: list[torch.Tensor], lr: float, grad_scale: int, counter: FlopCounter) -> Iterator[Update]:
+    """Yield one Update (layer=-1: all layers) per GD iteration, forever."""
+    depth = len(ws)
+    sxx, syx = prob.sxx, prob.syx
+    step = lr * grad_scale
+    pref, m = _prefixes(ws, counter)
+    while True:
+        r = counter.mm(m, sxx) - syx
+        counter.add(r.numel())
+        suf: list[torch.Tensor | None] = [None] * (depth + 1)  # suf[j] = W_L..W_{j+1}
+        if depth >= 2:
+            suf[depth - 1] = ws[depth - 1]
+        for j in range(depth - 2, 0, -1):
+            suf[j] = counter.mm(suf[j + 1], ws[j])  # type: ignore[arg-type]
+        grads = []
+        for j in range(1, depth + 1):
+            pj = pref[j - 1]
+            rp = r if pj is None else counter.mm(r, pj.T)
+            grads.append(rp if suf[j] is None else counter.mm(suf[j].T, rp))  # type: ignore[union-attr]
+        for j, g in enumerate(grads):  # simultaneous (Jacobi) update from the same weights
+            ws[j] = ws[j] - step * g
+            counter.add(2.0 * g.numel())
+        pref, m = _prefixes(ws, counter)
+        yield Update(-1, lr, m)
