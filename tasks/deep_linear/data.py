@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from tasks.common import generator, torch_dtype
@@ -141,7 +140,3 @@ def make_problem(p: AnyParams) -> Problem:
         sha256=sha,
         setup_flops=setup,
     )
-
-
-def as_numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
