@@ -17,7 +17,6 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)")
     p.add_argument("--workers", type=int, default=None, help="number of actors (default: one per CPU slot)")
     p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per actor (default 1)")
-    p.add_argument("--gpus-per-worker", type=float, default=None, help="GPU share per actor (runs on cuda)")
     p.add_argument("--timeout", type=float, default=None, help="per-run time limit in seconds")
     p.add_argument("--grace", type=float, default=5.0, help="seconds a run may ignore its deadline before its actor is killed (default 5)")
     p.add_argument("--flush-every", type=int, default=256, help="write a part file every N finished runs (default 256)")
@@ -52,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
+
+    from runner.tune_cli import add_parser as add_tune_parser
+
+    add_tune_parser(sub)
     return parser
 
 
@@ -72,7 +75,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         "address": args.address,
         "workers": args.workers,
         "threads": args.threads,
-        "gpus_per_worker": args.gpus_per_worker,
         "timeout_s": args.timeout,
         "grace_s": args.grace,
     }
@@ -156,7 +158,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report, "check": cmd_check}
+def cmd_tune(args: argparse.Namespace) -> int:
+    from runner.tune_cli import cmd_tune as tune
+
+    return tune(args)
+
+
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report, "check": cmd_check, "tune": cmd_tune}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

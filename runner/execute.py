@@ -75,7 +75,6 @@ class RayExecutor:
     address: str | None = None
     workers: int | None = None
     threads: int = 1
-    gpus_per_worker: float = 0.0
     timeout_s: float | None = None
     target_chunk_s: float = 1.0
     in_flight_per_worker: int = 2
@@ -95,13 +94,10 @@ class RayExecutor:
         ray = connect(self.address)
         from runner.ray_actor import ChunkActor  # imports ray: only after connect set its environment
 
-        n = self.workers
-        if n is None:
-            resources = ray.cluster_resources()
-            n = int(resources.get("GPU", 0) / self.gpus_per_worker) if self.gpus_per_worker else int(resources.get("CPU", 1) // self.threads)
-        device = "cuda" if self.gpus_per_worker else "cpu"
-        opts = {"num_cpus": self.threads, "num_gpus": self.gpus_per_worker}
-        self.actors = [ChunkActor.options(**opts).remote(self.threads, device) for _ in range(max(1, n))]
+        # One actor per CPU slot. The shipped tasks compute on the CPU (float64, small matrices), so
+        # actors reserve no GPU; a task that uses ctx.device would add a GPU-share option here.
+        n = self.workers if self.workers is not None else int(ray.cluster_resources().get("CPU", 1) // self.threads)
+        self.actors = [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(max(1, n))]
 
     def execute(self, items: Sequence[WorkItem]) -> Iterator[list[RunRecord]]:
         import ray
