@@ -8,7 +8,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from runner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from runner.spec import Grid
+    from runner.store import ResultStore
 
 
 def _add_execution_options(p: argparse.ArgumentParser) -> None:
@@ -59,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from runner.api import cells_from_store, plan, run_grid
+    from runner.api import cells_from_store, run_grid
     from runner.spec import Grid, load_grid
     from runner.store import ResultStore
 
@@ -70,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         grid = Grid("rerun", args.results, "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
-        return _dry_run(grid, ResultStore(args.results), args.retry_failed, plan)
+        return _dry_run(grid, ResultStore(args.results), args.retry_failed)
     options = {
         "address": args.address,
         "workers": args.workers,
@@ -93,7 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(grid, store, retry_failed, plan) -> int:  # type: ignore[no-untyped-def]
+def _dry_run(grid: Grid, store: ResultStore, retry_failed: bool) -> int:
+    from runner.api import plan
+
     todo, done, skipped = plan(grid.cells, store, retry_failed)
     print(f"{grid.name} ({grid.source}): {len(grid.cells)} cells over tasks {', '.join(grid.tasks())}")
     print(f"  done: {done}   failed/timeout skipped: {skipped}   to run: {len(todo)}")
@@ -111,7 +119,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _existing_store(results: str):  # type: ignore[no-untyped-def]
+def _existing_store(results: str) -> ResultStore:
     from runner.store import ResultStore
 
     if "://" not in results and not Path(results).is_dir():
