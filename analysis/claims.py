@@ -141,8 +141,9 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
 
 # ---- helpers for claim functions ----------------------------------------------------------------
 def medians(runs: pd.DataFrame, by: Sequence[str], value: str, never: float | None = -1) -> pd.Series:
-    """Median of `value` over seeds per group; `never` (e.g. -1 for "not reached") becomes inf."""
-    values = runs[value].astype(float)
+    """Median of `value` over seeds per group. A run that never reached the threshold (`never`, e.g.
+    -1, or a missing value) counts as inf, so it can only make the median worse, never drop out."""
+    values = runs[value].astype(float).fillna(np.inf)
     if never is not None:
         values = values.where(values != never, np.inf)
     return values.groupby([runs[b] for b in by]).median()

@@ -136,3 +136,11 @@ def test_deep_linear_claims_on_reduced_grids(tmp_path: Path) -> None:
         assert results[cid].verdict.verdict == HOLDS, (cid, results[cid].verdict)
     assert results["002.fig2.L400_one_sweep"].verdict.verdict == "not enough data"  # the small grid stops at L = 64
     assert results["002.fig3.deep_beats_depth1"].grid is None
+
+
+def test_runs_that_never_reach_a_threshold_count_as_infinite() -> None:
+    from analysis.claims import medians
+
+    runs = pd.DataFrame({"L": [1, 1, 1, 3, 3, 3], "t": [10.0, 12.0, 11.0, 5.0, np.nan, -1.0]})
+    med = medians(runs, ["L"], "t")
+    assert med[1] == 11.0 and med[3] == np.inf  # not 5.0: two of three runs never got there
