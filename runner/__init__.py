@@ -25,5 +25,17 @@ __all__ = [
     "load_grid",
     "plan",
     "run_grid",
+    "run_study",
     "store_status",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The tuner imports Optuna; load it only when asked, so Ray workers (which import runner.worker,
+    # hence this package) do not pay for it. `runner.tune` stays the module; its entry point is
+    # `runner.run_study`.
+    if name == "run_study":
+        import importlib
+
+        return importlib.import_module("runner.tune").run_study
+    raise AttributeError(f"module 'runner' has no attribute {name!r}")

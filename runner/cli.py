@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
 
+    from runner.tune_cli import add_parser as add_tune_parser
 
+    add_tune_parser(sub)
     return parser
 
 
@@ -164,7 +166,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report, "check": cmd_check}
+def cmd_tune(args: argparse.Namespace) -> int:
+    from runner.tune_cli import cmd_tune as tune
+
+    return tune(args)
+
+
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report, "check": cmd_check, "tune": cmd_tune}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

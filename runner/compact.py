@@ -70,6 +70,13 @@ def compact(store: ResultStore) -> CompactReport:
         # curves before runs, as in every write: a run never points at curves that are not there yet
         _replace(store, curve_files, kept.cast(curves_schema(task)), "curves", f"task={name}", report=report)
         _replace(store, run_files, runs.sort_by("run_id"), "runs", f"task={name}", report=report)
+    trial_files = _parts(store, "trials")
+    if trial_files:
+        from runner.trials import TRIAL_SCHEMA, read_trials
+
+        trials = read_trials(store)  # newest row per (storage, study, number)
+        report.rows_dropped += _read(store, trial_files, TRIAL_SCHEMA).num_rows - trials.num_rows
+        _replace(store, trial_files, trials, "trials", report=report)
     member_files = _parts(store, "members")
     if member_files:
         members = _read(store, member_files, MEMBER_SCHEMA).sort_by("added")

@@ -1,0 +1,165 @@
+"""Trials and runs: how a run's row becomes a trial state, the `trials/` table, and the tune report.
+
+    trials/part-*.parquet   study, storage, number, state, params_json, values, value, run_id, ...
+
+Rows are derived from the Optuna storage, which stays the source of truth for the study: the driver
+writes them in batches and, on start, writes any finished trial a killed driver did not get to
+(`missing_rows`). Readers keep the newest row per (storage, study, number).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from runner.pruning import transform
+from runner.store import ResultStore
+from runner.study_spec import StudyPlan
+
+TRIAL_SCHEMA = pa.schema(
+    [
+        pa.field("study", pa.string(), nullable=False),
+        pa.field("storage", pa.string(), nullable=False),  # where the study lives, password removed
+        pa.field("number", pa.int64(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),  # COMPLETE, PRUNED or FAIL
+        pa.field("params_json", pa.string(), nullable=False),  # the sampled params (run_id has them all)
+        pa.field("values", pa.list_(pa.float64())),
+        pa.field("value", pa.float64()),  # values[0], for one-objective studies
+        pa.field("run_id", pa.string()),  # null when the sampled params were invalid for the task
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("run_status", pa.string()),  # the run's status in runs/ (ok, diverged, pruned, ...)
+        pa.field("note", pa.string()),
+        pa.field("datetime_start", pa.timestamp("us", tz="UTC")),
+        pa.field("datetime_complete", pa.timestamp("us", tz="UTC")),
+        pa.field("written", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def trial_row(study: str, storage: str, task: str, trial: Any) -> dict[str, Any]:
+    """A trials/ row from an Optuna FrozenTrial (run_id and run_status come from its user attrs)."""
+    values = list(trial.values) if trial.values is not None else None
+    return {
+        "study": study,
+        "storage": storage,
+        "number": trial.number,
+        "state": trial.state.name,
+        "params_json": json.dumps(trial.params, sort_keys=True, separators=(",", ":")),
+        "values": values,
+        "value": values[0] if values else None,
+        "run_id": trial.user_attrs.get("run_id"),
+        "task": task,
+        "run_status": trial.user_attrs.get("run_status"),
+        "note": trial.user_attrs.get("note"),
+        "datetime_start": _utc(trial.datetime_start),
+        "datetime_complete": _utc(trial.datetime_complete),
+        "written": datetime.now(UTC),
+    }
+
+
+def write_trials(store: ResultStore, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        store.write_part(pa.Table.from_pylist(list(rows), schema=TRIAL_SCHEMA), "trials")
+
+
+def read_trials(store: ResultStore, study: str | None = None, storage: str | None = None) -> pa.Table:
+    """The newest row of each trial (optionally of one study / storage), sorted by study and number."""
+    path = store.path("trials")
+    if store.fs.get_file_info(path).type.name == "NotFound":
+        return TRIAL_SCHEMA.empty_table()
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(path, filesystem=store.fs, format="parquet", schema=TRIAL_SCHEMA).to_table()
+    if study is not None:
+        table = table.filter(pc.equal(table["study"], study))
+    if storage is not None:
+        table = table.filter(pc.equal(table["storage"], storage))
+    if table.num_rows == 0:
+        return table
+    table = table.sort_by([("storage", "ascending"), ("study", "ascending"), ("number", "ascending"), ("written", "descending")])
+    keys = list(zip(table["storage"].to_pylist(), table["study"].to_pylist(), table["number"].to_pylist(), strict=True))
+    keep = [i == 0 or keys[i] != keys[i - 1] for i in range(len(keys))]
+    return table.filter(pa.array(keep))
+
+
+def missing_rows(store: ResultStore, study: str, storage: str, task: str, trials: Iterable[Any]) -> list[dict[str, Any]]:
+    """Rows for finished trials that trials/ does not have yet (a killed driver's last batches)."""
+    have = set(read_trials(store, study, storage)["number"].to_pylist())
+    return [trial_row(study, storage, task, t) for t in trials if t.state.is_finished() and t.number not in have]
+
+
+@dataclass
+class TuneReport:
+    study: str
+    storage: str
+    n_trials: int
+    states: Counter[str] = field(default_factory=Counter)
+    ran: int = 0
+    from_store: int = 0
+    recovered: list[int] = field(default_factory=list)
+    stopped_early: str | None = None
+    best: list[dict[str, Any]] = field(default_factory=list)
+    baselines: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def format(self) -> str:
+        states = ", ".join(f"{k} {v}" for k, v in sorted(self.states.items())) or "no trials"
+        out = [f"{self.study}: {states} ({self.n_trials} finished wanted); {self.ran} runs executed, {self.from_store} trials told from the store, {self.wall_s:.1f}s"]
+        if self.recovered:
+            out.append(f"  trials left RUNNING by a stopped driver, told FAIL and asked again: {self.recovered}")
+        if self.stopped_early:
+            out.append(f"  stopped early: {self.stopped_early}")
+        for b in self.best:
+            out.append(f"  best trial {b['number']}: values {_fmt(b['values'])} params {json.dumps(b['params'])} run {b['run_id']} {_fmt(b['metrics'])}")
+        for b in self.baselines:
+            out.append(f"  baseline run {b['run_id']} ({b['status']}): {_fmt(b['metrics'])}")
+        out.append(f"  storage {self.storage}")
+        return "\n".join(out)
+
+
+def _fmt(obj: Any) -> str:
+    if isinstance(obj, dict):
+        return " ".join(f"{k}={_fmt(v)}" for k, v in obj.items())
+    if isinstance(obj, list):
+        return "[" + ", ".join(_fmt(v) for v in obj) + "]"
+    return f"{obj:.5g}" if isinstance(obj, float) else str(obj)
+
+
+def objective_values(p: StudyPlan, row: dict[str, Any]) -> list[float] | None:
+    out = []
+    for obj in p.objectives:
+        v = row.get(obj.metric)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            if obj.nan_value is None:
+                return None
+            out.append(obj.nan_value)
+        else:
+            out.append(transform(float(v), obj.log))
+    return out
+
+
+def verdict(p: StudyPlan, row: dict[str, Any]) -> tuple[Any, list[float] | None, str | None]:
+    """(Optuna state, values, note) for a run's row."""
+    from optuna.trial import TrialState
+
+    status = row["status"]
+    if status == "ok":
+        values = objective_values(p, row)
+        return (TrialState.COMPLETE, values, None) if values is not None else (TrialState.FAIL, None, "objective metric is NaN")
+    if status in ("diverged", "pruned"):
+        return TrialState.PRUNED, None, "run diverged" if status == "diverged" else None
+    return TrialState.FAIL, None, f"run {status}"

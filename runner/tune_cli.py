@@ -1,0 +1,94 @@
+"""`convgrid tune STUDY.yaml`: run an Optuna study (or one per `sweep` value) on Ray or locally."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "tune",
+        help="run an Optuna study: trials are runs in the store, the study in a journal file or RDB",
+        description="Ask a batch of trials, run them, tell the results; re-running resumes the study.",
+    )
+    p.add_argument("study", help="study YAML file (see docs/tuning.md)")
+    p.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (default ./results)")
+    p.add_argument("--executor", default="ray", choices=["ray", "local"], help="ray (default) or local (in-process)")
+    p.add_argument("--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)")
+    p.add_argument("--workers", type=int, default=None, help="number of actors (default: one per CPU slot)")
+    p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per actor (default 1)")
+    p.add_argument("--timeout", type=float, default=None, help="per-run time limit in seconds (a timed-out trial FAILs)")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds a run may ignore its deadline before its actor is killed (default 5)")
+    p.add_argument("--flush-seconds", type=float, default=10.0, help="write trials/ and members/ parts every S seconds (default 10)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    p.add_argument("--storage", default=None, help="Optuna storage: an RDB URL (postgresql://...) or a journal file path (default RESULTS/optuna.journal)")
+    p.add_argument("--n-trials", type=int, default=None, help="finished trials wanted (overrides the file)")
+    p.add_argument("--parallel", type=int, default=None, help="trials per batch (overrides the file)")
+    p.add_argument("--retry-failed", action="store_true", help="run again stored runs that failed or timed out instead of telling FAIL")
+    p.add_argument("--dry-run", action="store_true", help="print the studies and what the storage holds; run nothing")
+    return p
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from runner.study_spec import load_study
+    from runner.tune import tune, with_overrides
+
+    plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_study(args.study)]
+    if args.dry_run:
+        return _dry_run(plans, args)
+    options = {
+        "address": args.address,
+        "workers": args.workers,
+        "threads": args.threads,
+        "timeout_s": args.timeout,
+        "grace_s": args.grace,
+    }
+    reports = tune(
+        plans,
+        args.results,
+        args.executor,
+        storage=args.storage,
+        retry_failed=args.retry_failed,
+        progress=not args.no_progress,
+        flush_s=args.flush_seconds,
+        **options,
+    )
+    for report in reports:
+        print(report.format())
+    if reports:
+        print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
+    return 0
+
+
+def _dashboard_target(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from runner.tune import JOURNAL_NAME
+
+    if args.storage is not None:
+        return args.storage if "://" in args.storage else str(Path(args.storage))
+    return str(Path(args.results) / JOURNAL_NAME)
+
+
+def _dry_run(plans: list, args: argparse.Namespace) -> int:  # type: ignore[type-arg]
+    from runner.store import ResultStore
+    from runner.tune import open_storage
+
+    storage, label = open_storage(args.storage, ResultStore(args.results))
+    import optuna
+
+    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    for p in plans:
+        space = {k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()}
+        have = existing.get(p.name)
+        print(f"{p.name} ({p.source}): task {p.task}, {p.n_trials} trials, {p.parallel} per batch")
+        print(f"  objectives: {', '.join(('log10 ' if o.log else '') + o.metric + ' ' + o.direction for o in p.objectives)}")
+        print(f"  sampler: {p.sampler.name} seed {p.sampler.seed} {p.sampler.options or ''}  pruner: {p.pruner.name} {p.pruner.options or ''}")
+        print(f"  fixed: {json.dumps(p.fixed, sort_keys=True)}")
+        print(f"  space: {json.dumps(space, sort_keys=True)}")
+        if p.baselines:
+            print(f"  baselines: {len(p.baselines)} runs")
+        print(f"  storage {label}: " + (f"{have.n_trials} trials already" if have else "new study"))
+    print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
+    return 0

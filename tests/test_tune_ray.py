@@ -1,0 +1,58 @@
+"""`convgrid tune` on an embedded Ray (loopback, 2 CPUs): intermediate values travel through the
+pruning channel actor and the driver's verdict stops the run; a worker killed mid-trial loses nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+from runner import RayExecutor, ResultStore
+from runner.trials import read_trials
+from runner.tune import tune
+from tests.test_tune import LS_PARAMS, enqueue, ls_study
+
+
+def test_ray_pruning_channel_stops_a_bad_trial(tmp_path: Path, ray_local: object) -> None:
+    raw = ls_study(
+        "ray_prune",
+        params={**LS_PARAMS, "n_iters": 3000, "log_every": 5},
+        pruner={"name": "median", "metric": "err", "options": {"n_startup_trials": 2, "n_warmup_steps": 20}},
+        n_trials=3,
+        parallel=1,
+    )
+    enqueue(tmp_path, raw, [{"lr": 0.45}, {"lr": 0.4}, {"lr": 0.06}])
+    (report,) = tune(raw, tmp_path, RayExecutor(workers=2), progress=False)
+    assert report.states == {"COMPLETE": 2, "PRUNED": 1}
+    store = ResultStore(tmp_path)
+    trial = read_trials(store, "ray_prune").to_pylist()[2]
+    (bad,) = [r for r in store.read_runs("least_squares", ["status", "n_steps"]).to_pylist() if r["run_id"] == trial["run_id"]]
+    assert bad["status"] == "pruned"
+    # The verdict reaches the worker with its next reports (asynchronous), long before 3000 steps.
+    assert 20 <= bad["n_steps"] < 1500, bad
+
+
+def test_ray_study_with_a_worker_killed_mid_batch(tmp_path: Path, ray_local: object) -> None:
+    executor = RayExecutor(workers=2)
+    victim = executor.worker_pids()[0]
+    killer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))  # the study takes >= 2.4 s
+    study = {
+        "name": "killed_worker",
+        "task": "faulty",
+        "params": {"sleep_s": 0.4},
+        "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
+        "objective": {"metric": "square"},
+        "n_trials": 12,
+        "parallel": 2,
+    }
+    killer.start()
+    try:
+        (report,) = tune(study, tmp_path, executor, progress=False)
+    finally:
+        killer.cancel()
+        executor.close()
+    assert executor.chunks_resubmitted >= 1  # a run really was lost with its worker, and run again
+    assert report.states == {"COMPLETE": 12}
+    trials = read_trials(ResultStore(tmp_path), "killed_worker").to_pylist()
+    assert [t["state"] for t in trials] == ["COMPLETE"] * 12
