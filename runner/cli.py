@@ -10,24 +10,12 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from runner.cli_options import add_execution_options, executor_options
 from runner.errors import ConfigError
 
 if TYPE_CHECKING:
     from runner.spec import Grid
     from runner.store import ResultStore
-
-
-def _add_execution_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (default ./results)")
-    p.add_argument("--executor", default="ray", choices=["ray", "local"], help="ray (default) or local (in-process)")
-    p.add_argument("--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)")
-    p.add_argument("--workers", type=int, default=None, help="number of actors (default: one per CPU slot)")
-    p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per actor (default 1)")
-    p.add_argument("--timeout", type=float, default=None, help="per-run time limit in seconds")
-    p.add_argument("--grace", type=float, default=5.0, help="seconds a run may ignore its deadline before its actor is killed (default 5)")
-    p.add_argument("--flush-every", type=int, default=256, help="write a part file every N finished runs (default 256)")
-    p.add_argument("--flush-seconds", type=float, default=10.0, help="... or every S seconds (default 10)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run every cell of a grid that is not yet in the store")
     run.add_argument("grid", nargs="?", help="grid YAML file (optional with --only: the run's params come from the store)")
-    _add_execution_options(run)
+    add_execution_options(run)
     run.add_argument("--retry-failed", action="store_true", help="also run again cells that failed or timed out")
     run.add_argument("--only", action="append", metavar="RUN_ID", help="run (again) just this run id (a prefix is enough)")
     run.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
@@ -77,13 +65,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid = Grid("rerun", args.results, "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
         return _dry_run(grid, ResultStore(args.results), args.retry_failed)
-    options = {
-        "address": args.address,
-        "workers": args.workers,
-        "threads": args.threads,
-        "timeout_s": args.timeout,
-        "grace_s": args.grace,
-    }
     report = run_grid(
         grid,
         args.results,
@@ -93,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         flush_every=args.flush_every,
         flush_s=args.flush_seconds,
-        **options,
+        **executor_options(args),
     )
     print(report.line())
     return 0

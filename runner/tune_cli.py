@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from runner.cli_options import add_execution_options, executor_options
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     p = subparsers.add_parser(
@@ -13,15 +15,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Ask a batch of trials, run them, tell the results; re-running resumes the study.",
     )
     p.add_argument("study", help="study YAML file (see docs/tuning.md)")
-    p.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (default ./results)")
-    p.add_argument("--executor", default="ray", choices=["ray", "local"], help="ray (default) or local (in-process)")
-    p.add_argument("--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)")
-    p.add_argument("--workers", type=int, default=None, help="number of actors (default: one per CPU slot)")
-    p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per actor (default 1)")
-    p.add_argument("--timeout", type=float, default=None, help="per-run time limit in seconds (a timed-out trial FAILs)")
-    p.add_argument("--grace", type=float, default=5.0, help="seconds a run may ignore its deadline before its actor is killed (default 5)")
-    p.add_argument("--flush-seconds", type=float, default=10.0, help="write trials/ and members/ parts every S seconds (default 10)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    add_execution_options(p, flush_every=False)  # a study writes runs as each batch is told
     p.add_argument("--storage", default=None, help="Optuna storage: an RDB URL (postgresql://...) or a journal file path (default RESULTS/optuna.journal)")
     p.add_argument("--n-trials", type=int, default=None, help="finished trials wanted (overrides the file)")
     p.add_argument("--parallel", type=int, default=None, help="trials per batch (overrides the file)")
@@ -37,13 +31,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_study(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
-    options = {
-        "address": args.address,
-        "workers": args.workers,
-        "threads": args.threads,
-        "timeout_s": args.timeout,
-        "grace_s": args.grace,
-    }
     reports = tune(
         plans,
         args.results,
@@ -52,7 +39,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         progress=not args.no_progress,
         flush_s=args.flush_seconds,
-        **options,
+        **executor_options(args),
     )
     for report in reports:
         print(report.format())
