@@ -77,6 +77,51 @@ def margin_never_met(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
+def _threshold_width(t: pd.Series) -> float:
+    """Smallest width from which every larger width reaches 1e-6 within the budget (median over seeds)."""
+    reached = np.isfinite(t.sort_index().to_numpy())
+    widths = t.sort_index().index.to_numpy()
+    for i in range(len(widths)):
+        if reached[i:].all():
+            return float(widths[i])
+    return np.inf
+
+
+def width_threshold_depth_free(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    gauss = runs[runs["transform"] == "gaussian"]
+    t = medians(gauss, ["model", "depth", "m"], "iters_rel_1e6")
+    if "resnet" not in t.index.get_level_values(0) or "standard" not in t.index.get_level_values(0):
+        return Verdict(NO_DATA, "needs both models")
+    m_star = {(model, depth): _threshold_width(t[model][depth]) for model in ("resnet", "standard") for depth in t[model].index.get_level_values(0).unique()}
+    depths = sorted({d for _, d in m_star})
+    if len(depths) < 2:
+        return Verdict(NO_DATA, "needs two depths")
+    lo, hi = depths[0], depths[-1]
+    res_same = m_star[("resnet", lo)] == m_star[("resnet", hi)]
+    std_grows = m_star[("standard", hi)] > m_star[("standard", lo)]
+    text = "; ".join(f"{model} L={d}: m* = {v:g}" for (model, d), v in sorted(m_star.items()))
+    return Verdict(
+        HOLDS if res_same and std_grows else FAILS,
+        f"smallest width from which all wider nets reach 1e-6 (median over seeds): {text}",
+        theory="Cor. 3.4: the ResNet needs m ~ k r kappa^2 (no L); Du & Hu's standard net m ~ L k r kappa^3 (sufficient conditions)",
+    )
+
+
+def sgd_stall_scales_with_step_over_batch(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    noisy = runs[(runs["noise"] > 0) & (runs["batch_size"] < runs["n"])]  # B = n is full-batch GD: no stall
+    tail = noisy["subopt_tail"].groupby([noisy["c"], noisy["batch_size"]]).median()
+    if tail.index.get_level_values(0).nunique() < 2 or tail.index.get_level_values(1).nunique() < 3:
+        return Verdict(NO_DATA, f"stall levels: {fmt(tail)}")
+    by_c = [tail[c].sort_index().to_numpy() for c in sorted(tail.index.get_level_values(0).unique())]
+    falls_with_b = all((np.diff(v) <= 0).all() for v in by_c)
+    grows_with_c = bool((by_c[-1] >= by_c[0]).all())
+    return Verdict(
+        HOLDS if falls_with_b and grows_with_c else FAILS,
+        f"median excess loss over the last quarter (c, B): {fmt(tail)}",
+        theory="Thm 3.6: with L* > 0 and a constant step, SGD stalls at an excess ~ eta n / B (spec §4.9)",
+    )
+
+
 def _grids(stem: str) -> tuple[str, ...]:
     return (stem, f"small_{stem}")
 
@@ -97,5 +142,7 @@ CLAIMS = [
     Claim("003.fig1c.depth", "003", TASK, _grids("fig1c_depth_m40"), "standard net slows with depth, ResNet iteration count flat in depth (m = 40)", resnet_flat_standard_slows),
     Claim("003.fig1d.depth", "003", TASK, _grids("fig1d_depth_m200"), "standard net slows with depth, ResNet iteration count flat in depth (m = 200)", resnet_flat_standard_slows),
     Claim("003.cor34.kappa", "003", TASK, _grids("sweep_kappa"), "iterations to 1e-6 grow about linearly in kappa", iterations_linear_in_kappa),
+    Claim("003.cor34.width", "003", TASK, _grids("sweep_width"), "the ResNet's width threshold does not move with depth; the standard net's grows", width_threshold_depth_free),
+    Claim("003.thm36.sgd_stall", "003", TASK, _grids("sweep_sgd_batch"), "SGD with L* > 0 stalls at an excess loss that falls with the batch size and grows with the step", sgd_stall_scales_with_step_over_batch),
     Claim("003.sec45.margin", "003", TASK, _grids("fig1a_transforms_m40"), "no experimental configuration meets the proof's margin C_eff >= 25.35", margin_never_met),
 ]
