@@ -92,9 +92,11 @@ def execute_cells(
     label: str,
     progress: bool = True,
     flush_every: int = 256,
-    flush_s: float = 10.0,
+    flush_s: float = 2.0,
 ) -> Counter[str]:
-    """Run cells, persisting records in batches as they arrive; a Ctrl-C keeps what finished."""
+    """Run cells, persisting records as chunks complete: a part file once `flush_every` runs have
+    arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
+    finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished."""
     items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells]
     bar = Progress(len(items), label, enabled=progress)
     buffer: list[RunRecord] = []
@@ -129,7 +131,7 @@ def run_grid(
     progress: bool = True,
     close_executor: bool = True,
     flush_every: int = 256,
-    flush_s: float = 10.0,
+    flush_s: float = 2.0,
     **executor_options: Any,
 ) -> RunReport:
     """Run every cell of a grid not yet in the store. `only` restricts to (and re-runs) given run ids."""

@@ -16,7 +16,7 @@ def add_execution_options(p: argparse.ArgumentParser, flush_every: bool = True) 
     p.add_argument("--grace", type=float, default=5.0, help="seconds a run may ignore its deadline before its actor is killed (default 5)")
     if flush_every:
         p.add_argument("--flush-every", type=int, default=256, help="write a part file every N finished runs (default 256)")
-    p.add_argument("--flush-seconds", type=float, default=10.0, help="write parts at least every S seconds (default 10)")
+    p.add_argument("--flush-seconds", type=float, default=2.0, help="write parts at least every S seconds (default 2): a crash loses at most that much finished work")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
 
 
