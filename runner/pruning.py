@@ -62,8 +62,10 @@ class PruningHub:
 
 
 @dataclass
-class LocalReporter:
-    hub: PruningHub
+class _Reporter:
+    """A run's `report` callback: forwards every `every`-th value of `metric` (transformed as the
+    objective is) and answers with the pruner's verdict (True: go on)."""
+
     run_id: str
     metric: str
     log: bool
@@ -72,7 +74,19 @@ class LocalReporter:
     def __call__(self, step: int, metrics: Mapping[str, float]) -> bool:
         if step % self.every or self.metric not in metrics:
             return True
-        return self.hub.judge(self.run_id, step, transform(metrics[self.metric], self.log))
+        return self.verdict(step, transform(metrics[self.metric], self.log))
+
+    def verdict(self, step: int, value: float) -> bool:
+        raise NotImplementedError
+
+
+@dataclass
+class LocalReporter(_Reporter):
+    hub: PruningHub | None = None  # the driver's hub, in the same process
+
+    def verdict(self, step: int, value: float) -> bool:
+        assert self.hub is not None
+        return self.hub.judge(self.run_id, step, value)
 
 
 @dataclass
@@ -83,23 +97,17 @@ class LocalReporterFactory:
     every: int = 1
 
     def __call__(self, item: WorkItem) -> Reporter | None:
-        return LocalReporter(self.hub, item.run_id, self.metric, self.log, self.every)
+        return LocalReporter(item.run_id, self.metric, self.log, self.every, hub=self.hub)
 
 
 @dataclass
-class ChannelReporter:
-    channel: Any  # a PruningChannel actor handle
-    run_id: str
-    metric: str
-    log: bool
-    every: int
+class ChannelReporter(_Reporter):
+    channel: Any = None  # a PruningChannel actor handle, reached from inside a Ray actor
 
-    def __call__(self, step: int, metrics: Mapping[str, float]) -> bool:
-        if step % self.every or self.metric not in metrics:
-            return True
+    def verdict(self, step: int, value: float) -> bool:
         import ray
 
-        return bool(ray.get(self.channel.report.remote(self.run_id, step, transform(metrics[self.metric], self.log))))
+        return bool(ray.get(self.channel.report.remote(self.run_id, step, value)))
 
 
 @dataclass
@@ -112,7 +120,7 @@ class ChannelReporterFactory:
     every: int = 1
 
     def __call__(self, item: WorkItem) -> Reporter | None:
-        return ChannelReporter(self.channel, item.run_id, self.metric, self.log, self.every)
+        return ChannelReporter(item.run_id, self.metric, self.log, self.every, channel=self.channel)
 
 
 class ChannelPump:

@@ -80,6 +80,14 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"malformed YAML{where}: {problem}", file=str(path)) from None
 
 
+def read_source(source: str | Path | Mapping[str, Any], kind: str, name: str | None = None) -> tuple[str, Any, str]:
+    """(file label, parsed content, default name) of a YAML path or an already-parsed mapping."""
+    if isinstance(source, Mapping):
+        return f"<{kind}>", dict(source), name or kind
+    path = Path(source)
+    return str(path), read_yaml(path), name or path.stem
+
+
 def structure_error(exc: ValidationError, model: type[BaseModel], file: str) -> ConfigError:
     """The first pydantic error of a grid/study file's structure (not of task params)."""
     err = exc.errors()[0]
@@ -187,13 +195,7 @@ def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
 
 def load_grid(source: str | Path | Mapping[str, Any], name: str | None = None) -> Grid:
     """Load and fully validate a grid from a YAML path or an already-parsed mapping."""
-    if isinstance(source, Mapping):
-        file, raw = "<grid>", dict(source)
-        default_name = name or "grid"
-    else:
-        path = Path(source)
-        file, raw = str(path), read_yaml(path)
-        default_name = name or path.stem
+    file, raw, default_name = read_source(source, "grid", name)
     if not isinstance(raw, dict):
         raise ConfigError("a grid file must be a mapping with a 'blocks' list", file=file, choices=list(GridSpec.model_fields))
     try:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.errors import ConfigError
 from runner.identity import run_id, validate_params
-from runner.spec import Cell, params_error, read_yaml
+from runner.spec import Cell, params_error, read_source
 from tasks import Task, UnknownTaskError, get_task, task_names
 
 # Run columns an objective may name besides the task's summary metrics.
@@ -322,11 +322,7 @@ def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
 
 def load_study(source: str | Path | dict[str, Any], name: str | None = None) -> list[StudyPlan]:
     """Load and validate a study file (or an already-parsed mapping): one plan per sweep combination."""
-    if isinstance(source, dict):
-        file, raw, default_name = "<study>", dict(source), name or "study"
-    else:
-        path = Path(source)
-        file, raw, default_name = str(path), read_yaml(path), name or path.stem
+    file, raw, default_name = read_source(source, "study", name)
     if not isinstance(raw, dict):
         raise ConfigError("a study file must be a mapping with task, space and objective", file=file, choices=list(StudyFile.model_fields))
     try:
