@@ -1,5 +1,5 @@
-"""`convgrid report RESULTS --out DIR`: every figure, the grids run and their sizes, failures and
-provenance, as Markdown and as one self-contained HTML page (figures inlined)."""
+"""`convgrid report RESULTS --out DIR`: every figure, the claims table, the grids run and their sizes,
+failures and provenance, as Markdown and as one self-contained HTML page (figures inlined)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
 from analysis.load import curves, load, members
 
@@ -34,6 +35,7 @@ class Report:
     sections: list[GridSection]
     failures: list[tuple[str, str, str]]
     provenance: dict[str, list[str]]
+    claims: ClaimsTable = field(default_factory=ClaimsTable)
 
     def markdown(self, out: Path) -> str:
         lines = [f"# convgrid report: `{self.root}`", ""]
@@ -51,6 +53,14 @@ class Report:
                 lines.append(s.note)
             for img in s.images:
                 lines += ["", f"![{img.stem}]({os.path.relpath(img, out)})"]
+        decided = [r for r in self.claims.results if r.grid is not None]
+        if decided:
+            lines += ["", "## Claims", "", "| claim | grid | size | verdict | expected | measured | paper |", "|---|---|---|---|---|---|---|"]
+            for r in decided:
+                cells = [r.claim.id, r.grid or "-", "reduced" if r.reduced else "full", r.verdict.verdict, r.claim.expected, r.verdict.measured, r.verdict.paper]
+                lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+            lines.append("")
+            lines.append("A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid.")
         if self.failures:
             lines += ["", "## Failures", ""]
             lines += [f"- `{task}` `{rid[:12]}`: {err}" for task, rid, err in self.failures]
@@ -59,8 +69,12 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def html(self, out: Path) -> str:
-        body = []
+        body: list[str] = []
+        in_table = False
         for line in self.markdown(out).splitlines():
+            if in_table and not line.startswith("|"):
+                body.append("</table>")
+                in_table = False
             if line.startswith("!["):
                 path = out / line[line.index("(") + 1 : -1]
                 data = base64.b64encode(path.read_bytes()).decode()
@@ -72,14 +86,18 @@ class Report:
             elif line.startswith("|---"):
                 continue
             elif line.startswith("| "):
+                if not in_table:
+                    body.append("<table border=1 cellpadding=4 style='border-collapse:collapse'>")
+                    in_table = True
                 cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
                 body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
             elif line.startswith("- "):
                 body.append(f"<li>{html.escape(line[2:])}</li>")
             elif line:
                 body.append(f"<p>{html.escape(line)}</p>")
-        text = "\n".join(body).replace("</h1>\n<tr>", "</h1>\n<table border=1 cellpadding=4><tr>")
-        text = text.replace("</tr>\n<h2>", "</tr></table>\n<h2>", 1)
+        if in_table:
+            body.append("</table>")
+        text = "\n".join(body)
         return f"<!doctype html><html><head><meta charset='utf-8'><title>convgrid report</title></head><body>{text}</body></html>\n"
 
 
@@ -117,7 +135,7 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         sections.append(section)
     prov = {k: sorted(v) for k, v in provenance.items()}
     prov["packages"] = [json.dumps(json.loads(p)) for p in prov["packages"]][:3]
-    report = Report(str(root), sections, failures, prov)
+    report = Report(str(root), sections, failures, prov, evaluate(str(root)))
     (out_dir / "report.md").write_text(report.markdown(out_dir))
     (out_dir / "report.html").write_text(report.html(out_dir))
     return report

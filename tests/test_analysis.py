@@ -77,8 +77,10 @@ def test_report_has_figures_grids_and_provenance(store: Path, tmp_path: Path) ->
     assert all(p.exists() and p.stat().st_size > 10_000 for p in resnet.images)
     md = (tmp_path / "report.md").read_text()
     assert "reduced (CI/demo size, not a reproduction)" in md and "code_version" in md
+    assert "## Claims" in md and "003.fig1d.depth" in md and "| reduced | holds |" in md
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len(resnet.images)
+    assert html.count("<table") == 2 and html.count("<table") == html.count("</table>")
 
 
 def _best_step_claim(expected: str) -> Claim:
