@@ -166,6 +166,7 @@ class RayExecutor:
             ray.kill(self.actors[idx], no_restart=False)
             self.hard_kills += 1
             yield [timeout_record(items[run_id], elapsed, self.timeout_s)]
+
     def worker_pids(self) -> list[int]:
         import ray
 

@@ -31,7 +31,7 @@ def test_orthogonal_is_zero_padded_square_haar():
 
 def test_orth_identity_block_and_unit_diagonal():
     cap = max(WIDTHS[0], WIDTHS[-1])
-    for j, w in enumerate(orth_identity(WIDTHS, 1), start=1):
+    for w in orth_identity(WIDTHS, 1):
         n_out, n_in = w.shape
         k = min(n_out, n_in, cap)
         assert is_orthogonal(w[:k, :k])

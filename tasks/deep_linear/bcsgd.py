@@ -44,7 +44,6 @@ def bcsgd(prob: Problem, ws: list[torch.Tensor], p: BCSGDParams, counter: FlopCo
           stats: BCSGDStats) -> Iterator[Update]:
     x, y, sxx = prob.x, prob.y, prob.sxx
     d_out, d_in = prob.w_ls.shape
-    m = x.shape[1]
     eta_bar = float(p.eta_bar)  # type: ignore[arg-type]
     gen = generator(p.seed, "deep_linear", "bcsgd_sample")
     for slot in gauss_seidel_slots(ws, p.order, counter):
