@@ -163,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("convgrid: interrupted; finished runs are in the store, rerun the same command to resume", file=sys.stderr)
         return 130
