@@ -238,7 +238,7 @@ def run_study(
     storage: str | None = None,
     retry_failed: bool = False,
     progress: bool = True,
-    flush_s: float = 10.0,
+    flush_s: float = 2.0,
     **executor_options: Any,
 ) -> TuneReport:
     """Run one study until n_trials of its trials are finished (COMPLETE + PRUNED)."""
