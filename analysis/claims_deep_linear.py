@@ -135,7 +135,7 @@ def du_hu_step_diverges(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     steps = du.loc[du["status"] == "diverged", "diverged_step"]
     return Verdict(
         HOLDS if share == 1.0 else FAILS,
-        f"{share:.0%} of {len(du)} Du-Hu GD runs diverged" + (f", at steps {sorted(steps.astype(int).unique())}" if len(steps) else ""),
+        f"{share:.0%} of {len(du)} Du-Hu GD runs diverged" + (f", at steps {sorted(int(s) for s in steps.unique())}" if len(steps) else ""),
         paper="the Du-Hu learning rate makes GD diverge within few iterations",
     )
 
