@@ -157,6 +157,7 @@ CLAIMS = [
         "depth accelerates even per flop (cond 236)", depth_pays_per_flop, expected=FAILS,
         why_expected="counting the covariance-form flops of each iteration, the spec's independent implementation finds depth 5 costs 1.4x the flops of depth 1",
     ),
+    Claim("002.fig1.bcgd_beats_gd", "002", TASK, _grids("fig1_bcgd_vs_gd"), "BCGD needs fewer iterations to 1e-10 than GD at the best hand-picked step (L = 100)", bcgd_beats_tuned_gd),
     Claim("002.fig4.bcgd_beats_gd", "002", TASK, _grids("fig4_bcgd_vs_gd"), "BCGD needs fewer iterations to 1e-10 than the best GD step tried", bcgd_beats_tuned_gd),
     Claim("002.fig4.du_hu_diverges", "002", TASK, _grids("fig4_bcgd_vs_gd"), "GD with the Du-Hu step diverges", du_hu_step_diverges),
     Claim("002.fig5.narrow_layer", "002", TASK, _grids("fig5_width"), "Arch 3 < Arch 2 < Arch 1 in final error", narrow_layer_stalls),
