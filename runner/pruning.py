@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +63,7 @@ class PruningHub:
 
 
 @dataclass
-class _Reporter:
+class _Reporter(ABC):
     """A run's `report` callback: forwards every `every`-th value of `metric` (transformed as the
     objective is) and answers with the pruner's verdict (True: go on)."""
 
@@ -76,8 +77,9 @@ class _Reporter:
             return True
         return self.verdict(step, transform(metrics[self.metric], self.log))
 
+    @abstractmethod
     def verdict(self, step: int, value: float) -> bool:
-        raise NotImplementedError
+        """The pruner's answer for this run at `step` (True: go on)."""
 
 
 @dataclass
