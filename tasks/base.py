@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
@@ -126,14 +126,6 @@ class Task(Protocol):
     diverging_example: ClassVar[dict[str, Any] | None]
 
     def run(self, p: Any, ctx: RunContext) -> Result: ...
-
-
-class BatchedTask(Task, Protocol):
-    """Optional vectorised path: configs with equal, non-None batch_key run as one computation."""
-
-    def batch_key(self, p: Any) -> Hashable | None: ...
-
-    def run_batch(self, ps: list[Any], ctx: RunContext) -> list[Result]: ...
 
 
 def is_diverged(value: float, limit: float = 1e150) -> bool:
