@@ -93,7 +93,9 @@ class ClaimsTable:
         for r in self.results:
             mark = "!!" if r.surprising else "  "
             size = "" if r.grid is None else (" [reduced]" if r.reduced else " [full]")
-            lines.append(f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.grid or '-'}{size}")
+            lines.append(
+                f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.grid or '-'}{size}"
+            )
             lines.append(f"     {r.claim.statement}")
             if r.verdict.measured:
                 lines.append(f"     measured: {r.verdict.measured}")
@@ -124,7 +126,11 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
     for claim in claims if claims is not None else registry():
         grid = next((g for g in claim.grids if g in present), None)
         if grid is None:
-            table.results.append(ClaimResult(claim, None, Verdict(NO_DATA, f"none of the grids {', '.join(claim.grids)} is in the store"), False))
+            table.results.append(
+                ClaimResult(
+                    claim, None, Verdict(NO_DATA, f"none of the grids {', '.join(claim.grids)} is in the store"), False
+                )
+            )
             continue
         wanted = set(member_frame.loc[member_frame["grid"] == grid, "run_id"])
         try:

@@ -17,7 +17,11 @@ def sweeps_decrease_with_depth(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     if len(finite) < 3:
         return Verdict(NO_DATA, f"sweeps to 1e-10 by depth: {fmt(s)}")
     decreasing = bool((np.diff(s.to_numpy()) <= 0).all())
-    return Verdict(HOLDS if decreasing else FAILS, f"median sweeps to 1e-10 by depth: {fmt(s)}", paper="deeper is faster per sweep (Fig. 2 left)")
+    return Verdict(
+        HOLDS if decreasing else FAILS,
+        f"median sweeps to 1e-10 by depth: {fmt(s)}",
+        paper="deeper is faster per sweep (Fig. 2 left)",
+    )
 
 
 def deepest_converges_in_one_sweep(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -25,14 +29,22 @@ def deepest_converges_in_one_sweep(runs: pd.DataFrame, _: pd.DataFrame | None) -
     if deepest < 400:
         return Verdict(NO_DATA, f"deepest network is L = {deepest}; the claim is about L = 400")
     e = runs.loc[runs["L"] == deepest, "err_sweep1"].median()
-    return Verdict(HOLDS if e <= TOL else FAILS, f"L = {deepest}: median error after one sweep {e:.3g}", paper="with L = 400 one sweep reaches the optimum")
+    return Verdict(
+        HOLDS if e <= TOL else FAILS,
+        f"L = {deepest}: median error after one sweep {e:.3g}",
+        paper="with L = 400 one sweep reaches the optimum",
+    )
 
 
 def depth1_fewest_iterations(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     it = medians(runs, ["L"], "iters_to_tol")
     if 1 not in it.index or not np.isfinite(it[1]):
         return Verdict(NO_DATA, f"iterations to 1e-10 by depth: {fmt(it)}")
-    return Verdict(HOLDS if it[1] <= it.min() else FAILS, f"median iterations to 1e-10 by depth: {fmt(it)}", paper="per iteration, depth 1 is fastest when X is well conditioned")
+    return Verdict(
+        HOLDS if it[1] <= it.min() else FAILS,
+        f"median iterations to 1e-10 by depth: {fmt(it)}",
+        paper="per iteration, depth 1 is fastest when X is well conditioned",
+    )
 
 
 def _err_at(curves: pd.DataFrame, runs: pd.DataFrame, step: int) -> pd.Series:
@@ -89,7 +101,11 @@ def narrow_layer_stalls(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     if not set(names) <= set(e.index):
         return Verdict(NO_DATA, f"architectures present: {sorted(e.index)}")
     ordered = e[names[0]] < e[names[1]] < e[names[2]] or (e[names[0]] <= TOL and e[names[1]] < e[names[2]])
-    return Verdict(HOLDS if ordered else FAILS, f"median final error: {fmt(e[names])}", paper="Arch 3 < Arch 2 < Arch 1: a narrow layer stalls training (Fig. 5)")
+    return Verdict(
+        HOLDS if ordered else FAILS,
+        f"median final error: {fmt(e[names])}",
+        paper="Arch 3 < Arch 2 < Arch 1: a narrow layer stalls training (Fig. 5)",
+    )
 
 
 def order_rule_orth_identity(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -97,7 +113,9 @@ def order_rule_orth_identity(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verd
     if oi.empty or set(oi["order"]) != {"asc", "desc"}:
         return Verdict(NO_DATA, "needs orth-identity runs in both orders")
     key = np.where(oi["iters_to_tol"] > 0, oi["iters_to_tol"], np.inf)
-    score = pd.Series(np.where(np.isfinite(key), key, 1e12 + oi["err_final"]), index=oi.index)  # unreached: rank by error
+    score = pd.Series(
+        np.where(np.isfinite(key), key, 1e12 + oi["err_final"]), index=oi.index
+    )  # unreached: rank by error
     best = score.groupby([oi["d_in"] < oi["d_out"], oi["order"]]).median()
     parts, holds = [], True
     for wide_out, want in ((True, "asc"), (False, "desc")):
@@ -107,7 +125,11 @@ def order_rule_orth_identity(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verd
         ok = best[(wide_out, want)] < best[(wide_out, other)]
         holds &= ok
         parts.append(f"d_out {'>' if wide_out else '<'} d_in: {want} {'beats' if ok else 'does not beat'} {other}")
-    return Verdict(HOLDS if holds else FAILS, "; ".join(parts), paper="with orth-identity, ascending if d_out > d_in, descending if d_in > d_out (Fig. 6)")
+    return Verdict(
+        HOLDS if holds else FAILS,
+        "; ".join(parts),
+        paper="with orth-identity, ascending if d_out > d_in, descending if d_in > d_out (Fig. 6)",
+    )
 
 
 def bcgd_beats_tuned_gd(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -124,7 +146,11 @@ def bcgd_beats_tuned_gd(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         parts.append(f"{data}: BCGD {b:.4g} iterations to 1e-10, best GD {g:.4g}")
     if not decided:
         return Verdict(NO_DATA, "; ".join(parts))
-    return Verdict(HOLDS if holds else FAILS, "; ".join(parts), paper="BCGD with the optimal step beats hand-tuned GD per iteration (Fig. 4)")
+    return Verdict(
+        HOLDS if holds else FAILS,
+        "; ".join(parts),
+        paper="BCGD with the optimal step beats hand-tuned GD per iteration (Fig. 4)",
+    )
 
 
 def du_hu_step_diverges(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -135,7 +161,8 @@ def du_hu_step_diverges(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     steps = du.loc[du["status"] == "diverged", "diverged_step"]
     return Verdict(
         HOLDS if share == 1.0 else FAILS,
-        f"{share:.0%} of {len(du)} Du-Hu GD runs diverged" + (f", at steps {sorted(int(s) for s in steps.unique())}" if len(steps) else ""),
+        f"{share:.0%} of {len(du)} Du-Hu GD runs diverged"
+        + (f", at steps {sorted(int(s) for s in steps.unique())}" if len(steps) else ""),
         paper="the Du-Hu learning rate makes GD diverge within few iterations",
     )
 
@@ -145,21 +172,87 @@ def _grids(stem: str) -> tuple[str, ...]:
 
 
 CLAIMS = [
-    Claim("002.fig2.sweeps_decrease", "002", TASK, _grids("fig2_depth"), "sweeps to 1e-10 decrease with depth (cond 2.66)", sweeps_decrease_with_depth),
-    Claim("002.fig2.L400_one_sweep", "002", TASK, _grids("fig2_depth"), "L = 400 reaches 1e-10 after one sweep", deepest_converges_in_one_sweep),
-    Claim("002.fig2.depth1_fewest_iterations", "002", TASK, _grids("fig2_depth"), "depth 1 needs the fewest iterations (cond 2.66)", depth1_fewest_iterations),
     Claim(
-        "002.fig3.deep_beats_depth1", "002", TASK, _grids("fig3_depth_illcond"),
-        "at 5e4 iterations every depth 3..11 is below 1e-3 x the depth-1 error (cond 236)", deep_beats_depth1_illcond, needs_curves=True,
+        "002.fig2.sweeps_decrease",
+        "002",
+        TASK,
+        _grids("fig2_depth"),
+        "sweeps to 1e-10 decrease with depth (cond 2.66)",
+        sweeps_decrease_with_depth,
     ),
     Claim(
-        "002.fig3.per_flop", "002", TASK, _grids("fig3_depth_illcond"),
-        "depth accelerates even per flop (cond 236)", depth_pays_per_flop, expected=FAILS,
+        "002.fig2.L400_one_sweep",
+        "002",
+        TASK,
+        _grids("fig2_depth"),
+        "L = 400 reaches 1e-10 after one sweep",
+        deepest_converges_in_one_sweep,
+    ),
+    Claim(
+        "002.fig2.depth1_fewest_iterations",
+        "002",
+        TASK,
+        _grids("fig2_depth"),
+        "depth 1 needs the fewest iterations (cond 2.66)",
+        depth1_fewest_iterations,
+    ),
+    Claim(
+        "002.fig3.deep_beats_depth1",
+        "002",
+        TASK,
+        _grids("fig3_depth_illcond"),
+        "at 5e4 iterations every depth 3..11 is below 1e-3 x the depth-1 error (cond 236)",
+        deep_beats_depth1_illcond,
+        needs_curves=True,
+    ),
+    Claim(
+        "002.fig3.per_flop",
+        "002",
+        TASK,
+        _grids("fig3_depth_illcond"),
+        "depth accelerates even per flop (cond 236)",
+        depth_pays_per_flop,
+        expected=FAILS,
         why_expected="counting the covariance-form flops of each iteration, the spec's independent implementation finds depth 5 costs 1.4x the flops of depth 1",
     ),
-    Claim("002.fig1.bcgd_beats_gd", "002", TASK, _grids("fig1_bcgd_vs_gd"), "BCGD needs fewer iterations to 1e-10 than GD at the best hand-picked step (L = 100)", bcgd_beats_tuned_gd),
-    Claim("002.fig4.bcgd_beats_gd", "002", TASK, _grids("fig4_bcgd_vs_gd"), "BCGD needs fewer iterations to 1e-10 than the best GD step tried", bcgd_beats_tuned_gd),
-    Claim("002.fig4.du_hu_diverges", "002", TASK, _grids("fig4_bcgd_vs_gd"), "GD with the Du-Hu step diverges", du_hu_step_diverges),
-    Claim("002.fig5.narrow_layer", "002", TASK, _grids("fig5_width"), "Arch 3 < Arch 2 < Arch 1 in final error", narrow_layer_stalls),
-    Claim("002.fig6.order_rule", "002", TASK, _grids("fig6_order_init"), "orth-identity: ascending wins when d_out > d_in, descending when d_in > d_out", order_rule_orth_identity),
+    Claim(
+        "002.fig1.bcgd_beats_gd",
+        "002",
+        TASK,
+        _grids("fig1_bcgd_vs_gd"),
+        "BCGD needs fewer iterations to 1e-10 than GD at the best hand-picked step (L = 100)",
+        bcgd_beats_tuned_gd,
+    ),
+    Claim(
+        "002.fig4.bcgd_beats_gd",
+        "002",
+        TASK,
+        _grids("fig4_bcgd_vs_gd"),
+        "BCGD needs fewer iterations to 1e-10 than the best GD step tried",
+        bcgd_beats_tuned_gd,
+    ),
+    Claim(
+        "002.fig4.du_hu_diverges",
+        "002",
+        TASK,
+        _grids("fig4_bcgd_vs_gd"),
+        "GD with the Du-Hu step diverges",
+        du_hu_step_diverges,
+    ),
+    Claim(
+        "002.fig5.narrow_layer",
+        "002",
+        TASK,
+        _grids("fig5_width"),
+        "Arch 3 < Arch 2 < Arch 1 in final error",
+        narrow_layer_stalls,
+    ),
+    Claim(
+        "002.fig6.order_rule",
+        "002",
+        TASK,
+        _grids("fig6_order_init"),
+        "orth-identity: ascending wins when d_out > d_in, descending when d_in > d_out",
+        order_rule_orth_identity,
+    ),
 ]

@@ -30,7 +30,11 @@ def modified_identity_faster(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verd
         return Verdict(NO_DATA, f"iterations to 1e-6: {fmt(t)}")
     ratio = t["gaussian"] / t["modified_identity"]
     verdict = HOLDS if 1.0 < ratio <= 2.0 else FAILS
-    return Verdict(verdict, f"iterations to 1e-6 (median): {fmt(t)}; Gaussian / modified = {ratio:.1f}x", paper="modified identity converges slightly faster")
+    return Verdict(
+        verdict,
+        f"iterations to 1e-6 (median): {fmt(t)}; Gaussian / modified = {ratio:.1f}x",
+        paper="modified identity converges slightly faster",
+    )
 
 
 def _depth_trend(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
@@ -92,7 +96,11 @@ def width_threshold_depth_free(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     t = medians(gauss, ["model", "depth", "m"], "iters_rel_1e6")
     if "resnet" not in t.index.get_level_values(0) or "standard" not in t.index.get_level_values(0):
         return Verdict(NO_DATA, "needs both models")
-    m_star = {(model, depth): _threshold_width(t[model][depth]) for model in ("resnet", "standard") for depth in t[model].index.get_level_values(0).unique()}
+    m_star = {
+        (model, depth): _threshold_width(t[model][depth])
+        for model in ("resnet", "standard")
+        for depth in t[model].index.get_level_values(0).unique()
+    }
     depths = sorted({d for _, d in m_star})
     if len(depths) < 2:
         return Verdict(NO_DATA, "needs two depths")
@@ -127,8 +135,22 @@ def _grids(stem: str) -> tuple[str, ...]:
 
 
 CLAIMS = [
-    Claim("003.fig1a.identity_stuck", "003", TASK, _grids("fig1a_transforms_m40"), "identity transforms stay near ||Y||^2/2; Gaussian and modified identity converge (m = 40)", identity_stuck_others_converge),
-    Claim("003.fig1b.identity_stuck", "003", TASK, _grids("fig1b_transforms_m200"), "identity transforms stay near ||Y||^2/2; Gaussian and modified identity converge (m = 200)", identity_stuck_others_converge),
+    Claim(
+        "003.fig1a.identity_stuck",
+        "003",
+        TASK,
+        _grids("fig1a_transforms_m40"),
+        "identity transforms stay near ||Y||^2/2; Gaussian and modified identity converge (m = 40)",
+        identity_stuck_others_converge,
+    ),
+    Claim(
+        "003.fig1b.identity_stuck",
+        "003",
+        TASK,
+        _grids("fig1b_transforms_m200"),
+        "identity transforms stay near ||Y||^2/2; Gaussian and modified identity converge (m = 200)",
+        identity_stuck_others_converge,
+    ),
     Claim(
         "003.fig1b.modified_slightly_faster",
         "003",
@@ -139,10 +161,52 @@ CLAIMS = [
         expected=FAILS,
         why_expected="ordering holds but the gap is ~5x at m = 200 and ~20x at m = 40 with the normalised step (our measurement, not 'slightly')",
     ),
-    Claim("003.fig1c.depth", "003", TASK, _grids("fig1c_depth_m40"), "standard net slows with depth, ResNet iteration count flat in depth (m = 40)", resnet_flat_standard_slows),
-    Claim("003.fig1d.depth", "003", TASK, _grids("fig1d_depth_m200"), "standard net slows with depth, ResNet iteration count flat in depth (m = 200)", resnet_flat_standard_slows),
-    Claim("003.cor34.kappa", "003", TASK, _grids("sweep_kappa"), "iterations to 1e-6 grow about linearly in kappa", iterations_linear_in_kappa),
-    Claim("003.cor34.width", "003", TASK, _grids("sweep_width"), "the ResNet's width threshold does not move with depth; the standard net's grows", width_threshold_depth_free),
-    Claim("003.thm36.sgd_stall", "003", TASK, _grids("sweep_sgd_batch"), "SGD with L* > 0 stalls at an excess loss that falls with the batch size and grows with the step", sgd_stall_scales_with_step_over_batch),
-    Claim("003.sec45.margin", "003", TASK, _grids("fig1a_transforms_m40"), "no experimental configuration meets the proof's margin C_eff >= 25.35", margin_never_met),
+    Claim(
+        "003.fig1c.depth",
+        "003",
+        TASK,
+        _grids("fig1c_depth_m40"),
+        "standard net slows with depth, ResNet iteration count flat in depth (m = 40)",
+        resnet_flat_standard_slows,
+    ),
+    Claim(
+        "003.fig1d.depth",
+        "003",
+        TASK,
+        _grids("fig1d_depth_m200"),
+        "standard net slows with depth, ResNet iteration count flat in depth (m = 200)",
+        resnet_flat_standard_slows,
+    ),
+    Claim(
+        "003.cor34.kappa",
+        "003",
+        TASK,
+        _grids("sweep_kappa"),
+        "iterations to 1e-6 grow about linearly in kappa",
+        iterations_linear_in_kappa,
+    ),
+    Claim(
+        "003.cor34.width",
+        "003",
+        TASK,
+        _grids("sweep_width"),
+        "the ResNet's width threshold does not move with depth; the standard net's grows",
+        width_threshold_depth_free,
+    ),
+    Claim(
+        "003.thm36.sgd_stall",
+        "003",
+        TASK,
+        _grids("sweep_sgd_batch"),
+        "SGD with L* > 0 stalls at an excess loss that falls with the batch size and grows with the step",
+        sgd_stall_scales_with_step_over_batch,
+    ),
+    Claim(
+        "003.sec45.margin",
+        "003",
+        TASK,
+        _grids("fig1a_transforms_m40"),
+        "no experimental configuration meets the proof's margin C_eff >= 25.35",
+        margin_never_met,
+    ),
 ]

@@ -39,7 +39,10 @@ class Report:
 
     def markdown(self, out: Path) -> str:
         lines = [f"# convgrid report: `{self.root}`", ""]
-        lines += ["| grid | task | cells | ok | diverged | failed | timeout | pruned | missing | kind |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| grid | task | cells | ok | diverged | failed | timeout | pruned | missing | kind |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s in self.sections:
             c = s.counts
             kind = "reduced (CI/demo size, not a reproduction)" if s.reduced else "full grid"
@@ -55,12 +58,28 @@ class Report:
                 lines += ["", f"![{img.stem}]({os.path.relpath(img, out)})"]
         decided = [r for r in self.claims.results if r.grid is not None]
         if decided:
-            lines += ["", "## Claims", "", "| claim | grid | size | verdict | expected | measured | paper |", "|---|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                "## Claims",
+                "",
+                "| claim | grid | size | verdict | expected | measured | paper |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for r in decided:
-                cells = [r.claim.id, r.grid or "-", "reduced" if r.reduced else "full", r.verdict.verdict, r.claim.expected, r.verdict.measured, r.verdict.paper]
+                cells = [
+                    r.claim.id,
+                    r.grid or "-",
+                    "reduced" if r.reduced else "full",
+                    r.verdict.verdict,
+                    r.claim.expected,
+                    r.verdict.measured,
+                    r.verdict.paper,
+                ]
                 lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
             lines.append("")
-            lines.append("A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid.")
+            lines.append(
+                "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid."
+            )
         if self.failures:
             lines += ["", "## Failures", ""]
             lines += [f"- `{task}` `{rid[:12]}`: {err}" for task, rid, err in self.failures]
@@ -78,7 +97,9 @@ class Report:
             if line.startswith("!["):
                 path = out / line[line.index("(") + 1 : -1]
                 data = base64.b64encode(path.read_bytes()).decode()
-                body.append(f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}" style="max-width:100%">')
+                body.append(
+                    f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}" style="max-width:100%">'
+                )
             elif line.startswith("# "):
                 body.append(f"<h1>{html.escape(line[2:])}</h1>")
             elif line.startswith("## "):

@@ -54,7 +54,11 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
     if not isinstance(kind, str):
         return kind
     if kind == "local":
-        return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"), reporter_factory=options.get("reporter_factory"))
+        return LocalExecutor(
+            threads=options.get("threads") or 1,
+            timeout_s=options.get("timeout_s"),
+            reporter_factory=options.get("reporter_factory"),
+        )
     if kind == "ray":
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
     raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["local", "ray"])
@@ -153,7 +157,9 @@ def run_grid(
     runner = make_executor(executor, **executor_options)
     t0 = time.monotonic()
     try:
-        report.counts = execute_cells(todo, store, runner, grid.name, progress=progress, flush_every=flush_every, flush_s=flush_s)
+        report.counts = execute_cells(
+            todo, store, runner, grid.name, progress=progress, flush_every=flush_every, flush_s=flush_s
+        )
     finally:
         report.wall_s = time.monotonic() - t0
         if close_executor:
@@ -183,6 +189,8 @@ def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
         task = get_task(task_name)
         model = validate_params(task, json.loads(params))
         if run_id(task, model) != rid:
-            raise ConfigError(f"run {rid} was made by another version of task {task_name}; rerun it from its grid", key="--only")
+            raise ConfigError(
+                f"run {rid} was made by another version of task {task_name}; rerun it from its grid", key="--only"
+            )
         cells.append(Cell(rid, task_name, model, 0))
     return cells
