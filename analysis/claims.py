@@ -8,7 +8,6 @@ hold" and says why, so `convgrid check --strict` fails only on surprises.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -18,6 +17,8 @@ import pandas as pd
 
 from analysis.figures import is_reduced
 from analysis.load import curves as load_curves
+from analysis.learners import learners
+from analysis.learners import module as learner_module
 from analysis.load import load, members
 
 VerdictText = Literal["holds", "does not hold", "not enough data"]
@@ -108,13 +109,13 @@ class ClaimsTable:
         return "\n".join(lines)
 
 
-CLAIM_MODULES = ("analysis.claims_linear_resnet", "analysis.claims_deep_linear")
-
-
 def registry() -> list[Claim]:
+    """Every learner's CLAIMS (analysis/<task>/claims.py, or its package's claims module)."""
     claims: list[Claim] = []
-    for name in CLAIM_MODULES:
-        claims.extend(importlib.import_module(name).CLAIMS)
+    for task in learners():
+        found = learner_module(task, "claims")
+        if found is not None:
+            claims.extend(found.CLAIMS)
     return claims
 
 

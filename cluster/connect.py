@@ -30,7 +30,10 @@ def connect(address: str | None = None, num_cpus: int | None = None, **init_kwar
     if ray.is_initialized():
         return ray
     if embedded:
+        # address="local" always starts a private instance: without it, ray.init() joins whatever
+        # cluster /tmp/ray/ray_current_cluster names (another user's, or a stale one that makes it fail).
         ray.init(
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

@@ -1,7 +1,7 @@
 """Learner families. Each module is one task implementing `tasks.base.Task`."""
 
 from tasks.base import FINAL_STATUSES, Result, RunContext, Task, TaskParams
-from tasks.registry import UnknownTaskError, get_task, register, task_names
+from tasks.registry import UnknownTaskError, get_task, task_names
 
 __all__ = [
     "FINAL_STATUSES",
@@ -11,6 +11,5 @@ __all__ = [
     "TaskParams",
     "UnknownTaskError",
     "get_task",
-    "register",
     "task_names",
 ]

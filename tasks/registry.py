@@ -1,32 +1,50 @@
-"""Task registry: name -> where the task lives. Imported lazily so that listing names, or running
-one task, never imports the others (a worker pays only for the task it runs)."""
+"""Task registry: a learner is found by name, never listed by hand.
+
+Built-in learners are the folders `tasks/<name>/` that hold a `task.py` defining `TASK` (the Task
+class). Learners outside this package are named in the environment variable `CONVGRID_LEARNERS` as
+`name=package` pairs, comma-separated; `package.task` defines `TASK` the same way (and, optionally,
+`package.figures` / `package.claims` what analysis/<name>/ holds for a built-in one). The environment
+reaches Ray workers (the executor forwards it), so one mechanism serves driver and workers alike.
+Imports are lazy: listing names, or running one task, never imports the others.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
 from functools import cache
+from pathlib import Path
 
 from tasks.base import Task
 
-_TASKS: dict[str, str] = {
-    "least_squares": "tasks.least_squares:LeastSquaresTask",
-    "deep_linear": "tasks.deep_linear.task:DeepLinearTask",
-    "linear_resnet": "tasks.linear_resnet.task:LinearResNetTask",
-}
+LEARNERS_ENV = "CONVGRID_LEARNERS"
+_HERE = Path(__file__).resolve().parent
 
 
-# Tasks outside this package: "name=module:Class,name2=module2:Class2". Read from the environment so
-# that Ray workers, which inherit it, know the same tasks as the driver.
-EXTRA_TASKS_ENV = "CONVGRID_EXTRA_TASKS"
+def builtin_task_names() -> list[str]:
+    """The tasks shipped with convgrid (the conformance suite's subjects)."""
+    return sorted(d.name for d in _HERE.iterdir() if (d / "task.py").is_file())
 
 
-def _all_tasks() -> dict[str, str]:
-    extra = {}
-    for entry in filter(None, os.environ.get(EXTRA_TASKS_ENV, "").split(",")):
-        name, _, target = entry.partition("=")
-        extra[name.strip()] = target.strip()
-    return {**_TASKS, **extra}
+def external_learners() -> dict[str, str]:
+    """name -> package of the learners named in CONVGRID_LEARNERS."""
+    found: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in os.environ.get(LEARNERS_ENV, "").split(","))):
+        name, sep, package = entry.partition("=")
+        if not sep or not name.strip() or not package.strip():
+            raise ValueError(f"{LEARNERS_ENV}: entry {entry!r} is not of the form name=package")
+        found[name.strip()] = package.strip()
+    return found
+
+
+def learner_package(name: str) -> str:
+    """The package that holds learner `name`'s `task` module."""
+    external = external_learners()
+    if name in external:
+        return external[name]
+    if name in builtin_task_names():
+        return f"tasks.{name}"
+    raise UnknownTaskError(name)
 
 
 class UnknownTaskError(KeyError):
@@ -38,32 +56,18 @@ class UnknownTaskError(KeyError):
         return f"unknown task {self.name!r}; valid choices: {', '.join(task_names())}"
 
 
-def builtin_task_names() -> list[str]:
-    """The tasks shipped with convgrid (the conformance suite's subjects)."""
-    return sorted(_TASKS)
-
-
 def task_names() -> list[str]:
-    return sorted(_all_tasks())
+    return sorted({*builtin_task_names(), *external_learners()})
 
 
 @cache
+def _load(name: str, package: str) -> Task:
+    module = importlib.import_module(f"{package}.task")
+    task: Task = module.TASK()
+    if task.name != name:
+        raise ValueError(f"{package}.task.TASK is named {task.name!r}, registered as {name!r}")
+    return task
+
+
 def get_task(name: str) -> Task:
-    try:
-        target = _all_tasks()[name]
-    except KeyError:
-        raise UnknownTaskError(name) from None
-    module_name, attr = target.split(":")
-    return getattr(importlib.import_module(module_name), attr)()
-
-
-def register(name: str, target: str) -> None:
-    """Add a task defined outside this package ("module:ClassName"); the module must be importable
-    on every worker."""
-    _TASKS[name] = target
-    get_task.cache_clear()
-
-
-def unregister(name: str) -> None:
-    _TASKS.pop(name, None)
-    get_task.cache_clear()
+    return _load(name, learner_package(name))

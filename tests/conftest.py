@@ -17,7 +17,7 @@ from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # The fault-injection task lives in tests/; Ray workers and driver subprocesses inherit these.
-os.environ["CONVGRID_EXTRA_TASKS"] = "faulty=tests.toy_tasks:FaultyTask"
+os.environ["CONVGRID_LEARNERS"] = "faulty=tests.toy_learner"
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 import pytest  # noqa: E402

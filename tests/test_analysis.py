@@ -108,7 +108,7 @@ def test_claims_decide_and_strict_flags_surprises(store: Path, monkeypatch: pyte
 
 
 def test_registered_claims_run_on_reduced_grids(store: Path) -> None:
-    from analysis.claims_linear_resnet import CLAIMS
+    from analysis.linear_resnet.claims import CLAIMS
 
     results = {r.claim.id: r for r in evaluate(str(store), CLAIMS).results}
     depth = results["003.fig1d.depth"]
@@ -128,7 +128,7 @@ def test_curves_of_a_retried_run_come_from_its_newest_attempt(tmp_path: Path) ->
 
 
 def test_deep_linear_claims_on_reduced_grids(tmp_path: Path) -> None:
-    from analysis.claims_deep_linear import CLAIMS
+    from analysis.deep_linear.claims import CLAIMS
 
     small = Path(__file__).resolve().parent.parent / "grids" / "deep_linear" / "small"
     for name in ("fig2_depth", "fig5_width", "fig6_order_init"):

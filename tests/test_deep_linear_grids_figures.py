@@ -12,7 +12,7 @@ import pydantic
 import pytest
 import yaml
 
-import analysis.figures_deep_linear as figs
+import analysis.deep_linear.figures as figs
 from tasks.base import RunContext
 from tasks.deep_linear.task import DeepLinearTask
 

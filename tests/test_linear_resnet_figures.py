@@ -14,7 +14,7 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from analysis.figures_linear_resnet import FIGURES
+from analysis.linear_resnet.figures import FIGURES
 from tasks.base import RunContext
 from tasks.linear_resnet.task import LinearResNetTask
 

@@ -38,7 +38,7 @@ def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: P
     assert rep.counts == {"ok": 2, "failed": 1}
     runs = ResultStore(tmp_path).read_runs("faulty").to_pandas()
     error = runs.loc[runs["status"] == "failed", "error"].iloc[0]
-    assert "RuntimeError: asked to fail with x=3.0" in error and "Traceback" in error and "toy_tasks.py" in error
+    assert "RuntimeError: asked to fail with x=3.0" in error and "Traceback" in error and "toy_learner" in error
     again = run_grid(grid, tmp_path, "local", progress=False)
     assert again.executed == 0 and again.skipped_failed == 1
     retried = run_grid(grid, tmp_path, "local", progress=False, retry_failed=True)

@@ -224,3 +224,7 @@ class DeepLinearTask:
             n_steps=t,
             diverged_step=diverged_step,
         )
+
+
+# The registry finds a learner by its folder name and takes this attribute.
+TASK = DeepLinearTask

@@ -197,3 +197,7 @@ class LinearResNetTask:
             n_steps=out.n_steps,
             diverged_step=out.diverged_step,
         )
+
+
+# The registry finds a learner by its folder name and takes this attribute.
+TASK = LinearResNetTask

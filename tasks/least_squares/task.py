@@ -147,3 +147,7 @@ class LeastSquaresTask:
             n_steps=it,
             diverged_step=diverged_step,
         )
+
+
+# The registry finds a learner by its folder name and takes this attribute.
+TASK = LeastSquaresTask

@@ -40,3 +40,6 @@ class FaultyTask:
                 return Result(status=ctx.stop_status(), n_steps=step)
         time.sleep(p.hang_s)
         return Result(status="ok", summary={"square": p.x * p.x}, curve={"step": [0], "value": [p.x]}, n_steps=1)
+
+
+TASK = FaultyTask

@@ -1,0 +1,1 @@
+"""Figures and claims of paper 002 (deep_linear)."""

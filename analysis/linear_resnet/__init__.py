@@ -1,0 +1,1 @@
+"""Figures and claims of paper 003 (linear_resnet)."""

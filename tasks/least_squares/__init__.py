@@ -1,0 +1,1 @@
+"""least_squares: constant-step GD on linear least squares (the runner's own test learner)."""
