@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 import analysis
-from runner.schema import MEMBER_SCHEMA, curves_schema, runs_schema
+from runner.grid.schema import curves_schema, runs_schema
+from runner.store.columns import MEMBER_SCHEMA
 from runner.store import ResultStore
 from tasks import get_task
 

@@ -55,7 +55,7 @@ def study_file(name: str, trials: int, parallel: int) -> dict[str, Any]:
 
 def objective_value(lr: float) -> float:
     """The same run convgrid executes, in this process."""
-    from runner.identity import validate_params
+    from runner.grid.identity import validate_params
     from tasks import RunContext, get_task
 
     task = get_task("least_squares")
@@ -65,7 +65,7 @@ def objective_value(lr: float) -> float:
 
 def bench_convgrid(trials: int, executor: str, parallel: int, root: Path) -> tuple[float, float]:
     from runner import RayExecutor
-    from runner.tune import tune
+    from runner.tune.driver import tune
 
     runner = RayExecutor(workers=2) if executor == "ray" else "local"
     if executor == "ray":

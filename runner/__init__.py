@@ -1,41 +1,40 @@
 """convgrid's runner: grid files -> configs -> execution -> Parquet store; the CLI.
 
+Layers (docs/architecture.md): cli -> tune / api -> execute -> grid -> tasks; store at the bottom.
+
 Notebook API:
     from runner import run_grid, load_grid, ResultStore
     report = run_grid("grids/deep_linear/demo_depth.yaml", results="results", executor="ray")
+
+Names load on first use, so `import runner.store` (or a Ray worker importing runner.execute.worker)
+pays only for what it uses.
 """
 
-from runner.api import RunReport, cells_from_store, execute_cells, plan, run_grid
-from runner.errors import ConfigError
-from runner.execute import LocalExecutor, RayExecutor
-from runner.spec import Cell, Grid, load_grid
-from runner.status import store_status
-from runner.store import ResultStore
+from __future__ import annotations
 
-__all__ = [
-    "Cell",
-    "ConfigError",
-    "Grid",
-    "LocalExecutor",
-    "RayExecutor",
-    "ResultStore",
-    "RunReport",
-    "cells_from_store",
-    "execute_cells",
-    "load_grid",
-    "plan",
-    "run_grid",
-    "run_study",
-    "store_status",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Cell": "runner.grid.spec",
+    "ConfigError": "runner.errors",
+    "Grid": "runner.grid.spec",
+    "LocalExecutor": "runner.execute.local",
+    "RayExecutor": "runner.execute.ray_pool",
+    "ResultStore": "runner.store",
+    "RunReport": "runner.api",
+    "cells_from_store": "runner.api",
+    "execute_cells": "runner.api",
+    "load_grid": "runner.grid.spec",
+    "plan": "runner.api",
+    "run_grid": "runner.api",
+    "run_study": "runner.tune.driver",
+    "store_status": "runner.store.status",
+}
+__all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    # The tuner imports Optuna; load it only when asked, so Ray workers (which import runner.worker,
-    # hence this package) do not pay for it. `runner.tune` stays the module; its entry point is
-    # `runner.run_study`.
-    if name == "run_study":
-        import importlib
-
-        return importlib.import_module("runner.tune").run_study
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'runner' has no attribute {name!r}")

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
-from runner.execute import Executor, LocalExecutor, RayExecutor
-from runner.progress import Progress
-from runner.spec import Cell, Grid, load_grid
-from runner.store import ResultStore
-from runner.worker import RunRecord, WorkItem
-
-RETRY_ONLY_ON_REQUEST = frozenset({"failed", "timeout"})
+from runner.execute.base import Executor, ReportChannel, WorkItem
+from runner.execute.progress import Progress
+from runner.grid.schema import task_schemas
+from runner.grid.spec import Cell, Grid, load_grid
+from runner.store import ResultStore, RunRecord
+from tasks.status import FINAL_STATUSES, is_settled
 
 
 @dataclass
@@ -54,12 +53,12 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
     if not isinstance(kind, str):
         return kind
     if kind == "local":
-        return LocalExecutor(
-            threads=options.get("threads") or 1,
-            timeout_s=options.get("timeout_s"),
-            reporter_factory=options.get("reporter_factory"),
-        )
+        from runner.execute.local import LocalExecutor
+
+        return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"))
     if kind == "ray":
+        from runner.execute.ray_pool import RayExecutor
+
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
     raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["local", "ray"])
 
@@ -73,20 +72,22 @@ def plan(cells: Sequence[Cell], store: ResultStore, retry_failed: bool = False) 
     todo, done, skipped = [], 0, 0
     for cell in cells:
         status = latest.get(cell.run_id)
-        if status in ("ok", "diverged"):
-            done += 1
-        elif status in RETRY_ONLY_ON_REQUEST and not retry_failed:
-            skipped += 1
-        else:
+        if not is_settled(status, retry_failed):
             todo.append(cell)
+        elif status in FINAL_STATUSES:
+            done += 1
+        else:
+            skipped += 1
     return todo, done, skipped
 
 
+def member_row(cell: Cell, grid: str, kind: str, source: str | None) -> dict[str, Any]:
+    """The members/ row saying that grid or study `grid` asked for `cell`'s run."""
+    return {"run_id": cell.run_id, "task": cell.task, "grid": grid, "kind": kind, "source": source, "block": cell.block}
+
+
 def member_rows(grid: Grid, kind: str = "grid") -> list[dict[str, Any]]:
-    return [
-        {"run_id": c.run_id, "task": c.task, "grid": grid.name, "kind": kind, "source": grid.source, "block": c.block}
-        for c in grid.cells
-    ]
+    return [member_row(c, grid.name, kind, grid.source) for c in grid.cells]
 
 
 def execute_cells(
@@ -97,10 +98,14 @@ def execute_cells(
     progress: bool = True,
     flush_every: int = 256,
     flush_s: float = 2.0,
+    channel: ReportChannel | None = None,
+    sink: Callable[[list[RunRecord]], None] | None = None,
 ) -> Counter[str]:
     """Run cells, persisting records as chunks complete: a part file once `flush_every` runs have
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
-    finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished."""
+    finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished.
+    `channel` (from `executor.report_channel`) carries intermediate values to a judge; `sink` sees
+    every finished record too (the tuner tells its trials from them)."""
     items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells]
     bar = Progress(len(items), label, enabled=progress)
     buffer: list[RunRecord] = []
@@ -109,13 +114,15 @@ def execute_cells(
     def flush() -> None:
         nonlocal last_flush
         if buffer:
-            store.write_records(buffer)
+            store.write_records(buffer, task_schemas)
             buffer.clear()
         last_flush = time.monotonic()
 
     try:
-        for records in executor.execute(items):
+        for records in executor.execute(items, channel):
             buffer.extend(records)
+            if sink is not None:
+                sink(records)
             bar.update([r.status for r in records])
             if len(buffer) >= flush_every or time.monotonic() - last_flush >= flush_s:
                 flush()
@@ -171,7 +178,7 @@ def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
     """Rebuild cells of stored runs (full id or a unique prefix) from their recorded params."""
     import json
 
-    from runner.identity import run_id, validate_params
+    from runner.grid.identity import run_id, validate_params
     from tasks import get_task
 
     cells = []

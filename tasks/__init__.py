@@ -1,15 +1,28 @@
-"""Learner families. Each module is one task implementing `tasks.base.Task`."""
+"""Learner families: `tasks/<name>/task.py` defines one Task each (see tasks.base for the protocol).
 
-from tasks.base import FINAL_STATUSES, Result, RunContext, Task, TaskParams
-from tasks.registry import UnknownTaskError, get_task, task_names
+Light on purpose: `import tasks.status` (the status vocabulary the store shares) must not pull in
+pydantic models or torch, so the names below load on first use.
+"""
 
-__all__ = [
-    "FINAL_STATUSES",
-    "Result",
-    "RunContext",
-    "Task",
-    "TaskParams",
-    "UnknownTaskError",
-    "get_task",
-    "task_names",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FINAL_STATUSES": "tasks.status",
+    "Result": "tasks.base",
+    "RunContext": "tasks.base",
+    "Task": "tasks.base",
+    "TaskParams": "tasks.base",
+    "UnknownTaskError": "tasks.registry",
+    "get_task": "tasks.registry",
+    "task_names": "tasks.registry",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'tasks' has no attribute {name!r}")

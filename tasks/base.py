@@ -17,9 +17,8 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-Status = Literal["ok", "diverged", "failed", "timeout", "pruned"]
-FINAL_STATUSES: frozenset[str] = frozenset({"ok", "diverged"})
-ALL_STATUSES: tuple[str, ...] = ("ok", "diverged", "failed", "timeout", "pruned")
+from tasks.status import ALL_STATUSES, DIVERGED, PRUNED, TIMEOUT, Status
+from tasks.status import FINAL_STATUSES as FINAL_STATUSES  # re-exported for code written against this module
 
 # Column types a task may declare for its summary metrics and curve columns. Declared up front so
 # the store writes an explicit schema (a metric that first appears in a late run is never dropped).
@@ -56,16 +55,16 @@ class RunContext:
 
     def report(self, step: int, **metrics: float) -> bool:
         if self.deadline is not None and time.time() > self.deadline:
-            self.stop_reason = "timeout"
+            self.stop_reason = TIMEOUT
             return False
         if self.reporter is not None and not self.reporter(step, metrics):
-            self.stop_reason = "pruned"
+            self.stop_reason = PRUNED
             return False
         return True
 
     def stop_status(self) -> Status:
         """Status a run returns after `report` answered False."""
-        return "pruned" if self.stop_reason == "pruned" else "timeout"
+        return PRUNED if self.stop_reason == PRUNED else TIMEOUT
 
 
 @dataclass
@@ -102,7 +101,7 @@ class Result:
             raise ValueError(f"{task.name}: curve has no 'step' column")
         if len(set(lengths.values())) > 1:
             raise ValueError(f"{task.name}: curve columns of unequal length {lengths}")
-        if self.status == "diverged" and self.diverged_step is None:
+        if self.status == DIVERGED and self.diverged_step is None:
             raise ValueError(f"{task.name}: diverged result without diverged_step")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from runner import RayExecutor, ResultStore, run_grid
-from runner.compact import compact
+from runner.store.compact import compact
 from tests.conftest import REPO
 
 

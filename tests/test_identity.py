@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from runner.identity import canonical_params, run_id, validate_params
+from runner.grid.identity import canonical_params, run_id, validate_params
 from tasks import TaskParams, get_task
 
 

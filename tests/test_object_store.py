@@ -13,7 +13,7 @@ import pytest
 
 from runner import ResultStore, run_grid
 from runner.cli import main
-from runner.compact import compact
+from runner.store.compact import compact
 
 GRID = {"name": "s3", "blocks": [{"task": "least_squares", "params": {"n_iters": 200}, "product": {"lr": [0.01, 0.02, 9.0]}}]}
 

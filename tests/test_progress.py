@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from runner.progress import Progress
+from runner.execute.progress import Progress
 
 
 def test_plain_lines_off_a_terminal() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from runner import RayExecutor, ResultStore, run_grid
-from runner.worker import WorkItem
+from runner.execute.base import WorkItem
 
 GRID = {
     "name": "eq",
@@ -39,7 +39,7 @@ def test_ray_and_local_executors_give_identical_stores(tmp_path: Path, ray_local
 
 
 def test_chunks_grow_once_run_times_are_known(ray_local: object) -> None:
-    from runner.spec import load_grid
+    from runner.grid.spec import load_grid
 
     grid = load_grid({"blocks": [{"task": "least_squares", "params": {"d_in": 4, "m": 10, "n_iters": 5}, "repeat": 400}]})
     items = [WorkItem(c.run_id, c.task, c.params_json()) for c in grid.cells]

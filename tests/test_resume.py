@@ -67,7 +67,7 @@ def test_only_reruns_one_stored_run_in_process(tmp_path: Path, capsys: pytest.Ca
 def test_status_reports_missing_members(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_grid(_grid([0.01]), tmp_path, "local", progress=False)
     from runner.api import member_rows
-    from runner.spec import load_grid
+    from runner.grid.spec import load_grid
 
     ResultStore(tmp_path).write_members(member_rows(load_grid(_grid([0.01, 0.5]))))
     assert main(["status", str(tmp_path)]) == 0

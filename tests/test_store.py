@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from runner.execute import LocalExecutor
-from runner.spec import load_grid
+from runner.grid.schema import task_schemas
+from runner.execute.local import LocalExecutor
+from runner.grid.spec import load_grid
 from runner.store import ResultStore
-from runner.worker import WorkItem, run_item
+from runner.execute.base import WorkItem
+from runner.execute.worker import run_item
 
 GRID = {"blocks": [{"task": "least_squares", "params": {"d_in": 6, "m": 20, "n_iters": 200}, "product": {"lr": [0.01, 0.05, 5.0]}}]}
 
@@ -21,7 +23,7 @@ def _records(grid_cells):
 def test_written_runs_have_typed_param_summary_and_provenance_columns(tmp_path: Path) -> None:
     cells = load_grid(GRID).cells
     store = ResultStore(tmp_path)
-    store.write_records(_records(cells))
+    store.write_records(_records(cells), task_schemas)
     runs = store.read_runs("least_squares").to_pandas()
     assert len(runs) == 3
     assert set(runs["status"]) == {"ok", "diverged"}
@@ -38,8 +40,8 @@ def test_written_runs_have_typed_param_summary_and_provenance_columns(tmp_path: 
 def test_newest_row_wins_and_stale_curves_are_skipped(tmp_path: Path) -> None:
     cells = load_grid(GRID).cells[:1]
     store = ResultStore(tmp_path)
-    store.write_records(_records(cells))
-    store.write_records(_records(cells))  # the same run again (a retry, or a second driver)
+    store.write_records(_records(cells), task_schemas)
+    store.write_records(_records(cells), task_schemas)  # the same run again (a retry, or a second driver)
     raw = ds.dataset(tmp_path / "runs", partitioning="hive").to_table()
     assert raw.num_rows == 2
     runs = store.read_runs("least_squares")
@@ -53,7 +55,7 @@ def test_temporary_and_orphan_files_are_invisible(tmp_path: Path) -> None:
     cells = load_grid(GRID).cells
     store = ResultStore(tmp_path)
     recs = _records(cells)
-    store.write_records(recs[:1])
+    store.write_records(recs[:1], task_schemas)
     # a driver killed mid-write leaves a dot-prefixed temporary file: readers ignore it
     part_dir = tmp_path / "runs" / "task=least_squares"
     (part_dir / ".tmp-part-broken.parquet").write_bytes(b"PAR1 half written")
@@ -62,7 +64,7 @@ def test_temporary_and_orphan_files_are_invisible(tmp_path: Path) -> None:
     orphan = recs[1]
     import pyarrow as pa
 
-    from runner.schema import curves_schema
+    from runner.grid.schema import curves_schema
     from tasks import get_task
 
     n = len(orphan.curve["step"])

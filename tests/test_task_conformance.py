@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from runner.identity import canonical_json, run_id, validate_params
-from runner.schema import curves_schema, runs_schema
+from runner.grid.identity import canonical_json, run_id, validate_params
+from runner.grid.schema import curves_schema, runs_schema, task_schemas
 from runner.store import ResultStore
-from runner.worker import WorkItem, run_item
+from runner.execute.base import WorkItem
+from runner.execute.worker import run_item
 from tasks import RunContext, get_task
 from tasks.registry import builtin_task_names
 
@@ -70,7 +71,7 @@ def test_diverging_example_is_recorded_as_diverged(name: str, tmp_path: Path) ->
     assert record.status == "diverged", record.row.get("error")
     assert record.row["diverged_step"] is not None and record.row["diverged_step"] >= 1
     store = ResultStore(tmp_path)
-    store.write_records([record])
+    store.write_records([record], task_schemas)
     assert store.done_ids(name) == {record.run_id}
 
 

@@ -13,10 +13,10 @@ import pyarrow.compute as pc
 import pytest
 
 from runner.store import ResultStore
-from runner.study_spec import load_study
-from runner.trials import read_trials
-from runner.tune import run_study, tune
-from runner.tune_optuna import open_storage
+from runner.tune.optuna_adapter import load_plans as load_study
+from runner.store.trials import read_trials
+from runner.tune.driver import run_study, tune
+from runner.tune.optuna_adapter import open_storage
 
 # Depth-1 least squares with cond(X) = 3: X X^T has lambda_max = 4, lambda_min = 4/9, so the best
 # constant step is 2/(lambda_max + lambda_min) = 0.45 and the error contracts by 0.8 per step.

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 from runner import RayExecutor, ResultStore
-from runner.trials import read_trials
-from runner.tune import tune
+from runner.store.trials import read_trials
+from runner.tune.driver import tune
 from tests.test_tune import LS_PARAMS, enqueue, ls_study
 
 

@@ -15,8 +15,8 @@ import yaml
 from optuna.trial import TrialState
 
 from runner.store import ResultStore
-from runner.trials import read_trials
-from runner.tune_optuna import open_storage
+from runner.store.trials import read_trials
+from runner.tune.optuna_adapter import open_storage
 from tests.conftest import REPO
 
 STUDY = {

@@ -11,7 +11,7 @@ import yaml
 
 from runner.cli import main
 from runner.errors import ConfigError
-from runner.study_spec import load_study
+from runner.tune.optuna_adapter import load_plans as load_study
 from tests.conftest import files_under
 
 GOOD = {

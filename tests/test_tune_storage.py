@@ -25,9 +25,9 @@ import optuna
 import pytest
 
 from runner.store import ResultStore
-from runner.trials import read_trials
-from runner.tune import tune
-from runner.tune_optuna import open_storage
+from runner.store.trials import read_trials
+from runner.tune.driver import tune
+from runner.tune.optuna_adapter import open_storage
 from tests.test_tune import LS_PARAMS, ls_study
 
 

@@ -12,7 +12,7 @@ import ray
 
 
 @ray.remote(max_concurrency=16)
-class PruningChannel:
+class ReportChannelActor:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._queue: list[tuple[str, int, float]] = []

@@ -4,7 +4,7 @@ The driver owns the study. Per batch it asks `parallel` trials, turns each into 
 sampled params, a normal run_id), runs the cells not yet in the store on the executor, writes their
 records, then tells the results in trial-number order, so a seeded study is reproducible whatever
 order runs finish in. Workers never touch the Optuna storage; intermediate values reach the pruner
-through `runner.pruning`.
+through `runner.execute.report_channel`.
 
 Runs -> trial states: ok -> COMPLETE with the objective metrics (a NaN metric -> FAIL unless the
 objective has a nan_value); diverged -> PRUNED (the objective is undefined; spec 002 G2);
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,21 +32,21 @@ from typing import Any
 import pyarrow as pa
 from pydantic import ValidationError
 
-from runner.api import execute_cells, make_executor, plan
-from runner.execute import Executor, RayExecutor
-from runner.progress import Progress
-from runner.pruning import ChannelPump, ChannelReporterFactory, LocalReporterFactory, PruningHub, make_channel
-from runner.schema import MEMBER_SCHEMA
-from runner.spec import Cell
-from runner.store import ResultStore
-from runner.study_spec import StudyPlan, load_study
-from runner.trials import TuneReport, missing_rows, trial_row, verdict, write_trials
-from runner.tune_optuna import JOURNAL_NAME, grid_size, open_storage, open_study, recover, tell
-from runner.worker import WorkItem
+from runner.api import execute_cells, make_executor, member_row, plan
+from runner.execute.base import Executor, ReportChannel, ReportSpec
+from runner.execute.progress import Progress
+from runner.grid.spec import Cell
+from runner.store import ResultStore, RunRecord
+from runner.store.columns import MEMBER_SCHEMA
+from runner.store.trials import write_trials
+from runner.tune.optuna_adapter import JOURNAL_NAME, distributions, grid_size, load_plans, open_storage, open_study, recover, tell
+from runner.tune.pruning import PruningHub
+from runner.tune.spec import StudyPlan
+from runner.tune.trials import TuneReport, missing_rows, trial_row, verdict
+from tasks.status import is_settled
 
 __all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "tune", "with_overrides"]
 
-DONE = ("ok", "diverged")
 EXECUTOR_OPTIONS = ("address", "workers", "threads", "timeout_s", "grace_s")
 
 
@@ -60,25 +61,18 @@ class StudyDriver:
         old = store.read_members()
         self.members = {r for g, r in zip(old["grid"].to_pylist(), old["run_id"].to_pylist(), strict=True) if g == p.name}
         self.hub = PruningHub()
-        self.channel, self.factory = None, None
-        if p.pruning:
-            log = p.pruner.log if p.pruner.log is not None else p.objectives[0].log
-            metric = str(p.pruner.metric)
-            if isinstance(executor, RayExecutor) or executor == "ray":
-                from cluster import connect
-
-                connect(executor.address if isinstance(executor, RayExecutor) else options.get("address"))
-                self.channel = make_channel()
-                self.factory = ChannelReporterFactory(self.channel, metric, log, p.pruner.every)
-            else:
-                self.factory = LocalReporterFactory(self.hub, metric, log, p.pruner.every)
         self.owned = isinstance(executor, str)
         self.executor = make_executor(executor, **options)
+        self.channel: ReportChannel | None = None
+        if p.pruning:
+            log = p.pruner.log if p.pruner.log is not None else p.objectives[0].log
+            spec = ReportSpec(str(p.pruner.metric), log, p.pruner.every)
+            self.channel = self.executor.report_channel(self.hub.judge, spec)
 
     def member(self, cell: Cell) -> None:
         if cell.run_id not in self.members:
             self.members.add(cell.run_id)
-            self.new_members.append({"run_id": cell.run_id, "task": cell.task, "grid": self.p.name, "kind": "study", "source": self.p.source, "block": cell.block, "added": datetime.now(UTC)})
+            self.new_members.append({**member_row(cell, self.p.name, "study", self.p.source), "added": datetime.now(UTC)})
 
     def flush(self) -> None:
         write_trials(self.store, self.rows)
@@ -92,24 +86,19 @@ class StudyDriver:
             self.member(c)
         todo, _, _ = plan(self.p.baselines, self.store, self.retry_failed)
         if todo:
-            self.executor.reporter_factory = None  # type: ignore[attr-defined]
             execute_cells(todo, self.store, self.executor, f"{self.p.name} baselines", progress=progress)
-
-    def reusable(self) -> tuple[str, ...]:
-        """Statuses of stored runs that a trial is told from instead of running again."""
-        return DONE if self.retry_failed else (*DONE, "failed", "timeout")
 
     def known_runs(self) -> dict[str, dict[str, Any]]:
         metrics = list(dict.fromkeys([o.metric for o in self.p.objectives] + self.p.report))
         rows = self.store.read_runs(self.p.task, columns=["status", *metrics]).to_pylist()
-        return {r["run_id"]: r for r in rows if r["status"] in self.reusable()}
+        return {r["run_id"]: r for r in rows if is_settled(r["status"], self.retry_failed)}
 
     def ask(self, n: int) -> tuple[list[tuple[Any, Cell]], int]:
         """n new trials as (trial, cell); trials whose params the task rejects are told FAIL at once."""
         from optuna.trial import TrialState
 
         asked, rejected = [], 0
-        dists = self.p.distributions()
+        dists = distributions(self.p)
         for _ in range(n):
             trial = self.study.ask(dists)
             try:
@@ -125,19 +114,11 @@ class StudyDriver:
 
     def evaluate(self, cells: dict[str, Cell], owners: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Run cells (unique run ids) with the pruning channel open; persist before anyone is told."""
-        items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells.values()]
         self.hub.begin(owners)
-        pump = ChannelPump(self.channel, self.hub) if self.channel is not None else None
-        if pump is not None:
-            pump.start()
-        records: list[Any] = []
-        try:
-            for chunk in self.executor.execute(items):
-                records.extend(chunk)
-        finally:
-            if pump is not None:
-                pump.finish()
-            self.store.write_records(records)  # even when interrupted: finished runs are kept
+        records: list[RunRecord] = []
+        with self.channel.batch() if self.channel is not None else nullcontext():
+            # finished runs are persisted as they come (even when interrupted), before anyone is told
+            execute_cells(list(cells.values()), self.store, self.executor, self.p.name, progress=False, channel=self.channel, sink=records.extend)
         self.report.ran += len(records)
         return {r.run_id: r.row for r in records}
 
@@ -145,7 +126,6 @@ class StudyDriver:
         from optuna.trial import TrialState
 
         p, study = self.p, self.study
-        self.executor.reporter_factory = self.factory  # type: ignore[attr-defined]
         known = self.known_runs()
         already = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False))
         bar = Progress(max(p.n_trials - already, 0), p.name, enabled=progress)
@@ -172,7 +152,7 @@ class StudyDriver:
                 todo = {c.run_id: c for _, c in asked if c.run_id not in known}
                 owners = {c.run_id: t for t, c in reversed(asked) if c.run_id in todo}  # first trial per run
                 fresh = self.evaluate(todo, owners) if todo else {}
-                known.update({rid: row for rid, row in fresh.items() if row["status"] in self.reusable()})
+                known.update({rid: row for rid, row in fresh.items() if is_settled(row["status"], self.retry_failed)})
                 for trial, cell in asked:  # trial-number order
                     row = fresh.get(cell.run_id) or known[cell.run_id]
                     self.report.from_store += cell.run_id not in fresh
@@ -203,9 +183,7 @@ class StudyDriver:
         self.rows.extend(missing_rows(self.store, self.p.name, self.label, self.p.task, rest))
         self.flush()
         if self.channel is not None:
-            import ray
-
-            ray.kill(self.channel)
+            self.channel.close()
         if self.owned:
             self.executor.close()
 
@@ -278,12 +256,12 @@ def tune(
     **kwargs: Any,
 ) -> list[TuneReport]:
     """Run every study of a study file (one per `sweep` combination), sharing one executor."""
-    plans = source if isinstance(source, list) else load_study(source)
+    plans = source if isinstance(source, list) else load_plans(source)
     plans = [with_overrides(p, n_trials, parallel) for p in plans]
     shared = None
     if executor == "ray" and len(plans) > 1:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in EXECUTOR_OPTIONS}
-        executor = shared = RayExecutor(**{k: v for k, v in options.items() if v is not None})
+        executor = shared = make_executor("ray", **options)
     try:
         return [run_study(p, results, executor, **kwargs) for p in plans]
     finally:

@@ -14,7 +14,9 @@ import time
 
 import ray
 
-from runner.worker import ReporterFactory, RunRecord, WorkItem, configure_threads, run_item
+from runner.execute.base import ReporterFactory, WorkItem
+from runner.execute.worker import configure_threads, run_item
+from runner.store.records import RunRecord
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0, concurrency_groups={"control": 1})
@@ -26,12 +28,12 @@ class ChunkActor:
         self._lock = threading.Lock()
         self._current: tuple[str, float] | None = None
 
-    def run_chunk(self, items: list[WorkItem], timeout_s: float | None, reporter_factory: ReporterFactory | None = None) -> list[RunRecord]:
+    def run_chunk(self, items: list[WorkItem], timeout_s: float | None, reporters: ReporterFactory | None = None) -> list[RunRecord]:
         out = []
         for item in items:
             with self._lock:
                 self._current = (item.run_id, time.monotonic())
-            reporter = reporter_factory(item) if reporter_factory else None
+            reporter = reporters(item) if reporters else None
             out.append(run_item(item, device=self.device, threads=self.threads, timeout_s=timeout_s, reporter=reporter))
         with self._lock:
             self._current = None

@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.errors import ConfigError
-from runner.identity import run_id, validate_params
-from runner.spec import Cell, params_error, read_source
+from runner.grid.identity import run_id, validate_params
+from runner.grid.spec import Cell, params_error, read_source
 from tasks import Task, UnknownTaskError, get_task, task_names
 
 # Run columns an objective may name besides the task's summary metrics.
@@ -127,19 +127,6 @@ class StudyPlan:
     @property
     def pruning(self) -> bool:
         return self.pruner.name != "nop"
-
-    def distributions(self) -> dict[str, Any]:
-        import optuna.distributions as d
-
-        out: dict[str, Any] = {}
-        for name, p in self.space.items():
-            if isinstance(p, CategoricalParam):
-                out[name] = d.CategoricalDistribution(p.choices)
-            elif isinstance(p, IntParam):
-                out[name] = d.IntDistribution(p.low, p.high, log=p.log, step=p.step)
-            else:
-                out[name] = d.FloatDistribution(p.low, p.high, log=p.log, step=p.step)
-        return out
 
     def grid(self) -> dict[str, list[Any]]:
         """The grid sampler's search space: explicit `grid` lists, int ranges, float steps, choices."""
@@ -262,16 +249,6 @@ def _check_metrics(spec: StudyFile, task: Task, objectives: list[Objective], pru
 def _check_sampler(plan: StudyPlan, file: str) -> None:
     if plan.sampler.name == "cmaes" and len(plan.objectives) > 1:
         raise ConfigError("CMA-ES optimises one objective", file=file, key="sampler.name", choices=["tpe", "gp", "random", "grid"])
-    import inspect
-
-    from runner.tune_optuna import make_pruner, make_sampler, pruner_class, sampler_class
-
-    for make, cls, key in ((make_sampler, sampler_class(plan.sampler.name), "sampler"), (make_pruner, pruner_class(plan.pruner.name), "pruner")):
-        try:
-            make(plan)  # building them checks every option now, not after the first batch
-        except (TypeError, ValueError) as exc:
-            valid = [n for n in inspect.signature(cls).parameters if n not in ("self", "seed", "search_space")]
-            raise ConfigError(f"bad option for {cls.__name__}: {exc}", file=file, key=f"{key}.options", choices=valid) from None
 
 
 def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
@@ -321,7 +298,10 @@ def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
 
 
 def load_study(source: str | Path | dict[str, Any], name: str | None = None) -> list[StudyPlan]:
-    """Load and validate a study file (or an already-parsed mapping): one plan per sweep combination."""
+    """Load and validate a study file (or an already-parsed mapping): one plan per sweep combination.
+
+    This model knows nothing of Optuna: the options of a sampler or pruner are checked against the
+    library by runner.tune.optuna_adapter.load_plans, which is what the tuner and the CLI call."""
     file, raw, default_name = read_source(source, "study", name)
     if not isinstance(raw, dict):
         raise ConfigError("a study file must be a mapping with task, space and objective", file=file, choices=list(StudyFile.model_fields))

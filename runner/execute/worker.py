@@ -10,47 +10,16 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import torch
-
-from runner import provenance
-from runner.identity import validate_params
-from tasks import Result, RunContext, get_task
-
-Reporter = Callable[[int, Mapping[str, float]], bool]
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    """What travels to a worker: enough to rebuild and run one cell."""
-
-    run_id: str
-    task: str
-    params: dict[str, Any]  # full validated params, JSON-ready
-
-
-# Builds the `report` callback of one run (e.g. one that forwards intermediate values to an Optuna
-# pruner in the driver). Executors call it where the run executes, so it must pickle for Ray.
-ReporterFactory = Callable[[WorkItem], Reporter | None]
-
-
-@dataclass
-class RunRecord:
-    """One finished cell as the store wants it: a runs/ row and its curve columns."""
-
-    run_id: str
-    task: str
-    row: dict[str, Any]
-    curve: dict[str, list[Any]] = field(default_factory=dict)
-
-    @property
-    def status(self) -> str:
-        return str(self.row["status"])
-
+from runner.execute import provenance
+from runner.execute.base import Reporter, WorkItem
+from runner.grid.identity import validate_params
+from runner.store.records import RunRecord
+from tasks.base import Result, RunContext
+from tasks.registry import get_task
+from tasks.status import FAILED, TIMEOUT
 
 def configure_threads(threads: int) -> None:
     """Pin torch (and the BLAS it calls) to `threads`: on a small machine, one actor per core with one
@@ -58,6 +27,8 @@ def configure_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    import torch  # here, not at module level: a driver that only plans or reads never pays for it
+
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 
@@ -110,7 +81,7 @@ def run_item(
         result = task.run(params, ctx)
         result.validate(task)
     except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
-        result = Result(status="failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        result = Result(status=FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     return _record(item, result, started, time.perf_counter() - t0, device)
 
 
@@ -118,9 +89,4 @@ def timeout_record(item: WorkItem, elapsed_s: float, limit_s: float, device: str
     """The record of a run whose worker was killed because it ignored its deadline."""
     started = datetime.now(UTC) - timedelta(seconds=elapsed_s)
     message = f"hard timeout: the run ignored its {limit_s:g}s deadline and its worker was killed after {elapsed_s:.1f}s"
-    return _record(item, Result(status="timeout", error=message), started, elapsed_s, device)
-
-
-def run_chunk(items: list[WorkItem], **kwargs: Any) -> list[RunRecord]:
-    """Run a chunk of cells in order (the unit of work an actor receives)."""
-    return [run_item(item, **kwargs) for item in items]
+    return _record(item, Result(status=TIMEOUT, error=message), started, elapsed_s, device)

@@ -1,4 +1,5 @@
-"""Explicit Arrow schemas per task, built from its Params models and declared fields.
+"""Explicit Arrow schemas per task, built from its Params models and declared fields (the layer that
+knows tasks builds them; the store below only writes what it is given and reads what files say).
 
 The store never infers a schema from the first row: a metric or param that is null in the first runs
 and set in later ones keeps its column and type.
@@ -13,48 +14,12 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 
-from runner.identity import variants
+from runner.grid.identity import variants
+from runner.store.columns import CURVE_COLUMNS, RUN_COLUMNS
 from tasks.base import Task
+from tasks.registry import get_task
 
 FIELD_TYPES: dict[str, pa.DataType] = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
-
-# Columns every runs/ row has. Params, then summary metrics, are added per task after these.
-RUN_COLUMNS: list[pa.Field] = [
-    pa.field("run_id", pa.string(), nullable=False),
-    pa.field("task", pa.string(), nullable=False),
-    pa.field("version", pa.string(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),
-    pa.field("error", pa.string()),
-    pa.field("batch_id", pa.string(), nullable=False),
-    pa.field("params_json", pa.string(), nullable=False),
-    pa.field("wall_s", pa.float64()),
-    pa.field("flops", pa.float64()),
-    pa.field("n_steps", pa.int64()),
-    pa.field("diverged_step", pa.int64()),
-    pa.field("started", pa.timestamp("us", tz="UTC")),
-    pa.field("finished", pa.timestamp("us", tz="UTC")),
-    pa.field("host", pa.string()),
-    pa.field("device", pa.string()),
-    pa.field("code_version", pa.string()),
-    pa.field("packages", pa.string()),
-]
-CURVE_COLUMNS: list[pa.Field] = [
-    pa.field("run_id", pa.string(), nullable=False),
-    pa.field("batch_id", pa.string(), nullable=False),
-    pa.field("step", pa.int64(), nullable=False),
-]
-MEMBER_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("task", pa.string(), nullable=False),
-        pa.field("grid", pa.string(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),  # "grid" or "study"
-        pa.field("source", pa.string()),
-        pa.field("block", pa.int32()),
-        pa.field("added", pa.timestamp("us", tz="UTC")),
-    ]
-)
-
 
 def arrow_type(annotation: Any) -> pa.DataType:
     """Arrow type of a param annotation: scalars, Literals, Optional[...] and list[...] of scalars."""
@@ -103,3 +68,9 @@ def runs_schema(task: Task) -> pa.Schema:
 def curves_schema(task: Task) -> pa.Schema:
     extra = [pa.field(n, FIELD_TYPES[t]) for n, t in task.curve_fields.items()]
     return pa.schema(CURVE_COLUMNS + extra, metadata={"task": task.name, "version": task.version})
+
+
+def task_schemas(name: str) -> tuple[pa.Schema, pa.Schema]:
+    """(runs schema, curves schema) of a registered task: what writers hand the store."""
+    task = get_task(name)
+    return runs_schema(task), curves_schema(task)

@@ -11,6 +11,10 @@ ignores dot files), so readers never see half a file; on an object store the com
 atomic step. Curves are written before their runs row: a run is finished only once its runs part is
 in place, and curves whose batch_id no runs row points to are orphans readers skip. Two drivers on one
 root cannot corrupt it: every part has a unique name, and readers drop duplicates keeping the newest.
+
+The store knows data, not code: it writes the schemas its caller hands it (built from the task by
+runner.grid.schema) and reads each task's schema back from the files, which carry it; a store holding
+runs of a task that is not installed here reads like any other.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,11 +33,14 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from runner.schema import MEMBER_SCHEMA, RUN_COLUMNS, curves_schema, runs_schema
-from runner.worker import RunRecord
-from tasks import FINAL_STATUSES, get_task
+from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, RUN_COLUMNS
+from runner.store.records import RunRecord
+from tasks.status import FINAL_STATUSES
 
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
+
+# task name -> (runs schema, curves schema): how a writer tells the store the columns of a task.
+SchemaFor = Callable[[str], tuple[pa.Schema, pa.Schema]]
 
 
 def open_root(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
@@ -82,16 +89,15 @@ class ResultStore:
             pq.write_table(table, final, filesystem=self.fs)  # object stores publish on completion
         return final
 
-    def write_records(self, records: Sequence[RunRecord]) -> None:
+    def write_records(self, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
         """Persist finished runs: per task, curves part first, then the runs part that makes them count."""
         by_task: dict[str, list[RunRecord]] = defaultdict(list)
         for rec in records:
             by_task[rec.task].append(rec)
         for name, recs in by_task.items():
-            task = get_task(name)
+            runs_schema, schema = schemas(name)
             batch_id = uuid.uuid4().hex
             curve_cols: dict[str, list[object]] = defaultdict(list)
-            schema = curves_schema(task)
             for rec in recs:
                 n = len(rec.curve.get("step", []))
                 curve_cols["run_id"].extend([rec.run_id] * n)
@@ -101,7 +107,7 @@ class ResultStore:
             if curve_cols["run_id"]:
                 self.write_part(pa.Table.from_pydict(dict(curve_cols), schema=schema), "curves", f"task={name}")
             rows = [{**rec.row, "batch_id": batch_id} for rec in recs]
-            self.write_part(pa.Table.from_pylist(rows, schema=runs_schema(task)), "runs", f"task={name}")
+            self.write_part(pa.Table.from_pylist(rows, schema=runs_schema), "runs", f"task={name}")
 
     def write_members(self, rows: Iterable[dict[str, object]]) -> int:
         """Add membership rows not already present; returns how many were new."""
@@ -119,6 +125,24 @@ class ResultStore:
         return len(new)
 
     # ---- reading -------------------------------------------------------------------------------
+    def part_files(self, *parts: str) -> list[str]:
+        """The published part files under parts (temporary and hidden files excluded), oldest first."""
+        directory = self.path(*parts)
+        if not self._exists(directory):
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(directory))
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith("part-"))
+
+    def file_schema(self, kind: str, task: str) -> pa.Schema:
+        """The schema of a task's runs or curves as its files say: the union of every part's columns
+        (a later code version may have added some), with the task and version metadata they carry."""
+        files = self.part_files(kind, f"task={task}")
+        fixed = RUN_COLUMNS if kind == "runs" else CURVE_COLUMNS
+        if not files:
+            return pa.schema(fixed)
+        schemas = [pq.read_schema(f, filesystem=self.fs) for f in files]
+        return pa.unify_schemas(schemas[::-1])  # newest first: its metadata (version) wins
+
     def _dataset(self, *parts: str, schema: pa.Schema | None = None) -> ds.Dataset | None:
         path = self.path(*parts)
         if not self._exists(path):
@@ -142,8 +166,11 @@ class ResultStore:
                 fixed = {f.name: f for f in RUN_COLUMNS}
                 return pa.schema([fixed[c] for c in cols]).empty_table()
             return pa.concat_tables(parts)
-        schema = runs_schema(get_task(task))
+        schema = self.file_schema("runs", task)
         cols = list(dict.fromkeys(["run_id", "finished", *(columns or schema.names)]))
+        # A column no file has yet (a metric of runs not stored, or of a newer task version) reads as
+        # nulls rather than failing: the files are the truth, and they say nothing of it.
+        schema = pa.unify_schemas([schema, pa.schema([pa.field(c, pa.null()) for c in cols if c not in schema.names])])
         dataset = self._dataset("runs", f"task={task}", schema=schema)
         if dataset is None:
             return schema.empty_table().select(cols)
@@ -158,9 +185,10 @@ class ResultStore:
     def read_curves(self, task: str, run_ids: Iterable[str] | None = None) -> pa.Table:
         """Curve rows belonging to the newest runs row of each run (orphans and stale attempts skipped)."""
         runs = self.read_runs(task, columns=["batch_id"])
-        dataset = self._dataset("curves", f"task={task}", schema=curves_schema(get_task(task)))
+        schema = self.file_schema("curves", task)
+        dataset = self._dataset("curves", f"task={task}", schema=schema)
         if dataset is None:
-            return curves_schema(get_task(task)).empty_table()
+            return schema.empty_table()
         keys = runs.select(["run_id", "batch_id"])
         if run_ids is not None:
             keys = keys.filter(pc.is_in(keys["run_id"], value_set=pa.array(list(run_ids), pa.string())))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from runner.cli_options import add_execution_options, executor_options
+from runner.cli.options import add_execution_options, executor_options
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -25,10 +25,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from runner.study_spec import load_study
-    from runner.tune import tune, with_overrides
+    from runner.tune.optuna_adapter import load_plans
+    from runner.tune.driver import tune, with_overrides
 
-    plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_study(args.study)]
+    plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
     reports = tune(
@@ -51,7 +51,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _dashboard_target(args: argparse.Namespace) -> str:
     from pathlib import Path
 
-    from runner.tune import JOURNAL_NAME
+    from runner.tune.driver import JOURNAL_NAME
 
     if args.storage is not None:
         return args.storage if "://" in args.storage else str(Path(args.storage))
@@ -60,7 +60,7 @@ def _dashboard_target(args: argparse.Namespace) -> str:
 
 def _dry_run(plans: list, args: argparse.Namespace) -> int:  # type: ignore[type-arg]
     from runner.store import ResultStore
-    from runner.tune import open_storage
+    from runner.tune.driver import open_storage
 
     storage, label = open_storage(args.storage, ResultStore(args.results))
     import optuna

@@ -20,29 +20,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runner.pruning import transform
+from runner.execute.report_channel import transform
 from runner.store import ResultStore
-from runner.study_spec import StudyPlan
-
-TRIAL_SCHEMA = pa.schema(
-    [
-        pa.field("study", pa.string(), nullable=False),
-        pa.field("storage", pa.string(), nullable=False),  # where the study lives, password removed
-        pa.field("number", pa.int64(), nullable=False),
-        pa.field("state", pa.string(), nullable=False),  # COMPLETE, PRUNED or FAIL
-        pa.field("params_json", pa.string(), nullable=False),  # the sampled params (run_id has them all)
-        pa.field("values", pa.list_(pa.float64())),
-        pa.field("value", pa.float64()),  # values[0], for one-objective studies
-        pa.field("run_id", pa.string()),  # null when the sampled params were invalid for the task
-        pa.field("task", pa.string(), nullable=False),
-        pa.field("run_status", pa.string()),  # the run's status in runs/ (ok, diverged, pruned, ...)
-        pa.field("note", pa.string()),
-        pa.field("datetime_start", pa.timestamp("us", tz="UTC")),
-        pa.field("datetime_complete", pa.timestamp("us", tz="UTC")),
-        pa.field("written", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
-
+from runner.store.trials import read_trials
+from runner.tune.spec import StudyPlan
 
 def _utc(value: datetime | None) -> datetime | None:
     if value is None:
@@ -69,31 +50,6 @@ def trial_row(study: str, storage: str, task: str, trial: Any) -> dict[str, Any]
         "datetime_complete": _utc(trial.datetime_complete),
         "written": datetime.now(UTC),
     }
-
-
-def write_trials(store: ResultStore, rows: Sequence[dict[str, Any]]) -> None:
-    if rows:
-        store.write_part(pa.Table.from_pylist(list(rows), schema=TRIAL_SCHEMA), "trials")
-
-
-def read_trials(store: ResultStore, study: str | None = None, storage: str | None = None) -> pa.Table:
-    """The newest row of each trial (optionally of one study / storage), sorted by study and number."""
-    path = store.path("trials")
-    if store.fs.get_file_info(path).type.name == "NotFound":
-        return TRIAL_SCHEMA.empty_table()
-    import pyarrow.dataset as ds
-
-    table = ds.dataset(path, filesystem=store.fs, format="parquet", schema=TRIAL_SCHEMA).to_table()
-    if study is not None:
-        table = table.filter(pc.equal(table["study"], study))
-    if storage is not None:
-        table = table.filter(pc.equal(table["storage"], storage))
-    if table.num_rows == 0:
-        return table
-    table = table.sort_by([("storage", "ascending"), ("study", "ascending"), ("number", "ascending"), ("written", "descending")])
-    keys = list(zip(table["storage"].to_pylist(), table["study"].to_pylist(), table["number"].to_pylist(), strict=True))
-    keep = [i == 0 or keys[i] != keys[i - 1] for i in range(len(keys))]
-    return table.filter(pa.array(keep))
 
 
 def missing_rows(store: ResultStore, study: str, storage: str, task: str, trials: Iterable[Any]) -> list[dict[str, Any]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from runner.store import ResultStore
-from tasks.base import ALL_STATUSES
+from runner.store.store import ResultStore
+from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST
 
 COLUMNS = (*ALL_STATUSES, "missing")
 
@@ -44,7 +44,7 @@ def store_status(store: ResultStore) -> StatusReport:
     for task, status in zip(runs["task"].to_pylist(), runs["status"].to_pylist(), strict=True):
         by_task[task][status] += 1
     for rid, task, status, error in zip(*(runs[c].to_pylist() for c in ("run_id", "task", "status", "error")), strict=True):
-        if status in ("failed", "timeout") and error:
+        if status in RETRY_ON_REQUEST and error:
             report.errors.append((task, rid, error.strip().splitlines()[0]))
     members = store.read_members()
     by_grid: dict[str, Counter[str]] = defaultdict(Counter)

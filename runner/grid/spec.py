@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.errors import ConfigError
-from runner.identity import discriminators, run_id, tag_value, validate_params, variants
+from runner.grid.identity import discriminators, run_id, tag_value, validate_params, variants
 from tasks import Task, UnknownTaskError, get_task, task_names
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic.fields import FieldInfo
 
 from runner.errors import ConfigError
-from runner.identity import discriminators, tag_value, variants
+from runner.grid.identity import discriminators, tag_value, variants
 from tasks import UnknownTaskError, get_task, task_names
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from runner.cli_options import add_execution_options, executor_options
+from runner.cli.options import add_execution_options, executor_options
 from runner.errors import ConfigError
 
 if TYPE_CHECKING:
-    from runner.spec import Grid
+    from runner.grid.spec import Grid
     from runner.store import ResultStore
 
 
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
 
-    from runner.tune_cli import add_parser as add_tune_parser
+    from runner.cli.tune import add_parser as add_tune_parser
 
     add_tune_parser(sub)
     return parser
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.api import cells_from_store, run_grid
-    from runner.spec import Grid, load_grid
+    from runner.grid.spec import Grid, load_grid
     from runner.store import ResultStore
 
     if args.grid is None and not args.only:
@@ -94,7 +94,7 @@ def _dry_run(grid: Grid, store: ResultStore, retry_failed: bool) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from runner.describe import describe_task, list_tasks
+    from runner.cli.describe import describe_task, list_tasks
 
     print(describe_task(args.name) if args.name else list_tasks())
     return 0
@@ -109,7 +109,7 @@ def _existing_store(results: str) -> ResultStore:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from runner.compact import compact
+    from runner.store.compact import compact
 
     print(compact(_existing_store(args.results)).line())
     return 0
@@ -141,14 +141,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from runner.status import store_status
+    from runner.store.status import store_status
 
     print(store_status(_existing_store(args.results)).format())
     return 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from runner.tune_cli import cmd_tune as tune
+    from runner.cli.tune import cmd_tune as tune
 
     return tune(args)
 

@@ -1,9 +1,6 @@
-"""Executors: where cells run. Both yield finished records chunk by chunk, in completion order.
-
-LocalExecutor runs everything in this process (debuggable: breakpoints and tracebacks work).
-RayExecutor keeps long-lived actors (one per CPU slot, or per GPU share) and feeds them chunks of
-cells sized from measured run times, so tiny tasks do not pay one Ray call each, with a bounded
-number of chunks in flight per actor. A chunk lost with its actor is queued again.
+"""RayExecutor: long-lived actors (one per CPU slot) on an embedded or existing Ray cluster, fed
+chunks of cells sized from measured run times, so tiny tasks do not pay one Ray call each, with a
+bounded number of chunks in flight per actor. A chunk lost with its actor is queued again.
 """
 
 from __future__ import annotations
@@ -13,36 +10,10 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from runner.worker import ReporterFactory, RunRecord, WorkItem, configure_threads, run_item
-
-
-class Executor(Protocol):
-    name: str
-
-    def execute(self, items: Sequence[WorkItem]) -> Iterator[list[RunRecord]]: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass
-class LocalExecutor:
-    """Runs cells one by one in the calling process."""
-
-    threads: int = 1
-    timeout_s: float | None = None
-    reporter_factory: ReporterFactory | None = None
-    name: str = "local"
-
-    def execute(self, items: Sequence[WorkItem]) -> Iterator[list[RunRecord]]:
-        configure_threads(self.threads)
-        for item in items:
-            reporter = self.reporter_factory(item) if self.reporter_factory else None
-            yield [run_item(item, threads=self.threads, timeout_s=self.timeout_s, reporter=reporter)]
-
-    def close(self) -> None:
-        pass
+from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
+from runner.store.records import RunRecord
 
 
 class ChunkSizer:
@@ -78,7 +49,6 @@ class RayExecutor:
     timeout_s: float | None = None
     target_chunk_s: float = 1.0
     in_flight_per_worker: int = 2
-    reporter_factory: ReporterFactory | None = None  # serialisable; called in the actor for each run
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
@@ -92,14 +62,20 @@ class RayExecutor:
         from cluster import connect
 
         ray = connect(self.address)
-        from runner.ray_actor import ChunkActor  # imports ray: only after connect set its environment
+        from runner.execute.actor import ChunkActor  # imports ray: only after connect set its environment
 
         # One actor per CPU slot. The shipped tasks compute on the CPU (float64, small matrices), so
         # actors reserve no GPU; a task that uses ctx.device would add a GPU-share option here.
         n = self.workers if self.workers is not None else int(ray.cluster_resources().get("CPU", 1) // self.threads)
         self.actors = [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(max(1, n))]
 
-    def execute(self, items: Sequence[WorkItem]) -> Iterator[list[RunRecord]]:
+    def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
+        self.start()  # the channel actor needs Ray connected
+        from runner.execute.report_channel import RayChannel
+
+        return RayChannel(judge, spec)
+
+    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
@@ -112,7 +88,7 @@ class RayExecutor:
         killed: set[str] = set()  # run ids recorded as hard timeouts; dropped when their chunk is requeued
         last_check = time.monotonic()
         while queue or pending:
-            self._fill(queue, pending, load, sizer)
+            self._fill(queue, pending, load, sizer, channel.reporters if channel is not None else None)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=self._poll_s())
             for ref in ready:
                 idx, chunk = pending.pop(ref)
@@ -132,12 +108,19 @@ class RayExecutor:
                 last_check = time.monotonic()
                 yield from self._enforce_hard_timeout(pending, killed)
 
-    def _fill(self, queue: deque[WorkItem], pending: dict[Any, tuple[int, list[WorkItem]]], load: list[int], sizer: ChunkSizer) -> None:
+    def _fill(
+        self,
+        queue: deque[WorkItem],
+        pending: dict[Any, tuple[int, list[WorkItem]]],
+        load: list[int],
+        sizer: ChunkSizer,
+        reporters: Any,
+    ) -> None:
         for idx in sorted(range(len(self.actors)), key=load.__getitem__):
             while queue and load[idx] < self.in_flight_per_worker:
                 n = sizer.size(len(queue), len(self.actors) * self.in_flight_per_worker)
                 chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
-                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, self.reporter_factory)] = (idx, chunk)
+                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = (idx, chunk)
                 load[idx] += 1
                 self.chunks_submitted += 1
 
@@ -148,7 +131,7 @@ class RayExecutor:
         """Kill actors whose current run is past its deadline plus the grace period; record it as timeout."""
         import ray
 
-        from runner.worker import timeout_record
+        from runner.execute.worker import timeout_record
 
         assert self.timeout_s is not None
         limit = self.timeout_s + self.grace_s

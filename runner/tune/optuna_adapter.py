@@ -15,7 +15,7 @@ from typing import Any
 
 from runner.errors import ConfigError
 from runner.store import ResultStore
-from runner.study_spec import StudyPlan
+from runner.tune.spec import CategoricalParam, IntParam, StudyPlan, load_study
 
 JOURNAL_NAME = "optuna.journal"
 
@@ -119,3 +119,37 @@ def recover(study: Any) -> list[int]:
             study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number})
         numbers.append(t.number)
     return numbers
+
+
+def distributions(plan: StudyPlan) -> dict[str, Any]:
+    """The Optuna distributions of a plan's search space."""
+    import optuna.distributions as d
+
+    out: dict[str, Any] = {}
+    for name, p in plan.space.items():
+        if isinstance(p, CategoricalParam):
+            out[name] = d.CategoricalDistribution(p.choices)
+        elif isinstance(p, IntParam):
+            out[name] = d.IntDistribution(p.low, p.high, log=p.log, step=p.step)
+        else:
+            out[name] = d.FloatDistribution(p.low, p.high, log=p.log, step=p.step)
+    return out
+
+
+def check_plan(plan: StudyPlan) -> StudyPlan:
+    """Build the plan's sampler and pruner now, so a bad option fails before anything runs (with the
+    options the class takes), not after the first batch."""
+    import inspect
+
+    for make, cls, key in ((make_sampler, sampler_class(plan.sampler.name), "sampler"), (make_pruner, pruner_class(plan.pruner.name), "pruner")):
+        try:
+            make(plan)
+        except (TypeError, ValueError) as exc:
+            valid = [n for n in inspect.signature(cls).parameters if n not in ("self", "seed", "search_space")]
+            raise ConfigError(f"bad option for {cls.__name__}: {exc}", file=plan.source, key=f"{key}.options", choices=valid) from None
+    return plan
+
+
+def load_plans(source: str | Path | dict[str, Any], name: str | None = None) -> list[StudyPlan]:
+    """`load_study` plus the library's own check of sampler and pruner options."""
+    return [check_plan(p) for p in load_study(source, name)]

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 
-from runner.schema import MEMBER_SCHEMA, curves_schema, runs_schema
-from runner.store import ResultStore, latest_per_run
-from tasks import get_task
+from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
+from runner.store.store import ResultStore, latest_per_run
+from runner.store.trials import read_trials
 
 
 @dataclass
@@ -27,14 +26,6 @@ class CompactReport:
 
     def line(self) -> str:
         return f"compacted {self.files_before} part files into {self.files_after}; dropped {self.rows_dropped} superseded rows"
-
-
-def _parts(store: ResultStore, *parts: str) -> list[str]:
-    directory = store.path(*parts)
-    if store.fs.get_file_info(directory).type == pafs.FileType.NotFound:
-        return []
-    infos = store.fs.get_file_info(pafs.FileSelector(directory))
-    return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith("part-"))
 
 
 def _read(store: ResultStore, files: list[str], schema: pa.Schema) -> pa.Table:
@@ -56,28 +47,26 @@ def _replace(store: ResultStore, files: list[str], table: pa.Table, *parts: str,
 def compact(store: ResultStore) -> CompactReport:
     report = CompactReport()
     for name in store.tasks():
-        task = get_task(name)
-        run_files = _parts(store, "runs", f"task={name}")
-        curve_files = _parts(store, "curves", f"task={name}")
-        runs_all = _read(store, run_files, runs_schema(task))
+        runs_schema, curves_schema = store.file_schema("runs", name), store.file_schema("curves", name)
+        run_files = store.part_files("runs", f"task={name}")
+        curve_files = store.part_files("curves", f"task={name}")
+        runs_all = _read(store, run_files, runs_schema)
         runs = latest_per_run(runs_all)
         report.rows_dropped += runs_all.num_rows - runs.num_rows
-        curves = _read(store, curve_files, curves_schema(task)) if curve_files else curves_schema(task).empty_table()
+        curves = _read(store, curve_files, curves_schema) if curve_files else curves_schema.empty_table()
         keys = runs.select(["run_id", "batch_id"])
         kept = curves.join(keys, keys=["run_id", "batch_id"], join_type="inner").select(curves.schema.names)
         kept = kept.sort_by([("run_id", "ascending"), ("step", "ascending")])
         report.rows_dropped += curves.num_rows - kept.num_rows
         # curves before runs, as in every write: a run never points at curves that are not there yet
-        _replace(store, curve_files, kept.cast(curves_schema(task)), "curves", f"task={name}", report=report)
+        _replace(store, curve_files, kept.cast(curves_schema), "curves", f"task={name}", report=report)
         _replace(store, run_files, runs.sort_by("run_id"), "runs", f"task={name}", report=report)
-    trial_files = _parts(store, "trials")
+    trial_files = store.part_files("trials")
     if trial_files:
-        from runner.trials import TRIAL_SCHEMA, read_trials
-
         trials = read_trials(store)  # newest row per (storage, study, number)
         report.rows_dropped += _read(store, trial_files, TRIAL_SCHEMA).num_rows - trials.num_rows
         _replace(store, trial_files, trials, "trials", report=report)
-    member_files = _parts(store, "members")
+    member_files = store.part_files("members")
     if member_files:
         members = _read(store, member_files, MEMBER_SCHEMA).sort_by("added")
         frame = members.to_pandas().drop_duplicates(["grid", "run_id"], keep="first")

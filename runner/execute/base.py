@@ -1,0 +1,85 @@
+"""What an executor is: the contract between the layers that plan work (run, tune) and the places
+where it runs. Light on purpose (no torch, no Ray): planners import it to type their executor.
+
+    WorkItem       what travels to a worker: run_id, task name, full validated params (JSON-ready)
+    RunRecord      what comes back (runner.store.records): a runs/ row and its curve columns
+    ReportChannel  carries a run's intermediate values to a judge in the driver (an Optuna pruner)
+                   and its verdicts back; each executor builds the channel that fits where it runs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runner.store.records import RunRecord
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """What travels to a worker: enough to rebuild and run one cell."""
+
+    run_id: str
+    task: str
+    params: dict[str, Any]  # full validated params, JSON-ready
+
+
+# A run's `RunContext.report` callback: (step, metrics) -> go on?
+Reporter = Callable[[int, Mapping[str, float]], bool]
+# Builds the reporter of one run where the run executes (so it must pickle for Ray).
+ReporterFactory = Callable[[WorkItem], Reporter | None]
+# The driver's verdict on one intermediate value: (run_id, step, value) -> go on?
+Judge = Callable[[str, int, float], bool]
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """Which intermediate values a channel forwards: every `every`-th step of `metric`, as log10 when
+    `log` (the objective's own transform, so pruner and objective compare like with like)."""
+
+    metric: str
+    log: bool = False
+    every: int = 1
+
+
+class ReportChannel(Protocol):
+    """Intermediate values from runs to a judge in the driver, verdicts back.
+
+    `batch()` opens the channel around one `execute` call: values reported while it is open reach
+    the judge, and a run whose value the judge rejects is told to stop (its `report` answers False)
+    at that step or, across processes, at its next report. `reporters` is what travels with the
+    work. `close()` releases what the channel holds (a Ray actor); the channel's owner calls it.
+    """
+
+    reporters: ReporterFactory
+
+    def batch(self) -> AbstractContextManager[None]: ...
+
+    def close(self) -> None: ...
+
+
+class Executor(Protocol):
+    """Where cells run.
+
+    `execute(items, channel)` runs every item once and yields lists of finished records as they
+    complete: completion order, not submission order; every item is yielded exactly once (a run lost
+    with its worker is run again, never yielded twice; a run killed for its timeout is yielded as a
+    `timeout` record). A task's exception is a `failed` record, never an exception out of `execute`.
+    The caller persists what is yielded; an executor writes nothing and never sees the results root.
+    With a `channel` (made by this executor's `report_channel`), runs report through it.
+
+    `report_channel(judge, spec)` builds the channel that fits this executor (a direct call in
+    process, an actor on Ray); the caller owns it and closes it.
+
+    `close()` releases workers; an executor may be used for several `execute` calls before it.
+    """
+
+    name: str
+
+    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]: ...
+
+    def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel: ...
+
+    def close(self) -> None: ...

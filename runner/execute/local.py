@@ -1,0 +1,34 @@
+"""LocalExecutor: every cell in the calling process, one by one (debuggable: breakpoints and
+tracebacks work). Same records, same order of events, as the Ray executor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.report_channel import LocalChannel
+from runner.store.records import RunRecord
+
+
+@dataclass
+class LocalExecutor:
+    """Runs cells one by one in the calling process."""
+
+    threads: int = 1
+    timeout_s: float | None = None
+    name: str = "local"
+
+    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+        from runner.execute.worker import configure_threads, run_item  # imports the tasks (and torch)
+
+        configure_threads(self.threads)
+        for item in items:
+            reporter = channel.reporters(item) if channel is not None else None
+            yield [run_item(item, threads=self.threads, timeout_s=self.timeout_s, reporter=reporter)]
+
+    def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
+        return LocalChannel(judge, spec)
+
+    def close(self) -> None:
+        pass

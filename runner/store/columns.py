@@ -1,0 +1,66 @@
+"""The columns every store file has, whatever task wrote it: the store's own vocabulary.
+
+Task-specific columns (one per param and per summary metric or curve field) are added by the layer
+that knows the task (runner.grid.schema); the store reads them back from the files themselves.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Columns every runs/ row has. Params, then summary metrics, are added per task after these.
+RUN_COLUMNS: list[pa.Field] = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("task", pa.string(), nullable=False),
+    pa.field("version", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("error", pa.string()),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("params_json", pa.string(), nullable=False),
+    pa.field("wall_s", pa.float64()),
+    pa.field("flops", pa.float64()),
+    pa.field("n_steps", pa.int64()),
+    pa.field("diverged_step", pa.int64()),
+    pa.field("started", pa.timestamp("us", tz="UTC")),
+    pa.field("finished", pa.timestamp("us", tz="UTC")),
+    pa.field("host", pa.string()),
+    pa.field("device", pa.string()),
+    pa.field("code_version", pa.string()),
+    pa.field("packages", pa.string()),
+]
+CURVE_COLUMNS: list[pa.Field] = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("step", pa.int64(), nullable=False),
+]
+MEMBER_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("grid", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # "grid" or "study"
+        pa.field("source", pa.string()),
+        pa.field("block", pa.int32()),
+        pa.field("added", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+TRIAL_SCHEMA = pa.schema(
+    [
+        pa.field("study", pa.string(), nullable=False),
+        pa.field("storage", pa.string(), nullable=False),  # where the study lives, password removed
+        pa.field("number", pa.int64(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),  # COMPLETE, PRUNED or FAIL
+        pa.field("params_json", pa.string(), nullable=False),  # the sampled params (run_id has them all)
+        pa.field("values", pa.list_(pa.float64())),
+        pa.field("value", pa.float64()),  # values[0], for one-objective studies
+        pa.field("run_id", pa.string()),  # null when the sampled params were invalid for the task
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("run_status", pa.string()),  # the run's status in runs/ (ok, diverged, pruned, ...)
+        pa.field("note", pa.string()),
+        pa.field("datetime_start", pa.timestamp("us", tz="UTC")),
+        pa.field("datetime_complete", pa.timestamp("us", tz="UTC")),
+        pa.field("written", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
