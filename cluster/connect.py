@@ -43,6 +43,8 @@ def connect(address: str | None = None, num_cpus: int | None = None, **init_kwar
         )
         _OWNED = True
     else:
+        if init_kwargs.get("runtime_env") is None:
+            init_kwargs.pop("runtime_env", None)
         ray.init(address=address, **init_kwargs)
     return ray
 

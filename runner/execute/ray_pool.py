@@ -61,7 +61,10 @@ class RayExecutor:
             return
         from cluster import connect
 
-        ray = connect(self.address)
+        from runner.execute.learner_env import runtime_env
+
+        # joining a cluster: workers elsewhere learn of external learners only through the job's runtime_env
+        ray = connect(self.address, runtime_env=runtime_env()) if self.address else connect(None)
         from runner.execute.actor import ChunkActor  # imports ray: only after connect set its environment
 
         # One actor per CPU slot. The shipped tasks compute on the CPU (float64, small matrices), so

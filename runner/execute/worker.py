@@ -33,12 +33,18 @@ def configure_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+def _version(name: str) -> str:
+    try:
+        return get_task(name).version
+    except Exception:  # noqa: BLE001 - a worker that cannot load the task records that as the run's failure
+        return "unknown"
+
+
 def _record(item: WorkItem, result: Result, started: datetime, wall: float, device: str) -> RunRecord:
-    task = get_task(item.task)
     row: dict[str, Any] = {
         "run_id": item.run_id,
         "task": item.task,
-        "version": task.version,
+        "version": _version(item.task),
         "status": result.status,
         "error": result.error,
         "params_json": _json(item.params),

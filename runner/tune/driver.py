@@ -39,7 +39,18 @@ from runner.grid.spec import Cell
 from runner.store import ResultStore, RunRecord
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.trials import write_trials
-from runner.tune.optuna_adapter import JOURNAL_NAME, distributions, grid_size, load_plans, open_storage, open_study, recover, tell
+from runner.tune.optuna_adapter import (
+    JOURNAL_NAME,
+    distributions,
+    grid_size,
+    load_plans,
+    open_storage,
+    open_study,
+    quiet,
+    recover,
+    tell,
+    trial_states,
+)
 from runner.tune.pruning import PruningHub
 from runner.tune.spec import StudyPlan
 from runner.tune.trials import TuneReport, missing_rows, trial_row, verdict
@@ -95,7 +106,7 @@ class StudyDriver:
 
     def ask(self, n: int) -> tuple[list[tuple[Any, Cell]], int]:
         """n new trials as (trial, cell); trials whose params the task rejects are told FAIL at once."""
-        from optuna.trial import TrialState
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
 
         asked, rejected = [], 0
         dists = distributions(self.p)
@@ -123,7 +134,7 @@ class StudyDriver:
         return {r.run_id: r.row for r in records}
 
     def loop(self, progress: bool, flush_s: float) -> None:
-        from optuna.trial import TrialState
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
 
         p, study = self.p, self.study
         known = self.known_runs()
@@ -188,7 +199,7 @@ class StudyDriver:
             self.executor.close()
 
     def summarise(self) -> None:
-        from optuna.trial import TrialState
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
 
         p, trials = self.p, self.study.get_trials(deepcopy=False)
         self.report.states = Counter(t.state.name for t in trials if t.state != TrialState.WAITING)
@@ -220,9 +231,7 @@ def run_study(
     **executor_options: Any,
 ) -> TuneReport:
     """Run one study until n_trials of its trials are finished (COMPLETE + PRUNED)."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet()
     t0 = time.monotonic()
     store = ResultStore(results)
     options = {k: v for k, v in executor_options.items() if v is not None}

@@ -153,3 +153,17 @@ def check_plan(plan: StudyPlan) -> StudyPlan:
 def load_plans(source: str | Path | dict[str, Any], name: str | None = None) -> list[StudyPlan]:
     """`load_study` plus the library's own check of sampler and pruner options."""
     return [check_plan(p) for p in load_study(source, name)]
+
+
+def trial_states() -> Any:
+    """optuna.trial.TrialState, handed out here so that the rest of the tuner never imports Optuna."""
+    from optuna.trial import TrialState
+
+    return TrialState
+
+
+def quiet() -> None:
+    """Optuna's per-trial INFO lines would drown the progress bar; warnings still show."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from runner.execute.report_channel import transform
 from runner.store import ResultStore
 from runner.store.trials import read_trials
+from runner.tune.optuna_adapter import trial_states
 from runner.tune.spec import StudyPlan
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -110,7 +111,7 @@ def objective_values(p: StudyPlan, row: dict[str, Any]) -> list[float] | None:
 
 def verdict(p: StudyPlan, row: dict[str, Any]) -> tuple[Any, list[float] | None, str | None]:
     """(Optuna state, values, note) for a run's row."""
-    from optuna.trial import TrialState
+    TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
 
     status = row["status"]
     if status == "ok":

@@ -1,0 +1,139 @@
+"""The layers of docs/architecture.md, checked on the source: imports only point down.
+
+An AST walk over every module (imports inside functions count too: a lazy import is still a
+dependency), plus fresh interpreters that check what importing the bottom layers really loads.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# runner's subpackages, lowest first: a module may import its own subpackage and anything lower.
+RUNNER_LAYERS = ["errors", "store", "grid", "execute", "api", "tune", "cli"]
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute module names imported anywhere in the file (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = _name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)  # `from pkg import submodule`
+    return found
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "runner" or len(parts) < 2:
+        return None
+    return RUNNER_LAYERS.index(parts[1]) if parts[1] in RUNNER_LAYERS else None
+
+
+def _violations(package: str, allowed: callable) -> list[str]:  # type: ignore[valid-type]
+    bad = []
+    for path in _modules(package):
+        for imported in sorted(_imports(path)):
+            if not allowed(_name(path), imported):
+                bad.append(f"{path.relative_to(REPO)} imports {imported}")
+    return bad
+
+
+def test_every_runner_subpackage_is_a_known_layer() -> None:
+    for path in (REPO / "runner").iterdir():
+        if path.name.startswith(("_", ".")) or path.name == "__pycache__":
+            continue
+        assert path.stem in RUNNER_LAYERS, f"runner/{path.name} is in no layer of docs/architecture.md"
+
+
+def test_runner_imports_only_point_down() -> None:
+    def allowed(importer: str, imported: str) -> bool:
+        mine, theirs = _layer(importer), _layer(imported)
+        if importer == "runner" or theirs is None or mine is None:
+            return True  # the package facade re-exports lazily; non-runner imports are checked below
+        return theirs <= mine
+
+    assert _violations("runner", allowed) == []
+
+
+def test_only_the_command_line_imports_analysis_and_nothing_imports_the_command_line() -> None:
+    def allowed(importer: str, imported: str) -> bool:
+        if imported.startswith("runner.cli"):
+            return importer.startswith("runner.cli")
+        if imported == "analysis" or imported.startswith("analysis."):
+            return importer.startswith("runner.cli")
+        return True
+
+    assert _violations("runner", allowed) == []
+    for package in ("analysis", "tasks", "cluster"):
+        assert _violations(package, lambda _i, m: not m.startswith("runner.cli")) == []
+
+
+def test_the_store_knows_data_not_code() -> None:
+    def allowed(_importer: str, imported: str) -> bool:
+        if imported.startswith(("runner.", "tasks")):
+            return imported.startswith("runner.store") or imported.startswith("runner.errors") or imported.startswith("tasks.status")
+        return not imported.startswith(("torch", "ray", "optuna", "cluster", "analysis"))
+
+    bad = [v for v in _violations("runner", allowed) if v.startswith("runner/store/")]
+    assert bad == []
+
+
+def test_tasks_import_nothing_of_runner_analysis_or_cluster() -> None:
+    forbidden = ("runner", "analysis", "cluster", "ray", "optuna", "pyarrow")
+    assert _violations("tasks", lambda _i, m: not m.split(".")[0] in forbidden) == []
+
+
+def test_analysis_imports_no_executor_tuner_task_or_torch() -> None:
+    def allowed(_importer: str, imported: str) -> bool:
+        top = imported.split(".")[0]
+        if top in ("torch", "ray", "optuna", "tasks", "cluster"):
+            return False
+        return top != "runner" or imported.startswith("runner.store")
+
+    assert _violations("analysis", allowed) == []
+
+
+def test_optuna_is_imported_only_by_its_adapter_and_the_tune_command() -> None:
+    users = {
+        _name(p) for p in _modules("runner") if any(m.split(".")[0] == "optuna" for m in _imports(p))
+    }
+    assert users <= {"runner.tune.optuna_adapter", "runner.cli.tune"}, users
+    # the study-file model in particular knows nothing of Optuna
+    assert "runner.tune.spec" not in users
+
+
+@pytest.mark.parametrize("module", ["analysis", "runner.store", "runner.grid.spec", "runner.api", "tasks.status"])
+def test_importing_a_lower_layer_loads_no_torch_ray_or_executor(module: str) -> None:
+    heavy = ["torch", "ray", "optuna", "runner.execute.ray_pool", "runner.execute.worker", "runner.tune.driver"]
+    if module == "runner.grid.spec":
+        heavy.remove("torch")  # validation imports the task's params, which may import torch
+        heavy = [h for h in heavy if h != "torch"]
+    code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"import {module} loaded {out.stdout.strip()}"
