@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RESULTS ?= results/demo
 
-.PHONY: install demo test bench clean-demo
+.PHONY: install demo test lint bench clean-demo
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +22,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# ruff (lint + format check) and mypy, configured in pyproject.toml; zero findings is the bar.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

@@ -25,8 +25,8 @@ import pyarrow.dataset as ds
 
 import analysis
 from runner.grid.schema import curves_schema, runs_schema
-from runner.store.columns import MEMBER_SCHEMA
 from runner.store import ResultStore
+from runner.store.columns import MEMBER_SCHEMA
 from tasks import get_task
 
 
@@ -118,15 +118,35 @@ def main() -> None:
         root = args.keep or Path(tmp)
         t0 = time.perf_counter()
         generate(root, args.runs, args.steps, args.parts)
-        print(f"generated {args.runs:,} runs and {args.runs * args.steps:,} curve rows in {args.parts} parts: {time.perf_counter() - t0:.1f} s")
+        print(
+            f"generated {args.runs:,} runs and {args.runs * args.steps:,} curve rows in {args.parts} parts: "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
         runs_dir, curves_dir = root / "runs" / "task=least_squares", root / "curves" / "task=least_squares"
-        timed("load: every summary column", lambda: analysis.load(root, "least_squares"), lambda: ds.dataset(runs_dir).to_table().to_pandas())
+        timed(
+            "load: every summary column",
+            lambda: analysis.load(root, "least_squares"),
+            lambda: ds.dataset(runs_dir).to_table().to_pandas(),
+        )
         timed("load: 3 columns", lambda: analysis.load(root, "least_squares", columns=["lr", "seed", "err_final"]))
-        timed("load: filter lr == 0.01", lambda: analysis.load(root, "least_squares", filters={"lr": 0.01}, columns=["err_final"]))
-        timed("load: one grid (10% of runs)", lambda: analysis.load(root, "least_squares", grid="tenth", columns=["err_final"]))
-        timed("curves: every row of the task", lambda: analysis.curves(root, "least_squares"), lambda: ds.dataset(curves_dir).to_table().to_pandas())
+        timed(
+            "load: filter lr == 0.01",
+            lambda: analysis.load(root, "least_squares", filters={"lr": 0.01}, columns=["err_final"]),
+        )
+        timed(
+            "load: one grid (10% of runs)",
+            lambda: analysis.load(root, "least_squares", grid="tenth", columns=["err_final"]),
+        )
+        timed(
+            "curves: every row of the task",
+            lambda: analysis.curves(root, "least_squares"),
+            lambda: ds.dataset(curves_dir).to_table().to_pandas(),
+        )
         subset = analysis.load(root, "least_squares", filters={"seed": 3, "lr": 0.1}, columns=[])
-        timed(f"curves: {len(subset):,} runs (filter seed, lr)", lambda: analysis.curves(root, "least_squares", runs=subset))
+        timed(
+            f"curves: {len(subset):,} runs (filter seed, lr)",
+            lambda: analysis.curves(root, "least_squares", runs=subset),
+        )
 
 
 if __name__ == "__main__":

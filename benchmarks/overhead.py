@@ -22,10 +22,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner.execute.ray_pool import RayExecutor  # noqa: E402
-from runner.grid.spec import load_grid  # noqa: E402
 from runner.execute.base import WorkItem  # noqa: E402
+from runner.execute.ray_pool import RayExecutor  # noqa: E402
 from runner.execute.worker import configure_threads, run_item  # noqa: E402
+from runner.grid.spec import load_grid  # noqa: E402
 
 
 def learner_grid(runs: int, n_iters: int) -> dict:
@@ -83,10 +83,23 @@ def main() -> None:
     startup = time.perf_counter() - t0
     ray_s = through_ray(executor, items)
     print(f"ray start-up (embedded, {args.workers} actors): {startup:.2f} s (not counted below)")
-    print(f"{len(items)} runs: sequential {seq:.2f} s | ray executor {ray_s:.2f} s | ratio {ray_s / seq:.3f} (ideal {1 / args.workers:.3f})")
+    print(
+        f"{len(items)} runs: sequential {seq:.2f} s | ray executor {ray_s:.2f} s | "
+        f"ratio {ray_s / seq:.3f} (ideal {1 / args.workers:.3f})"
+    )
     print(f"  chunks submitted: {executor.chunks_submitted}")
 
-    trivial = items_of({"blocks": [{"task": "least_squares", "params": {"d_in": 2, "d_out": 1, "m": 3, "n_iters": 1}, "repeat": args.trivial}]})
+    trivial = items_of(
+        {
+            "blocks": [
+                {
+                    "task": "least_squares",
+                    "params": {"d_in": 2, "d_out": 1, "m": 3, "n_iters": 1},
+                    "repeat": args.trivial,
+                }
+            ]
+        }
+    )
     executor.chunks_submitted = 0
     t_triv = through_ray(executor, trivial)
     seq_triv = sequential(trivial[:2000]) / 2000 * len(trivial)
@@ -101,7 +114,10 @@ def main() -> None:
         t0 = time.perf_counter()
         report = run_grid(learner_grid(args.runs, n_iters), root, executor, progress=False, close_executor=False)
         full = time.perf_counter() - t0
-        print(f"full run_grid ({report.executed} runs, validation + Parquet writes): {full:.2f} s, ratio to sequential {full / seq:.3f}")
+        print(
+            f"full run_grid ({report.executed} runs, validation + Parquet writes): {full:.2f} s, "
+            f"ratio to sequential {full / seq:.3f}"
+        )
         t0 = time.perf_counter()
         again = run_grid(learner_grid(args.runs, n_iters), root, executor, progress=False, close_executor=False)
         print(f"resume of the finished grid: {time.perf_counter() - t0:.2f} s, executed {again.executed}")

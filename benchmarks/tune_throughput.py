@@ -140,9 +140,18 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
             root = Path(tmp)
             contenders = [
-                ("convgrid tune, ray executor, parallel 2", lambda: bench_convgrid(args.trials, "ray", 2, root / "cg_ray2")),
-                ("convgrid tune, ray executor, parallel 8", lambda: bench_convgrid(args.trials, "ray", 8, root / "cg_ray8")),
-                ("convgrid tune, local executor, parallel 2", lambda: bench_convgrid(args.trials, "local", 2, root / "cg_local")),
+                (
+                    "convgrid tune, ray executor, parallel 2",
+                    lambda: bench_convgrid(args.trials, "ray", 2, root / "cg_ray2"),
+                ),
+                (
+                    "convgrid tune, ray executor, parallel 8",
+                    lambda: bench_convgrid(args.trials, "ray", 8, root / "cg_ray8"),
+                ),
+                (
+                    "convgrid tune, local executor, parallel 2",
+                    lambda: bench_convgrid(args.trials, "local", 2, root / "cg_local"),
+                ),
                 ("optuna optimize n_jobs=2, journal file", lambda: bench_optuna(args.trials, root / "optuna.journal")),
                 ("optuna optimize n_jobs=2, in memory", lambda: bench_optuna(args.trials, None)),
             ]
@@ -151,12 +160,20 @@ def main() -> int:
             for name, run in contenders:
                 wall, best = run()
                 rows.append((name, wall, best))
-                print(f"{name:45s} {args.trials / wall:8.1f} trials/s   ({wall:6.1f} s, best log10 err {best:.2f})", flush=True)
+                print(
+                    f"{name:45s} {args.trials / wall:8.1f} trials/s   ({wall:6.1f} s, best log10 err {best:.2f})",
+                    flush=True,
+                )
     finally:
         shutdown_if_owned()
     print(f"(Ray start-up, not counted above: {ray_start:.1f} s; {args.trials} trials each; {os.cpu_count()} CPUs)")
     if args.json:
-        args.json.write_text(json.dumps([{"contender": n, "wall_s": w, "trials_per_s": args.trials / w, "best": b} for n, w, b in rows], indent=2))
+        args.json.write_text(
+            json.dumps(
+                [{"contender": n, "wall_s": w, "trials_per_s": args.trials / w, "best": b} for n, w, b in rows],
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -41,11 +41,15 @@ class RunReport:
         if self.executed == 0:
             head = f"{self.grid}: all {self.already_done} of {self.cells} cells already done; nothing to run"
             if self.skipped_failed:
-                head = f"{self.grid}: {self.already_done} of {self.cells} cells done, {self.skipped_failed} failed/timed out (use --retry-failed); nothing to run"
+                head = (
+                    f"{self.grid}: {self.already_done} of {self.cells} cells done, {self.skipped_failed} "
+                    "failed/timed out (use --retry-failed); nothing to run"
+                )
             return f"{head} (results in {self.results})"
         return (
             f"{self.grid}: ran {self.executed} of {self.cells} cells in {self.wall_s:.1f}s ({counts}); "
-            f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped; results in {self.results}"
+            f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped; "
+            f"results in {self.results}"
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
@@ -79,7 +79,7 @@ class Result:
 
     status: Status
     summary: dict[str, Any] = field(default_factory=dict)
-    curve: dict[str, Sequence[Any]] = field(default_factory=dict)
+    curve: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     flops: float = 0.0
     n_steps: int = 0
     diverged_step: int | None = None
@@ -106,7 +106,7 @@ class Result:
 
 
 @runtime_checkable
-class Task(Protocol):
+class Task(Hashable, Protocol):
     """A learner family.
 
     name: registry key; version: bump when results would change (part of every run id).

@@ -57,7 +57,7 @@ def test_rank_constrained_optimum():
     """Appendix A: with a bottleneck n* < rank(Y X^+) the optimum keeps the top n* singular triplets
     of Y V_x; it beats the best rank-n* approximation of Y X^+ in the loss."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(6, 30, generator=g, dtype=torch.float64) * torch.tensor([3, 2, 1, .5, .2, .1])[:, None]
+    x = torch.randn(6, 30, generator=g, dtype=torch.float64) * torch.tensor([3, 2, 1, 0.5, 0.2, 0.1])[:, None]
     y = torch.randn(4, 30, generator=g, dtype=torch.float64)
     sv, xh, w_ls, r_x, w_star, offset = optimum(x, y, 2)
     loss = lambda w: float(((w @ x - y) ** 2).sum())  # noqa: E731

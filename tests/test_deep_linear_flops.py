@@ -8,8 +8,14 @@ import torch
 
 from tasks.deep_linear.bcgd import bcgd
 from tasks.deep_linear.data import make_problem
-from tasks.deep_linear.flops import (FlopCounter, bcgd_sweep_flops, gd_iter_flops, gd_prefix_flops, spec_bcgd_sweep,
-                                     spec_gd_iter)
+from tasks.deep_linear.flops import (
+    FlopCounter,
+    bcgd_sweep_flops,
+    gd_iter_flops,
+    gd_prefix_flops,
+    spec_bcgd_sweep,
+    spec_gd_iter,
+)
 from tasks.deep_linear.gd import gd
 from tasks.deep_linear.init import init_weights
 from tasks.deep_linear.task import DeepLinearTask
@@ -25,8 +31,15 @@ def setup(**kw):
 
 
 @pytest.mark.parametrize("order", ["desc", "asc"])
-@pytest.mark.parametrize("arch", [dict(d_in=7, d_out=3, L=1), dict(d_in=7, d_out=3, L=2, width=9),
-                                  dict(d_in=5, d_out=8, L=5, widths=[9, 4, 11, 6]), dict(d_in=6, d_out=2, L=3)])
+@pytest.mark.parametrize(
+    "arch",
+    [
+        dict(d_in=7, d_out=3, L=1),
+        dict(d_in=7, d_out=3, L=2, width=9),
+        dict(d_in=5, d_out=8, L=5, widths=[9, 4, 11, 6]),
+        dict(d_in=6, d_out=2, L=3),
+    ],
+)
 def test_counter_matches_closed_form_bcgd(order, arch):
     p, prob, ws = setup(algo="bcgd", order=order, **arch)
     counter = FlopCounter()
@@ -54,9 +67,14 @@ def per_iter(d_in, d_out, n, depth):
 
 # spec section 5 table (flops.py of the spec's reference implementation): BCGD per iteration, GD per iteration
 TABLE = [
-    ((128, 10, 128, 5), 5.0e6, 1.7e7), ((128, 10, 128, 100), 6.8e6, 5.1e8), ((128, 10, 128, 400), 6.9e6, 2.1e9),
-    ((128, 10, 128, 1), 6.6e5, 3.3e5), ((784, 10, 784, 10), 8.7e8, 8.1e9), ((784, 10, 784, 1), 2.5e7, 1.2e7),
-    ((128, 1, 128, 4), 2.4e6, 8.7e6), ((128, 1, 128, 1), 6.6e4, 3.3e4),
+    ((128, 10, 128, 5), 5.0e6, 1.7e7),
+    ((128, 10, 128, 100), 6.8e6, 5.1e8),
+    ((128, 10, 128, 400), 6.9e6, 2.1e9),
+    ((128, 10, 128, 1), 6.6e5, 3.3e5),
+    ((784, 10, 784, 10), 8.7e8, 8.1e9),
+    ((784, 10, 784, 1), 2.5e7, 1.2e7),
+    ((128, 1, 128, 4), 2.4e6, 8.7e6),
+    ((128, 1, 128, 1), 6.6e4, 3.3e4),
 ]
 
 

@@ -32,7 +32,7 @@ def expand(path: Path) -> tuple[str, list[dict]]:
         assert block["task"] == "deep_linear"
         zips = block.get("zip") or []
         zips = [zips] if isinstance(zips, dict) else zips
-        axes = [[dict(zip(z, vals)) for vals in zip(*z.values())] for z in zips]
+        axes = [[dict(zip(z, vals, strict=True)) for vals in zip(*z.values(), strict=True)] for z in zips]
         prod = block.get("product") or {}
         axes += [[{k: v} for v in vals] for k, vals in prod.items()]
         for combo in itertools.product(*axes) if axes else [()]:
@@ -102,7 +102,7 @@ def claims_fig1(runs):
 
 def claims_fig5(runs):
     """A narrow layer stalls training: all-narrow > one-narrow > wide (Fig. 5)."""
-    arch = [("one" if isinstance(ws, list) else int(w)) for ws, w in zip(runs["widths"], runs["width"])]
+    arch = [("one" if isinstance(ws, list) else int(w)) for ws, w in zip(runs["widths"], runs["width"], strict=True)]
     err = runs.set_index(pd.Index(arch))["err_final"]
     assert err.loc[32] < err.loc["one"] < err.loc[8]
 
@@ -113,8 +113,14 @@ def claims_fig6(runs):
     assert oi.loc[(8, "asc")] < oi.loc[(8, "desc")] and oi.loc[(32, "desc")] < oi.loc[(32, "asc")]
 
 
-CLAIMS = {"small_fig2_depth": claims_fig2, "small_fig3_depth_illcond": claims_fig3, "small_fig1_bcgd_vs_gd": claims_fig1,
-          "small_fig4_bcgd_vs_gd": None, "small_fig5_width": claims_fig5, "small_fig6_order_init": claims_fig6}
+CLAIMS = {
+    "small_fig2_depth": claims_fig2,
+    "small_fig3_depth_illcond": claims_fig3,
+    "small_fig1_bcgd_vs_gd": claims_fig1,
+    "small_fig4_bcgd_vs_gd": None,
+    "small_fig5_width": claims_fig5,
+    "small_fig6_order_init": claims_fig6,
+}
 
 
 def test_demo_depth_is_fast_and_plots(tmp_path):

@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from tasks.common import generator
-from tasks.deep_linear.init import balanced, end_to_end, identity, init_weights, orth_identity, orthogonal, random_gaussian
+from tasks.deep_linear.init import (
+    balanced,
+    end_to_end,
+    identity,
+    init_weights,
+    orth_identity,
+    orthogonal,
+    random_gaussian,
+)
 
 WIDTHS = [12, 20, 20, 7, 30, 5]  # d_in = 12, d_out = 5, one layer narrower than both
 
@@ -44,10 +52,10 @@ def test_orth_identity_block_and_unit_diagonal():
 
 def test_orth_identity_equals_orthogonal_when_no_width_exceeds_max_dims():
     widths = [16, 16, 10, 16, 4]  # every width <= max(16, 4)
-    for a, b in zip(orth_identity(widths, 7), orthogonal(widths, 7)):
+    for a, b in zip(orth_identity(widths, 7), orthogonal(widths, 7), strict=True):
         assert torch.equal(a, b)
     wide = [16, 24, 24, 4]
-    assert not all(torch.equal(a, b) for a, b in zip(orth_identity(wide, 7), orthogonal(wide, 7)))
+    assert not all(torch.equal(a, b) for a, b in zip(orth_identity(wide, 7), orthogonal(wide, 7), strict=True))
 
 
 def test_orth_identity_depth_one_and_narrow_first_layer():
@@ -61,7 +69,7 @@ def test_layer_draws_do_not_depend_on_width():
     """Spec G4: Q_k of layer j comes from a generator keyed on (seed, j) only."""
     narrow = orth_identity([16, 16, 16, 16, 4], 11)
     wide = orth_identity([16, 40, 40, 40, 4], 11)
-    for a, b in zip(narrow, wide):
+    for a, b in zip(narrow, wide, strict=True):
         k_out, k_in = a.shape
         assert torch.equal(a[: min(k_out, 16), : min(k_in, 16)], b[: min(k_out, 16), : min(k_in, 16)])
     assert torch.equal(end_to_end(narrow), end_to_end(wide))

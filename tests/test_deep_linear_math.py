@@ -33,8 +33,9 @@ def params(**kw):
 def setup(**kw):
     p = params(**kw)
     prob = make_problem(p)
-    ws = init_weights(p.init, p.layer_widths(), p.init_seed_eff(), torch.float64,
-                      balanced_std=p.balanced_std, random_std=p.random_std)
+    ws = init_weights(
+        p.init, p.layer_widths(), p.init_seed_eff(), torch.float64, balanced_std=p.balanced_std, random_std=p.random_std
+    )
     return p, prob, ws
 
 
@@ -123,8 +124,15 @@ def golden_min(phi, a, b, tol=1e-10):
     return (a + b) / 2
 
 
-@pytest.mark.parametrize("seed,order,init,width", [(0, "desc", "orth_identity", None), (1, "asc", "random", 9),
-                                                   (2, "desc", "balanced", 12), (3, "asc", "identity", None)])
+@pytest.mark.parametrize(
+    "seed,order,init,width",
+    [
+        (0, "desc", "orth_identity", None),
+        (1, "asc", "random", 9),
+        (2, "desc", "balanced", 12),
+        (3, "asc", "identity", None),
+    ],
+)
 def test_optimal_step_matches_golden_section(seed, order, init, width):
     kw = dict(algo="bcgd", d_in=8, d_out=5, m=30, L=4, seed=seed, order=order, init=init)
     if width:
@@ -169,10 +177,16 @@ def test_exact_decrease_and_monotone_error(order):
         prev, prev_ws = now, [w.clone() for w in ws]
 
 
-@pytest.mark.parametrize("kw", [
-    dict(L=10, order="desc"), dict(L=10, order="asc", init="balanced"), dict(L=6, init="random", order="asc"),
-    dict(L=4, data="gauss_bigcond", width=40), dict(L=3, init="identity", d_in=8, d_out=20, width=24),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(L=10, order="desc"),
+        dict(L=10, order="asc", init="balanced"),
+        dict(L=6, init="random", order="asc"),
+        dict(L=4, data="gauss_bigcond", width=40),
+        dict(L=3, init="identity", d_in=8, d_out=20, width=24),
+    ],
+)
 def test_error_never_rises_under_bcgd(kw):
     base = dict(algo="bcgd", d_in=16, d_out=4, m=60, n_iters=200)
     res = TASK.run(params(**{**base, **kw}), RunContext())
@@ -210,8 +224,9 @@ def test_depth_one_bcgd_is_steepest_descent_with_exact_line_search():
 @pytest.mark.parametrize("rule", [("opt", None), ("thm32", 0.5), ("thm32", 1.0), ("thm32", 1.5), ("thm32", 1.9)])
 def test_thm32_per_update_contraction_holds(order, rule):
     lr_rule, eta_bar = rule
-    kw = dict(algo="bcgd", d_in=16, d_out=4, m=60, L=6, width=16, order=order, n_iters=90, lr_rule=lr_rule,
-              check_thm32=True)
+    kw = dict(
+        algo="bcgd", d_in=16, d_out=4, m=60, L=6, width=16, order=order, n_iters=90, lr_rule=lr_rule, check_thm32=True
+    )
     if eta_bar is not None:
         kw["eta_bar"] = eta_bar
     res = TASK.run(params(**kw), RunContext())
@@ -252,8 +267,12 @@ def test_bcsgd_floor_and_realisable_limit():
 
 
 def test_theory_constants_match_spec_table():
-    table = {2: (0.149219, 0.107764, 0.548062), 5: (0.045934, 0.084076, 0.479284),
-             100: (0.002013, 0.074035, 0.450632), 400: (0.000501, 0.073690, 0.449653)}
+    table = {
+        2: (0.149219, 0.107764, 0.548062),
+        5: (0.045934, 0.084076, 0.479284),
+        100: (0.002013, 0.074035, 0.450632),
+        400: (0.000501, 0.073690, 0.449653),
+    }
     assert theory.r_l(1) == 1.0 and theory.h_l(1) == pytest.approx(0.25)
     for depth, (r, h, f) in table.items():
         assert theory.r_l(depth) == pytest.approx(r, abs=2e-6)

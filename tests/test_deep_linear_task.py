@@ -89,34 +89,37 @@ def test_params_is_a_discriminated_union_of_task_params():
     assert isinstance(params(algo="gd", lr=1e-3), GDParams)
 
 
-@pytest.mark.parametrize("raw,match", [
-    (dict(algo="bcgd", bogus=1), "bogus"),
-    (dict(algo="bcgd", lr=0.1), "lr"),
-    (dict(algo="bcgd", lr_rule="const"), "lr"),
-    (dict(algo="bcgd", lr_rule="thm32"), "eta_bar"),
-    (dict(algo="bcgd", lr_rule="thm32", eta_bar=2.5), "eta_bar"),
-    (dict(algo="gd"), "lr"),
-    (dict(algo="gd", lr_rule="du_hu", lr=1e-3), "lr"),
-    (dict(algo="gd", lr=1e-3, order="asc"), "order"),  # a param gd does not use
-    (dict(algo="gd", lr=1e-3, eta_bar=0.5), "eta_bar"),
-    (dict(algo="bcgd", L=4, widths=[128, 128]), "widths"),
-    (dict(algo="bcgd", L=3, width=64, widths=[64, 64]), "width"),
-    (dict(algo="bcgd", init="zero"), "init"),
-    (dict(algo="bcgd", cond_target=236.0), "cond_target"),
-    (dict(algo="bcgd", data="gauss_bigcond", cond_rtol=0.1), "cond_rtol"),
-    (dict(algo="bcgd", pixel_scale="raw"), "pixel_scale"),
-    (dict(algo="bcgd", data_path="/tmp"), "data_path"),
-    (dict(algo="bcgd", data="mnist", d_in=100), "d_in"),
-    (dict(algo="bcgd", data="uci_ethanol", m=5000), "2565"),
-    (dict(algo="bcgd", data="uci_ethanol", data_seed=1), "data_seed"),
-    (dict(algo="bcgd", loss="l4", lr_rule="thm32", eta_bar=1.0), "l4"),
-    (dict(algo="bcgd", l4_backtrack=True), "l4_backtrack"),
-    (dict(algo="bcgd", check_thm32=True, loss="l4"), "check_thm32"),
-    (dict(algo="bcgd", init="balanced", L=3, d_in=20, d_out=10, width=5), "balanced"),
-    (dict(algo="bcgd", random_std=0.1), "random_std"),
-    (dict(algo="bcsgd", eta_bar=None), "eta_bar"),
-    (dict(algo="adam"), "algo"),
-])
+@pytest.mark.parametrize(
+    "raw,match",
+    [
+        (dict(algo="bcgd", bogus=1), "bogus"),
+        (dict(algo="bcgd", lr=0.1), "lr"),
+        (dict(algo="bcgd", lr_rule="const"), "lr"),
+        (dict(algo="bcgd", lr_rule="thm32"), "eta_bar"),
+        (dict(algo="bcgd", lr_rule="thm32", eta_bar=2.5), "eta_bar"),
+        (dict(algo="gd"), "lr"),
+        (dict(algo="gd", lr_rule="du_hu", lr=1e-3), "lr"),
+        (dict(algo="gd", lr=1e-3, order="asc"), "order"),  # a param gd does not use
+        (dict(algo="gd", lr=1e-3, eta_bar=0.5), "eta_bar"),
+        (dict(algo="bcgd", L=4, widths=[128, 128]), "widths"),
+        (dict(algo="bcgd", L=3, width=64, widths=[64, 64]), "width"),
+        (dict(algo="bcgd", init="zero"), "init"),
+        (dict(algo="bcgd", cond_target=236.0), "cond_target"),
+        (dict(algo="bcgd", data="gauss_bigcond", cond_rtol=0.1), "cond_rtol"),
+        (dict(algo="bcgd", pixel_scale="raw"), "pixel_scale"),
+        (dict(algo="bcgd", data_path="/tmp"), "data_path"),
+        (dict(algo="bcgd", data="mnist", d_in=100), "d_in"),
+        (dict(algo="bcgd", data="uci_ethanol", m=5000), "2565"),
+        (dict(algo="bcgd", data="uci_ethanol", data_seed=1), "data_seed"),
+        (dict(algo="bcgd", loss="l4", lr_rule="thm32", eta_bar=1.0), "l4"),
+        (dict(algo="bcgd", l4_backtrack=True), "l4_backtrack"),
+        (dict(algo="bcgd", check_thm32=True, loss="l4"), "check_thm32"),
+        (dict(algo="bcgd", init="balanced", L=3, d_in=20, d_out=10, width=5), "balanced"),
+        (dict(algo="bcgd", random_std=0.1), "random_std"),
+        (dict(algo="bcsgd", eta_bar=None), "eta_bar"),
+        (dict(algo="adam"), "algo"),
+    ],
+)
 def test_invalid_params_are_rejected(raw, match):
     with pytest.raises(pydantic.ValidationError, match=match):
         ADAPTER.validate_python(raw)
@@ -125,7 +128,15 @@ def test_invalid_params_are_rejected(raw, match):
 def test_defaults_and_coercions():
     p = params(algo="bcgd")
     assert (p.d_in, p.d_out, p.m, p.L, p.init, p.order, p.lr_rule, p.dtype) == (
-        128, 10, 600, 1, "orth_identity", "desc", "opt", "float64")
+        128,
+        10,
+        600,
+        1,
+        "orth_identity",
+        "desc",
+        "opt",
+        "float64",
+    )
     assert p.layer_widths() == [128, 10]
     assert params(algo="bcgd", L=3).layer_widths() == [128, 128, 128, 10]
     assert params(algo="gd", lr="1e-5").lr == 1e-5  # YAML 1e-5 reaches pydantic as a string
@@ -134,10 +145,16 @@ def test_defaults_and_coercions():
     assert ADAPTER.validate_python(real.model_dump(mode="json")) == real
 
 
-@pytest.mark.parametrize("raw", [
-    dict(algo="bcgd", order="asc"), dict(algo="bcgd", loss="l4"), dict(algo="gd", lr=0.02),
-    dict(algo="bcsgd"), dict(algo="bcgd", lr_rule="thm32", eta_bar=1.0, check_thm32=True),
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        dict(algo="bcgd", order="asc"),
+        dict(algo="bcgd", loss="l4"),
+        dict(algo="gd", lr=0.02),
+        dict(algo="bcsgd"),
+        dict(algo="bcgd", lr_rule="thm32", eta_bar=1.0, check_thm32=True),
+    ],
+)
 def test_float32_runs(raw):
     res = TASK.run(params(**raw, d_in=10, d_out=3, m=40, L=3, n_iters=30, dtype="float32"), RunContext())
     res.validate(TASK)

@@ -54,13 +54,14 @@ class QuadTask:
                 return Result(ctx.stop_status(), n_steps=t)
             x = (1 - p.lr * p.a) * x
         summary = {"loss_final": losses[-1], "rate_theory": (1 - p.lr * p.a) ** 2}
-        return Result("ok", summary=summary, curve={"step": steps, "loss": losses}, n_steps=p.n_iters, flops=3.0 * p.n_iters)
+        curve = {"step": steps, "loss": losses}
+        return Result("ok", summary=summary, curve=curve, n_steps=p.n_iters, flops=3.0 * p.n_iters)
 
 
 TASK = QuadTask
 '''
 
-FIGURES = '''
+FIGURES = """
 from pathlib import Path
 
 import matplotlib
@@ -84,9 +85,9 @@ def loss_by_lr(runs: pd.DataFrame, curves: pd.DataFrame, out: Path) -> list[Path
 
 
 FIGURES = {"quad_sweep": loss_by_lr}
-'''
+"""
 
-CLAIMS = '''
+CLAIMS = """
 from analysis.claims import FAILS, HOLDS, Claim, Verdict
 
 
@@ -97,7 +98,7 @@ def _best_step(runs, curves):
 
 
 CLAIMS = [Claim("quad.best_step", "-", "quad", ("quad_sweep",), "the step 1/a is best", _best_step)]
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,9 @@ class _Tags(HTMLParser):
 def test_an_external_learner_runs_tunes_checks_and_reports_on_two_nodes(tmp_path: Path, two_nodes) -> None:  # type: ignore[no-untyped-def]
     pkgs = _learner_package(tmp_path)
     grid = tmp_path / "quad_sweep.yaml"
-    grid.write_text(yaml.safe_dump({"name": "quad_sweep", "blocks": [{"task": "quad", "product": {"lr": [0.1, 0.25, 0.5, 0.75]}}]}))
+    grid.write_text(
+        yaml.safe_dump({"name": "quad_sweep", "blocks": [{"task": "quad", "product": {"lr": [0.1, 0.25, 0.5, 0.75]}}]})
+    )
     study = tmp_path / "quad_lr.yaml"
     study.write_text(
         yaml.safe_dump(
@@ -150,15 +153,24 @@ def test_an_external_learner_runs_tunes_checks_and_reports_on_two_nodes(tmp_path
         )
     )
     # Only the driver has the learner on its path; the nodes' workers were started without it.
-    env = {**os.environ, "CONVGRID_LEARNERS": "quad=quad_learner", "PYTHONPATH": os.pathsep.join([str(pkgs), str(REPO)])}
+    env = {
+        **os.environ,
+        "CONVGRID_LEARNERS": "quad=quad_learner",
+        "PYTHONPATH": os.pathsep.join([str(pkgs), str(REPO)]),
+    }
     results, address = tmp_path / "results", two_nodes.address
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            [sys.executable, "-m", "runner.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=240
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc
 
-    assert "ran 4 of 4 cells" in cli("run", str(grid), "--results", str(results), "--address", address, "--no-progress").stdout
+    assert (
+        "ran 4 of 4 cells"
+        in cli("run", str(grid), "--results", str(results), "--address", address, "--no-progress").stdout
+    )
     cli("tune", str(study), "--results", str(results), "--address", address, "--no-progress")
     checked = cli("check", str(results)).stdout
     assert "quad.best_step: holds" in checked

@@ -19,7 +19,14 @@ from tests.conftest import REPO
 
 
 def _sleepy_grid(n: int, sleep_s: float, name: str = "sleepy") -> dict:
-    return {"name": name, "blocks": [{"task": "faulty", "params": {"sleep_s": sleep_s}, "product": {"x": [float(i) for i in range(n)]}}]}
+    return {
+        "name": name,
+        "blocks": [{"task": "faulty", "params": {"sleep_s": sleep_s}, "product": {"x": [float(i) for i in range(n)]}}],
+    }
+
+
+def _parts(root: Path) -> list[Path]:
+    return list((root / "runs").rglob("part-*.parquet"))
 
 
 def _physical_ids(root: Path) -> list[str]:
@@ -72,9 +79,14 @@ def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Pat
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump(_sleepy_grid(100, 0.05, "killed")))
     root = tmp_path / "results"
-    # Small flushes make a kill during a part write likely; several kills at different moments.
-    for delay in (1.6, 1.9, 2.3):
+    # Small flushes make a kill during a part write likely; several kills at different moments, each
+    # once this driver has stored something new (a fixed delay would race the start-up on a busy machine).
+    for delay in (0.0, 0.15, 0.4):
+        stored = len(_parts(root))
         proc = _driver(grid, root, "--executor", "local", "--flush-every", "1")
+        deadline = time.monotonic() + 120
+        while len(_parts(root)) <= stored and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -83,7 +95,18 @@ def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Pat
     before = len(set(_physical_ids(root)))
     assert 0 < before < 100
     final = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "run", str(grid), "--results", str(root), "--executor", "local", "--no-progress"],
+        [
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "run",
+            str(grid),
+            "--results",
+            str(root),
+            "--executor",
+            "local",
+            "--no-progress",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -52,8 +52,17 @@ def frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         res = TASK.run(p, RunContext())
         res.validate(TASK)
         run_id = f"{path.stem}-{i}"
-        rows.append({"run_id": run_id, "status": res.status, **p.model_dump(mode="json"), **res.summary,
-                     "flops": res.flops, "n_steps": res.n_steps, "wall_s": time.perf_counter() - t0})
+        rows.append(
+            {
+                "run_id": run_id,
+                "status": res.status,
+                **p.model_dump(mode="json"),
+                **res.summary,
+                "flops": res.flops,
+                "n_steps": res.n_steps,
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
         curve = pd.DataFrame(res.curve)
         curve.insert(0, "run_id", run_id)
         curves.append(curve)

@@ -81,7 +81,9 @@ def test_gram_gradient_matches_finite_differences(resnet: bool, rank: int | None
 def test_direct_gradient_matches_finite_differences(resnet: bool) -> None:
     pr = problem(2, resnet)
     loss, out, grads = direct_loss_grad(pr["ws"], pr["a"] @ pr["x"], pr["b"], pr["y"], resnet)
-    assert float(loss) == pytest.approx(float(sum_loss(pr["ws"], pr["a"], pr["b"], pr["x"], pr["y"], resnet)), rel=1e-12)
+    assert float(loss) == pytest.approx(
+        float(sum_loss(pr["ws"], pr["a"], pr["b"], pr["x"], pr["y"], resnet)), rel=1e-12
+    )
     assert_grads_close(grads, finite_difference(pr, pr["x"], pr["y"]))
 
 

@@ -24,7 +24,13 @@ def test_minimal_config_is_gd_on_the_paper_s_data() -> None:
     p = v()
     assert isinstance(p, GDParams)
     assert (p.d, p.k, p.n, p.noise, p.target, p.kappa) == (10, 10, 1000, 0.1, "neg_identity", None)
-    assert (p.model, p.transform, p.step_rule, p.form, p.dtype) == ("resnet", "gaussian", "normalized", "gram", "float64")
+    assert (p.model, p.transform, p.step_rule, p.form, p.dtype) == (
+        "resnet",
+        "gaussian",
+        "normalized",
+        "gram",
+        "float64",
+    )
     assert p.c == 0.5 and p.eta is None and p.alpha is None and p.w_var is None
     assert p.a_var == pytest.approx(1 / 40) and p.b_var == pytest.approx(1 / 10)
     assert isinstance(v(algo="sgd"), SGDParams)

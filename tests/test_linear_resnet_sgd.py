@@ -55,8 +55,9 @@ def test_independent_batches_are_without_replacement_and_uniform() -> None:
 def test_scaled_batch_gradients_average_to_the_full_gradient_over_an_epoch() -> None:
     """G = (n/B) sum_batch grad l_i is unbiased for the SUM loss: over one reshuffled epoch the
     mean of the n/B batch gradients is exactly the full gradient."""
-    p = ADAPTER.validate_python({"algo": "sgd", "model": "standard", "m": 12, "depth": 3, "n": 60, "batch_size": 15,
-                                 "sampling": "reshuffle"})
+    p = ADAPTER.validate_python(
+        {"algo": "sgd", "model": "standard", "m": 12, "depth": 3, "n": 60, "batch_size": 15, "sampling": "reshuffle"}
+    )
     s, _ = build(p)
     _, full = gram_excess_grad(s.w0, s.a, s.b, s.sigma, s.phi, False)
     sampler = BatchSampler(p.n, p.batch_size, "reshuffle", torch.Generator().manual_seed(5))
@@ -93,6 +94,8 @@ def test_noise_floor_shrinks_with_batch_size_and_lstar_zero_converges_linearly()
 
 def test_sgd_theory_step_scales_with_batch_squared() -> None:
     """Thm 3.8's step bound is ~ B^2 / n^2 (the source of the n^2/B^2 width and iteration factors)."""
-    etas = [run(batch_size=b, n=100, m=20, depth=3, noise=0.0, step_rule="theory", n_iters=1).summary["eta_used"]
-            for b in (10, 20)]
+    etas = [
+        run(batch_size=b, n=100, m=20, depth=3, noise=0.0, step_rule="theory", n_iters=1).summary["eta_used"]
+        for b in (10, 20)
+    ]
     assert etas[1] / etas[0] == pytest.approx(4.0, rel=1e-9)

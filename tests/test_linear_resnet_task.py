@@ -31,7 +31,8 @@ def test_registered_and_protocol() -> None:
     assert isinstance(task, Task) and task.name == "linear_resnet" and task.version == "1"
     assert set(task.curve_fields) >= {"loss", "subopt", "rel_subopt", "grad_norm"}
     assert {"iters_rel_1e2", "iters_rel_1e4", "iters_rel_1e6", "diverged", "rate_theory", "eta_theory"} <= set(
-        task.summary_fields)
+        task.summary_fields
+    )
     assert all(t in ("float", "int", "bool", "str") for t in {**task.summary_fields, **task.curve_fields}.values())
 
 
@@ -115,8 +116,10 @@ def test_matmul_flops_match_torch_s_counter(resnet: bool) -> None:
     ws = [0.1 * torch.randn(m, m, generator=g) for _ in range(depth)]
     sigma, phi = x @ x.T, torch.randn(k, d, generator=g)
     assert _counted(gram_excess_grad, ws, a, b, sigma, phi, resnet) == F.gram_eval(m, d, k, depth, resnet).mm
-    assert _counted(gram_batch_loss_grad, ws, a, b, x[:, :bsz], y[:, :bsz], resnet) == F.gram_batch(
-        m, d, k, depth, bsz, resnet).mm
+    assert (
+        _counted(gram_batch_loss_grad, ws, a, b, x[:, :bsz], y[:, :bsz], resnet)
+        == F.gram_batch(m, d, k, depth, bsz, resnet).mm
+    )
     h0 = a @ x
     assert _counted(direct_loss_grad, ws, h0, b, y, resnet) == F.direct(m, k, depth, n, resnet).mm
     assert _counted(lambda: b @ prefixes(ws, a, resnet)[-1]) == F.prefixes(m, d, depth, resnet).mm + 2 * k * m * d
@@ -129,8 +132,11 @@ def test_flop_totals_follow_spec_section_5() -> None:
     direct = F.gd_step(m, d, k, depth, n, "direct", True).total
     # Spec §5 itemised, Gram: prefixes 2m^2d and suffixes 2km^2 per layer, U and M (2kmd + 2kd^2),
     # per-layer gradients 2kdm + 2km^2, update 2m^2 per layer. Leading term 2 L m^2 (d + 2k) ~ 2.4e8.
-    spec_gram = (depth * (2 * m * m * d + 2 * k * m * m + 2 * k * d * m + 2 * k * m * m + 2 * m * m)
-                 + 2 * k * m * d + 2 * k * d * d)
+    spec_gram = (
+        depth * (2 * m * m * d + 2 * k * m * m + 2 * k * d * m + 2 * k * m * m + 2 * m * m)
+        + 2 * k * m * d
+        + 2 * k * d * d
+    )
     assert gram == pytest.approx(spec_gram, rel=0.01)
     assert gram == pytest.approx(2 * depth * m**2 * (d + 2 * k), rel=0.06)
     # Direct: 6 L m^2 n + 4 k m n + O(L m n) ~ 2.4e10 (A X cached: counted once per run).
@@ -149,8 +155,12 @@ def test_run_flops_add_up() -> None:
     m, d, k, depth, n, iters, every = 20, 10, 10, 3, 100, 23, 5
     res = run({"m": m, "depth": depth, "n": n, "n_iters": iters, "log_every": every})
     logged = len(res.curve["step"])
-    want = (F.gram_setup(d, k, n) + F.initial_loss(m, d, k, depth, True)
-            + (iters + 1) * F.gram_eval(m, d, k, depth, True) + iters * F.update(m, depth)
-            + logged * (F.grad_norms(m, depth) + F.weight_distance(m, depth)))
+    want = (
+        F.gram_setup(d, k, n)
+        + F.initial_loss(m, d, k, depth, True)
+        + (iters + 1) * F.gram_eval(m, d, k, depth, True)
+        + iters * F.update(m, depth)
+        + logged * (F.grad_norms(m, depth) + F.weight_distance(m, depth))
+    )
     assert res.flops == pytest.approx(want.total, rel=1e-12)
     assert res.summary["flops_per_step"] == pytest.approx(F.gd_step(m, d, k, depth, n, "gram", True).total)

@@ -28,15 +28,17 @@ def test_expressions_as_the_spec_writes_them() -> None:
     la, lb, nx, loss0, depth = 2.0, 3.0, 5.0, 100.0, 4
     # Proof of Thm 3.1: eta = 1 / (2 L lA lB ||X|| (sqrt(e L0) + 0.5 e lA lB ||X||)).
     assert T.gd_step_proof(depth, la, lb, nx, loss0) == pytest.approx(
-        1 / (2 * 4 * 2 * 3 * 5 * (math.sqrt(E * 100) + 0.5 * E * 2 * 3 * 5)), rel=1e-14)
+        1 / (2 * 4 * 2 * 3 * 5 * (math.sqrt(E * 100) + 0.5 * E * 2 * 3 * 5)), rel=1e-14
+    )
     # Thm 3.1: eta <= C1 / (L lA lB ||X|| (sqrt(L0) + lA lB ||X||)), C1 = 1/(2e).
     assert T.gd_step_bound(depth, la, lb, nx, loss0) == pytest.approx(1 / (2 * E) / (4 * 30 * (10 + 30)), rel=1e-14)
     # Rate: 1 - eta L mu_A^2 mu_B^2 sigma_r^2 / e.
     assert T.contraction(1e-3, 4, 0.5, 1.5, 2.0) == pytest.approx(1 - 1e-3 * 4 * 0.25 * 2.25 * 4 / E, rel=1e-14)
     # Condition (4.1) margin and its proof constant C = 4 sqrt(2 e^3) ~ 25.35.
-    assert T.C_PROOF == pytest.approx(25.35, abs=0.01)
+    assert pytest.approx(25.35, abs=0.01) == T.C_PROOF
     assert T.margin(0.5, 1.5, 2.0, 3.0, 5.0, 2.0, 100.0, 19.0) == pytest.approx(
-        (0.25 * 2.25 / 6) / (5 * 9 / 4), rel=1e-14)
+        (0.25 * 2.25 / 6) / (5 * 9 / 4), rel=1e-14
+    )
     # Remark 3.2 (A = B = I, X X^T = I): the condition reads L0 - L* <= C^-2.
     for gap in (0.5 / T.C_PROOF**2, 2.0 / T.C_PROOF**2):
         holds = T.margin(1, 1, 1, 1, 1, 1, 7.0 + gap, 7.0) >= T.C_PROOF
@@ -58,7 +60,8 @@ def test_summary_holds_the_config_s_theory() -> None:
     assert s["eta_used"] == pytest.approx(0.3 / (4 * s["lam_a"] ** 2 * s["lam_b"] ** 2 * s["norm_x"] ** 2), rel=1e-12)
     assert s["c_used"] == pytest.approx(0.3, rel=1e-12)
     assert s["rate_theory"] == pytest.approx(
-        1 - s["eta_used"] * 4 * s["mu_a"] ** 2 * s["mu_b"] ** 2 * s["sigma_r"] ** 2 / E, rel=1e-12)
+        1 - s["eta_used"] * 4 * s["mu_a"] ** 2 * s["mu_b"] ** 2 * s["sigma_r"] ** 2 / E, rel=1e-12
+    )
     assert s["eta_theory"] == pytest.approx(T.gd_step_proof(4, s["lam_a"], s["lam_b"], s["norm_x"], s["loss_0"]))
     assert s["theorem"] == "3.1" and s["margin_required"] == pytest.approx(T.C_PROOF)
     mod = run(transform="modified_identity", alpha=3.0, m=25, depth=2, n_iters=1).summary
@@ -77,8 +80,15 @@ def test_theorem_3_1_rate_holds_when_its_conditions_do() -> None:
     assert alpha_min == pytest.approx(73.96, rel=0.1)  # spec: 73.96 for its data draw
     curves = {}
     for depth in (10, 50):
-        res = run(transform="modified_identity", m=20, depth=depth, alpha=1.01 * alpha_min, step_rule="theory",
-                  n_iters=40, log_every=1)
+        res = run(
+            transform="modified_identity",
+            m=20,
+            depth=depth,
+            alpha=1.01 * alpha_min,
+            step_rule="theory",
+            n_iters=40,
+            log_every=1,
+        )
         s, c = res.summary, res.curve
         assert s["condition_holds"] and s["margin"] == pytest.approx(1.01 * T.C_PROOF, rel=1e-9)
         assert s["eta_used"] == s["eta_theory"]
@@ -128,6 +138,8 @@ def test_resnet_iterations_do_not_grow_with_depth_but_the_standard_net_s_do() ->
 
 def test_iterations_grow_with_kappa() -> None:
     """Cor. 3.4: T = O(kappa log 1/eps). 16x kappa costs 4-16x the iterations (spec §4.3: slope 0.85-0.93)."""
-    its = [run(kappa=kappa, m=60, depth=5, c=0.5, n_iters=3000, stop_rel=1e-7).summary["iters_rel_1e6"]
-           for kappa in (1.0, 16.0)]
+    its = [
+        run(kappa=kappa, m=60, depth=5, c=0.5, n_iters=3000, stop_rel=1e-7).summary["iters_rel_1e6"]
+        for kappa in (1.0, 16.0)
+    ]
     assert its[0] > 0 and 4 * its[0] <= its[1] <= 16 * its[0]

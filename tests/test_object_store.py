@@ -15,7 +15,10 @@ from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.store.compact import compact
 
-GRID = {"name": "s3", "blocks": [{"task": "least_squares", "params": {"n_iters": 200}, "product": {"lr": [0.01, 0.02, 9.0]}}]}
+GRID = {
+    "name": "s3",
+    "blocks": [{"task": "least_squares", "params": {"n_iters": 200}, "product": {"lr": [0.01, 0.02, 9.0]}}],
+}
 
 
 def _free_port() -> int:
@@ -64,7 +67,9 @@ def test_run_resume_status_and_compact_on_s3(s3_root: str, capsys: pytest.Captur
     assert not store.local and store.tasks() == ["least_squares"]
     assert len(store.done_ids()) == 3
     curves_before = store.read_curves("least_squares").num_rows
-    run_grid({**GRID, "blocks": [{**GRID["blocks"][0], "product": {"lr": [0.01, 0.03]}}]}, s3_root, "local", progress=False)
+    run_grid(
+        {**GRID, "blocks": [{**GRID["blocks"][0], "product": {"lr": [0.01, 0.03]}}]}, s3_root, "local", progress=False
+    )
     compact(store)
     assert len(store.done_ids()) == 4
     assert store.read_curves("least_squares").num_rows == curves_before + 200

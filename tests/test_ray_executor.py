@@ -12,7 +12,12 @@ from runner.execute.base import WorkItem
 GRID = {
     "name": "eq",
     "blocks": [
-        {"task": "least_squares", "params": {"d_in": 8, "m": 30, "n_iters": 60, "cond": 20.0}, "product": {"lr": [0.01, 0.05, 0.1, 9.0]}, "repeat": 3},
+        {
+            "task": "least_squares",
+            "params": {"d_in": 8, "m": 30, "n_iters": 60, "cond": 20.0},
+            "product": {"lr": [0.01, 0.05, 0.1, 9.0]},
+            "repeat": 3,
+        },
         {"task": "least_squares", "params": {"lr_rule": "optimal", "n_iters": 40}, "repeat": 2},
     ],
 }
@@ -41,7 +46,9 @@ def test_ray_and_local_executors_give_identical_stores(tmp_path: Path, ray_local
 def test_chunks_grow_once_run_times_are_known(ray_local: object) -> None:
     from runner.grid.spec import load_grid
 
-    grid = load_grid({"blocks": [{"task": "least_squares", "params": {"d_in": 4, "m": 10, "n_iters": 5}, "repeat": 400}]})
+    grid = load_grid(
+        {"blocks": [{"task": "least_squares", "params": {"d_in": 4, "m": 10, "n_iters": 5}, "repeat": 400}]}
+    )
     items = [WorkItem(c.run_id, c.task, c.params_json()) for c in grid.cells]
     executor = RayExecutor(workers=2, target_chunk_s=0.5)
     try:
@@ -63,9 +70,22 @@ def test_cli_driver_joins_an_existing_cluster_by_address(tmp_path: Path, ray_loc
 
     address = ray_local.get_runtime_context().gcs_address
     grid = tmp_path / "g.yaml"
-    grid.write_text(yaml.safe_dump({"name": "joined", "blocks": [{"task": "least_squares", "product": {"lr": [0.01, 0.02, 0.03]}}]}))
+    grid.write_text(
+        yaml.safe_dump({"name": "joined", "blocks": [{"task": "least_squares", "product": {"lr": [0.01, 0.02, 0.03]}}]})
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "run", str(grid), "--results", str(tmp_path / "r"), "--address", address, "--no-progress"],
+        [
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "run",
+            str(grid),
+            "--results",
+            str(tmp_path / "r"),
+            "--address",
+            address,
+            "--no-progress",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

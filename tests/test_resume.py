@@ -13,7 +13,10 @@ from runner.cli import main
 
 
 def _grid(lrs: list[float]) -> dict:
-    return {"name": "sweep", "blocks": [{"task": "least_squares", "params": {"d_in": 6, "m": 20, "n_iters": 30}, "product": {"lr": lrs}}]}
+    return {
+        "name": "sweep",
+        "blocks": [{"task": "least_squares", "params": {"d_in": 6, "m": 20, "n_iters": 30}, "product": {"lr": lrs}}],
+    }
 
 
 def _physical_rows(root: Path) -> int:
@@ -33,7 +36,13 @@ def test_second_run_executes_nothing_and_grown_grid_only_new_cells(tmp_path: Pat
 
 
 def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: Path) -> None:
-    grid = {"name": "f", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0]}}, {"task": "faulty", "params": {"x": 3.0, "fail": True}}]}
+    grid = {
+        "name": "f",
+        "blocks": [
+            {"task": "faulty", "product": {"x": [1.0, 2.0]}},
+            {"task": "faulty", "params": {"x": 3.0, "fail": True}},
+        ],
+    }
     rep = run_grid(grid, tmp_path, "local", progress=False)
     assert rep.counts == {"ok": 2, "failed": 1}
     runs = ResultStore(tmp_path).read_runs("faulty").to_pandas()

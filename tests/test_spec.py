@@ -69,7 +69,9 @@ BAD_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
-def test_bad_grid_exits_2_names_the_problem_and_writes_nothing(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_grid_exits_2_names_the_problem_and_writes_nothing(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     text, expected = BAD_CASES[case]
     grid = tmp_path / f"{case}.yaml"
     grid.write_text(text)

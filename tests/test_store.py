@@ -6,14 +6,18 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from runner.grid.schema import task_schemas
+from runner.execute.base import WorkItem
 from runner.execute.local import LocalExecutor
+from runner.execute.worker import run_item
+from runner.grid.schema import task_schemas
 from runner.grid.spec import load_grid
 from runner.store import ResultStore
-from runner.execute.base import WorkItem
-from runner.execute.worker import run_item
 
-GRID = {"blocks": [{"task": "least_squares", "params": {"d_in": 6, "m": 20, "n_iters": 200}, "product": {"lr": [0.01, 0.05, 5.0]}}]}
+GRID = {
+    "blocks": [
+        {"task": "least_squares", "params": {"d_in": 6, "m": 20, "n_iters": 200}, "product": {"lr": [0.01, 0.05, 5.0]}}
+    ]
+}
 
 
 def _records(grid_cells):
@@ -28,7 +32,17 @@ def test_written_runs_have_typed_param_summary_and_provenance_columns(tmp_path: 
     assert len(runs) == 3
     assert set(runs["status"]) == {"ok", "diverged"}
     assert runs["lr"].dtype.kind == "f" and runs["n_iters"].dtype.kind == "i"
-    for col in ("err_final", "rate_theory", "wall_s", "flops", "host", "code_version", "packages", "started", "finished"):
+    for col in (
+        "err_final",
+        "rate_theory",
+        "wall_s",
+        "flops",
+        "host",
+        "code_version",
+        "packages",
+        "started",
+        "finished",
+    ):
         assert col in runs and runs[col].notna().all(), col
     diverged = runs[runs["status"] == "diverged"].iloc[0]
     assert diverged["lr"] == 5.0 and diverged["diverged_step"] > 0
@@ -69,7 +83,13 @@ def test_temporary_and_orphan_files_are_invisible(tmp_path: Path) -> None:
 
     n = len(orphan.curve["step"])
     table = pa.table(
-        {"run_id": [orphan.run_id] * n, "batch_id": ["dead"] * n, "step": orphan.curve["step"], "err": orphan.curve["err"], "loss": orphan.curve["loss"]},
+        {
+            "run_id": [orphan.run_id] * n,
+            "batch_id": ["dead"] * n,
+            "step": orphan.curve["step"],
+            "err": orphan.curve["err"],
+            "loss": orphan.curve["loss"],
+        },
         schema=curves_schema(get_task("least_squares")),
     )
     store_curves_only.write_part(table, "curves", "task=least_squares")

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from runner.execute.base import WorkItem
+from runner.execute.worker import run_item
 from runner.grid.identity import canonical_json, run_id, validate_params
 from runner.grid.schema import curves_schema, runs_schema, task_schemas
 from runner.store import ResultStore
-from runner.execute.base import WorkItem
-from runner.execute.worker import run_item
 from tasks import RunContext, get_task
 from tasks.registry import builtin_task_names
 

@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 import pytest
 
 from runner.store import ResultStore
-from runner.tune.optuna_adapter import load_plans as load_study
 from runner.store.trials import read_trials
 from runner.tune.driver import run_study, tune
+from runner.tune.optuna_adapter import load_plans as load_study
 from runner.tune.optuna_adapter import open_storage
 
 # Depth-1 least squares with cond(X) = 3: X X^T has lambda_max = 4, lambda_min = 4/9, so the best
@@ -51,7 +51,12 @@ def test_grid_study_finds_best_constant_step_within_one_grid_step(tmp_path: Path
 
 
 def test_tpe_study_finds_best_constant_step(tmp_path: Path) -> None:
-    (report,) = tune(ls_study("ls_tpe", sampler={"name": "tpe", "seed": 1}, n_trials=40, parallel=2), tmp_path, "local", progress=False)
+    (report,) = tune(
+        ls_study("ls_tpe", sampler={"name": "tpe", "seed": 1}, n_trials=40, parallel=2),
+        tmp_path,
+        "local",
+        progress=False,
+    )
     assert report.states == {"COMPLETE": 40}
     best = report.best[0]["params"]["lr"]
     assert abs(best - lr_opt_theory(report)) / 0.45 < 0.02, best
@@ -66,7 +71,9 @@ def test_tpe_study_finds_best_constant_step(tmp_path: Path) -> None:
         assert math.isclose(json.loads(t["params_json"])["lr"], run["lr"], rel_tol=1e-15)
     members = store.read_members()
     mine = members.filter(pc.equal(members["grid"], "ls_tpe"))
-    assert set(mine["kind"].to_pylist()) == {"study"} and set(mine["run_id"].to_pylist()) == {t["run_id"] for t in trials}
+    assert set(mine["kind"].to_pylist()) == {"study"} and set(mine["run_id"].to_pylist()) == {
+        t["run_id"] for t in trials
+    }
 
 
 @pytest.mark.parametrize(
@@ -126,7 +133,10 @@ def test_run_statuses_become_trial_states(tmp_path: Path) -> None:
     faulty = {
         "name": "faults",
         "task": "faulty",
-        "space": {"x": {"type": "float", "low": 1.0, "high": 2.0, "step": 1.0}, "fail": {"type": "categorical", "choices": [False, True]}},
+        "space": {
+            "x": {"type": "float", "low": 1.0, "high": 2.0, "step": 1.0},
+            "fail": {"type": "categorical", "choices": [False, True]},
+        },
         "objective": {"metric": "square"},
         "sampler": "grid",
     }

@@ -27,7 +27,9 @@ def test_ray_pruning_channel_stops_a_bad_trial(tmp_path: Path, ray_local: object
     assert report.states == {"COMPLETE": 2, "PRUNED": 1}
     store = ResultStore(tmp_path)
     trial = read_trials(store, "ray_prune").to_pylist()[2]
-    (bad,) = [r for r in store.read_runs("least_squares", ["status", "n_steps"]).to_pylist() if r["run_id"] == trial["run_id"]]
+    (bad,) = [
+        r for r in store.read_runs("least_squares", ["status", "n_steps"]).to_pylist() if r["run_id"] == trial["run_id"]
+    ]
     assert bad["status"] == "pruned"
     # The verdict reaches the worker with its next reports (asynchronous), long before 3000 steps.
     assert 20 <= bad["n_steps"] < 1500, bad

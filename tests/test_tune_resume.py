@@ -32,7 +32,18 @@ STUDY = {
 
 
 def _cmd(study: Path, root: Path) -> list[str]:
-    return [sys.executable, "-m", "runner.cli", "tune", str(study), "--results", str(root), "--executor", "local", "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "tune",
+        str(study),
+        "--results",
+        str(root),
+        "--executor",
+        "local",
+        "--no-progress",
+    ]
 
 
 def _trials(root: Path) -> list[optuna.trial.FrozenTrial]:
@@ -54,7 +65,9 @@ def test_driver_sigkilled_mid_study_resumes_to_n_trials(tmp_path: Path) -> None:
         while time.monotonic() < deadline and proc.poll() is None:
             trials = _trials(root) if (root / "optuna.journal").exists() else []
             # A RUNNING trial with params: asked and being evaluated (not just created by ask).
-            if sum(t.state == TrialState.COMPLETE for t in trials) >= 2 + len(interrupted) and any(t.state == TrialState.RUNNING and t.params for t in trials):
+            if sum(t.state == TrialState.COMPLETE for t in trials) >= 2 + len(interrupted) and any(
+                t.state == TrialState.RUNNING and t.params for t in trials
+            ):
                 break
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)

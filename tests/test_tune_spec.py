@@ -37,31 +37,79 @@ def _with(**changes: object) -> dict:
 BAD = {
     "unknown_task": (_with(task="least_sqares"), "task", ["unknown task", "least_squares"]),
     "unknown_key": (_with(n_trial=3), "n_trial", ["valid choices: name, description, task"]),
-    "space_param_unknown": (_with(space={"learning_rate": {"type": "float", "low": 0.1, "high": 1}}), "space.learning_rate", ["does not take this param", "lr"]),
-    "space_bad_type": (_with(space={"lr": {"type": "double", "low": 0.1, "high": 1}}), "space.lr", ["float, int, categorical"]),
-    "space_extra_key": (_with(space={"lr": {"type": "float", "low": 0.1, "high": 1, "lg": True}}), "space.lr.lg", ["type, low, high, log, step, grid"]),
-    "space_bound_rejected": (_with(space={"lr": {"type": "float", "low": -1, "high": 1}}), "space.lr", ["greater than 0", "-1"]),
-    "log_needs_positive": (_with(space={"lr": {"type": "float", "low": 0, "high": 1, "log": True}}), "space.lr.low", ["low > 0"]),
+    "space_param_unknown": (
+        _with(space={"learning_rate": {"type": "float", "low": 0.1, "high": 1}}),
+        "space.learning_rate",
+        ["does not take this param", "lr"],
+    ),
+    "space_bad_type": (
+        _with(space={"lr": {"type": "double", "low": 0.1, "high": 1}}),
+        "space.lr",
+        ["float, int, categorical"],
+    ),
+    "space_extra_key": (
+        _with(space={"lr": {"type": "float", "low": 0.1, "high": 1, "lg": True}}),
+        "space.lr.lg",
+        ["type, low, high, log, step, grid"],
+    ),
+    "space_bound_rejected": (
+        _with(space={"lr": {"type": "float", "low": -1, "high": 1}}),
+        "space.lr",
+        ["greater than 0", "-1"],
+    ),
+    "log_needs_positive": (
+        _with(space={"lr": {"type": "float", "low": 0, "high": 1, "log": True}}),
+        "space.lr.low",
+        ["low > 0"],
+    ),
     "low_above_high": (_with(space={"lr": {"type": "float", "low": 2, "high": 1}}), "space.lr", ["low 2.0 > high 1.0"]),
     "fixed_and_searched": (_with(params={"lr": 0.1}), "space.lr", ["both fixed"]),
-    "bad_choice": (_with(space={"dtype": {"type": "categorical", "choices": ["float64", "float16"]}}), "space.dtype", ["float64, float32"]),
+    "bad_choice": (
+        _with(space={"dtype": {"type": "categorical", "choices": ["float64", "float16"]}}),
+        "space.dtype",
+        ["float64, float32"],
+    ),
     "variant_param": (_with(params={"lr_rule": "optimal"}), "space.lr", ["when lr_rule is 'optimal'"]),
-    "unknown_metric": (_with(objective={"metric": "err_fin"}), "objective.metric", ["no metric 'err_fin'", "err_final", "flops"]),
-    "bad_direction": (_with(objective={"metric": "err_final", "direction": "min"}), "objective.direction", ["minimize, maximize"]),
+    "unknown_metric": (
+        _with(objective={"metric": "err_fin"}),
+        "objective.metric",
+        ["no metric 'err_fin'", "err_final", "flops"],
+    ),
+    "bad_direction": (
+        _with(objective={"metric": "err_final", "direction": "min"}),
+        "objective.direction",
+        ["minimize, maximize"],
+    ),
     "unknown_sampler": (_with(sampler="tpee"), "sampler", ["tpe, cmaes, gp, grid, random"]),
-    "sampler_option": (_with(sampler={"name": "tpe", "options": {"n_startup": 3}}), "sampler.options", ["n_startup_trials"]),
+    "sampler_option": (
+        _with(sampler={"name": "tpe", "options": {"n_startup": 3}}),
+        "sampler.options",
+        ["n_startup_trials"],
+    ),
     "pruner_without_metric": (_with(pruner={"name": "median"}), "pruner.metric", ["err, loss"]),
     "pruner_bad_metric": (_with(pruner={"name": "median", "metric": "er"}), "pruner.metric", ["err, loss"]),
-    "pruner_option": (_with(pruner={"name": "median", "metric": "err", "options": {"warmup": 3}}), "pruner.options", ["n_warmup_steps"]),
+    "pruner_option": (
+        _with(pruner={"name": "median", "metric": "err", "options": {"warmup": 3}}),
+        "pruner.options",
+        ["n_warmup_steps"],
+    ),
     "two_objectives_pruned": (
         _with(objective=[{"metric": "err_final"}, {"metric": "flops"}], pruner={"name": "median", "metric": "err"}),
         "pruner.name",
         ["one objective"],
     ),
-    "cmaes_two_objectives": (_with(objective=[{"metric": "err_final"}, {"metric": "flops"}], sampler="cmaes"), "sampler.name", ["one objective"]),
+    "cmaes_two_objectives": (
+        _with(objective=[{"metric": "err_final"}, {"metric": "flops"}], sampler="cmaes"),
+        "sampler.name",
+        ["one objective"],
+    ),
     "grid_needs_points": (_with(sampler="grid"), "space.lr", ["`grid` list or a `step`"]),
     "no_trials": (_with(n_trials=None), "n_trials", ["number of trials"]),
-    "baseline_param": (_with(baselines=[{"params": {"lr_rule": "optimal", "lr": None, "foo": 1}}]), "baselines.0.params.foo", ["does not take"]),
+    "baseline_param": (
+        _with(baselines=[{"params": {"lr_rule": "optimal", "lr": None, "foo": 1}}]),
+        "baselines.0.params.foo",
+        ["does not take"],
+    ),
     "sweep_overlap": (_with(sweep={"lr": [0.1]}), "sweep.lr", ["cannot also be"]),
 }
 
@@ -76,7 +124,9 @@ def test_bad_study_names_key_and_choices(case: str) -> None:
         assert fragment in str(info.value)
 
 
-def test_cli_rejects_bad_study_with_exit_2_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rejects_bad_study_with_exit_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(_with(objective={"metric": "err_fin"})))
     root = tmp_path / "results"
@@ -98,7 +148,10 @@ def test_sweep_makes_one_study_per_value_and_baselines_merge() -> None:
     base = plans[1].baselines[0]
     assert base.params.model_dump()["lr_rule"] == "optimal" and base.params.model_dump()["n_iters"] == 20  # type: ignore[attr-defined]
     assert plans[0].baselines[0].run_id != base.run_id
-    assert plans[0].cell({"lr": 0.2}).run_id == load_study(_with(params={**GOOD["params"], "n_iters": 10}))[0].cell({"lr": 0.2}).run_id
+    assert (
+        plans[0].cell({"lr": 0.2}).run_id
+        == load_study(_with(params={**GOOD["params"], "n_iters": 10}))[0].cell({"lr": 0.2}).run_id
+    )
 
 
 def test_ready_studies_validate() -> None:

@@ -65,7 +65,17 @@ def pg_url() -> Iterator[str]:
         subprocess.run([*as_user, *args], check=True, capture_output=True, timeout=120)
 
     pg(str(bindir / "initdb"), "-A", "trust", "-U", user, "-D", str(data))
-    pg(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(workdir / "server.log"), "-w", "-o", f"-h 127.0.0.1 -p {port} -k {workdir}", "start")
+    pg(
+        str(bindir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(workdir / "server.log"),
+        "-w",
+        "-o",
+        f"-h 127.0.0.1 -p {port} -k {workdir}",
+        "start",
+    )
     try:
         pg(str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", user, "convgrid_test")
         yield f"postgresql://{user}@127.0.0.1:{port}/convgrid_test"
@@ -76,7 +86,16 @@ def pg_url() -> Iterator[str]:
 
 def _trial_set(storage: Any, name: str) -> set[tuple[Any, ...]]:
     study = optuna.load_study(study_name=name, storage=storage)
-    return {(t.number, t.state.name, json.dumps(t.params, sort_keys=True), tuple(t.values or ()), tuple(sorted(t.intermediate_values.items()))) for t in study.trials}
+    return {
+        (
+            t.number,
+            t.state.name,
+            json.dumps(t.params, sort_keys=True),
+            tuple(t.values or ()),
+            tuple(sorted(t.intermediate_values.items())),
+        )
+        for t in study.trials
+    }
 
 
 def test_journal_and_postgres_hold_the_same_trials(tmp_path: Path, pg_url: str) -> None:
@@ -106,7 +125,15 @@ def _dashboard_get(storage: str, path: str) -> Any:
     from optuna_dashboard import wsgi
 
     app = wsgi(storage)
-    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "80", "wsgi.input": BytesIO(), "wsgi.url_scheme": "http"}
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "wsgi.input": BytesIO(),
+        "wsgi.url_scheme": "http",
+    }
     status: list[str] = []
     body = b"".join(app(environ, lambda s, h, *a: status.append(s)))
     assert status[0].startswith("200"), status

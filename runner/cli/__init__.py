@@ -7,7 +7,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from runner.cli.options import add_execution_options, executor_options
@@ -19,14 +18,20 @@ if TYPE_CHECKING:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="convgrid", description="Grids of convergence experiments on Ray; results in Parquet.")
+    parser = argparse.ArgumentParser(
+        prog="convgrid", description="Grids of convergence experiments on Ray; results in Parquet."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run every cell of a grid that is not yet in the store")
-    run.add_argument("grid", nargs="?", help="grid YAML file (optional with --only: the run's params come from the store)")
+    run.add_argument(
+        "grid", nargs="?", help="grid YAML file (optional with --only: the run's params come from the store)"
+    )
     add_execution_options(run)
     run.add_argument("--retry-failed", action="store_true", help="also run again cells that failed or timed out")
-    run.add_argument("--only", action="append", metavar="RUN_ID", help="run (again) just this run id (a prefix is enough)")
+    run.add_argument(
+        "--only", action="append", metavar="RUN_ID", help="run (again) just this run id (a prefix is enough)"
+    )
     run.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
 
     tasks = sub.add_parser("tasks", help="list tasks, or one task's params")
@@ -41,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="the claims table: each paper claim decided on the stored runs")
     check.add_argument("results", nargs="?", default="results")
-    check.add_argument("--strict", action="store_true", help="exit 1 when a verdict on a complete full grid differs from the expected one")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a verdict on a complete full grid differs from the expected one",
+    )
 
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
@@ -136,7 +145,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(table.format())
     surprises = [r for r in table.results if r.surprising]
     decided = sum(r.verdict.verdict != "not enough data" for r in table.results)
-    print(f"\n{len(table.results)} claims: {decided} decided, {len(surprises)} differ from the expected verdict on complete full grids")
+    print(
+        f"\n{len(table.results)} claims: {decided} decided, {len(surprises)} differ from the expected verdict "
+        "on complete full grids"
+    )
     return 1 if args.strict and surprises else 0
 
 
@@ -153,7 +165,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return tune(args)
 
 
-COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "status": cmd_status, "compact": cmd_compact, "report": cmd_report, "check": cmd_check, "tune": cmd_tune}
+COMMANDS = {
+    "run": cmd_run,
+    "tasks": cmd_tasks,
+    "status": cmd_status,
+    "compact": cmd_compact,
+    "report": cmd_report,
+    "check": cmd_check,
+    "tune": cmd_tune,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        print("convgrid: interrupted; finished runs are in the store, rerun the same command to resume", file=sys.stderr)
+        print(
+            "convgrid: interrupted; finished runs are in the store, rerun the same command to resume", file=sys.stderr
+        )
         return 130
 
 

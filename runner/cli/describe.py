@@ -32,7 +32,14 @@ def list_tasks() -> str:
 def _bounds(field: FieldInfo) -> str:
     parts = []
     for meta in field.metadata:
-        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "len>="), ("max_length", "len<=")):
+        for attr, sym in (
+            ("ge", ">="),
+            ("gt", ">"),
+            ("le", "<="),
+            ("lt", "<"),
+            ("min_length", "len>="),
+            ("max_length", "len<="),
+        ):
             value = getattr(meta, attr, None)
             if value is not None:
                 parts.append(f"{sym}{value}")
@@ -58,7 +65,12 @@ def describe_task(name: str) -> str:
             if fname in tags:
                 continue
             default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
-            lines.append(f"  {fname:<18} {_type_name(field.annotation):<28} default {default:<12} {_bounds(field):<14} {field.description or ''}".rstrip())
+            lines.append(
+                (
+                    f"  {fname:<18} {_type_name(field.annotation):<28} default {default:<12} {_bounds(field):<14} "
+                    f"{field.description or ''}"
+                ).rstrip()
+            )
     lines.append("\nsummary: " + ", ".join(f"{k} ({v})" for k, v in task.summary_fields.items()))
     lines.append("curve:   step (int), " + ", ".join(f"{k} ({v})" for k, v in task.curve_fields.items()))
     return "\n".join(lines)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from runner.cli.options import add_execution_options, executor_options
 
+if TYPE_CHECKING:
+    from runner.tune.spec import StudyPlan
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "tune",
         help="run an Optuna study: trials are runs in the store, the study in a journal file or RDB",
@@ -16,17 +20,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("study", help="study YAML file (see docs/tuning.md)")
     add_execution_options(p, flush_every=False)  # a study writes runs as each batch is told
-    p.add_argument("--storage", default=None, help="Optuna storage: an RDB URL (postgresql://...) or a journal file path (default RESULTS/optuna.journal)")
+    p.add_argument(
+        "--storage",
+        default=None,
+        help="Optuna storage: an RDB URL (postgresql://...) or a journal file path (default RESULTS/optuna.journal)",
+    )
     p.add_argument("--n-trials", type=int, default=None, help="finished trials wanted (overrides the file)")
     p.add_argument("--parallel", type=int, default=None, help="trials per batch (overrides the file)")
-    p.add_argument("--retry-failed", action="store_true", help="run again stored runs that failed or timed out instead of telling FAIL")
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again stored runs that failed or timed out instead of telling FAIL",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the studies and what the storage holds; run nothing")
     return p
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from runner.tune.optuna_adapter import load_plans
     from runner.tune.driver import tune, with_overrides
+    from runner.tune.optuna_adapter import load_plans
 
     plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_plans(args.study)]
     if args.dry_run:
@@ -58,7 +70,7 @@ def _dashboard_target(args: argparse.Namespace) -> str:
     return str(Path(args.results) / JOURNAL_NAME)
 
 
-def _dry_run(plans: list, args: argparse.Namespace) -> int:  # type: ignore[type-arg]
+def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
     from runner.store import ResultStore
     from runner.tune.driver import open_storage
 
@@ -67,11 +79,19 @@ def _dry_run(plans: list, args: argparse.Namespace) -> int:  # type: ignore[type
 
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     for p in plans:
-        space = {k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()}
+        space = {
+            k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()
+        }
         have = existing.get(p.name)
         print(f"{p.name} ({p.source}): task {p.task}, {p.n_trials} trials, {p.parallel} per batch")
-        print(f"  objectives: {', '.join(('log10 ' if o.log else '') + o.metric + ' ' + o.direction for o in p.objectives)}")
-        print(f"  sampler: {p.sampler.name} seed {p.sampler.seed} {p.sampler.options or ''}  pruner: {p.pruner.name} {p.pruner.options or ''}")
+        print(
+            f"  objectives: "
+            f"{', '.join(('log10 ' if o.log else '') + o.metric + ' ' + o.direction for o in p.objectives)}"
+        )
+        print(
+            f"  sampler: {p.sampler.name} seed {p.sampler.seed} {p.sampler.options or ''}  "
+            f"pruner: {p.pruner.name} {p.pruner.options or ''}"
+        )
         print(f"  fixed: {json.dumps(p.fixed, sort_keys=True)}")
         print(f"  space: {json.dumps(space, sort_keys=True)}")
         if p.baselines:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 import ray
 
@@ -19,8 +20,7 @@ from runner.execute.worker import configure_threads, run_item
 from runner.store.records import RunRecord
 
 
-@ray.remote(max_restarts=-1, max_task_retries=0, concurrency_groups={"control": 1})
-class ChunkActor:
+class _ChunkActor:
     def __init__(self, threads: int, device: str) -> None:
         configure_threads(threads)
         self.threads = threads
@@ -28,7 +28,9 @@ class ChunkActor:
         self._lock = threading.Lock()
         self._current: tuple[str, float] | None = None
 
-    def run_chunk(self, items: list[WorkItem], timeout_s: float | None, reporters: ReporterFactory | None = None) -> list[RunRecord]:
+    def run_chunk(
+        self, items: list[WorkItem], timeout_s: float | None, reporters: ReporterFactory | None = None
+    ) -> list[RunRecord]:
         out = []
         for item in items:
             with self._lock:
@@ -51,3 +53,9 @@ class ChunkActor:
     @ray.method(concurrency_group="control")
     def pid(self) -> int:
         return os.getpid()
+
+
+# Applied as a call, not a decorator, so that type checkers see the plain class above and the actor
+# handle factory below as what they are (Ray's own stubs do not describe decorated actor classes).
+_OPTIONS: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "concurrency_groups": {"control": 1}}
+ChunkActor: Any = ray.remote(**_OPTIONS)(_ChunkActor)

@@ -53,7 +53,8 @@ class ReportChannel(Protocol):
     work. `close()` releases what the channel holds (a Ray actor); the channel's owner calls it.
     """
 
-    reporters: ReporterFactory
+    @property
+    def reporters(self) -> ReporterFactory: ...
 
     def batch(self) -> AbstractContextManager[None]: ...
 

@@ -7,12 +7,12 @@ driver blocked in `drain` never delays a worker's `report`.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import ray
 
 
-@ray.remote(max_concurrency=16)
-class ReportChannelActor:
+class _ReportChannelActor:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._queue: list[tuple[str, int, float]] = []
@@ -42,3 +42,8 @@ class ReportChannelActor:
         with self._cond:
             self._stopped.clear()
             self._queue.clear()
+
+
+# Threaded (max_concurrency) so that a driver blocked in `drain` never delays a worker's `report`.
+_OPTIONS: dict[str, Any] = {"max_concurrency": 16}
+ReportChannelActor: Any = ray.remote(**_OPTIONS)(_ReportChannelActor)

@@ -11,7 +11,9 @@ from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, total: int, label: str, stream: TextIO | None = None, every_s: float = 10.0, enabled: bool = True) -> None:
+    def __init__(
+        self, total: int, label: str, stream: TextIO | None = None, every_s: float = 10.0, enabled: bool = True
+    ) -> None:
         self.stream = stream or sys.stderr
         self.total = total
         self.label = label
@@ -21,7 +23,11 @@ class Progress:
         self.last_line = self.t0
         self.enabled = enabled and total > 0
         self.tty = self.stream.isatty()
-        self.bar = tqdm(total=total, desc=label, file=self.stream, unit="run", dynamic_ncols=True) if self.enabled and self.tty else None
+        self.bar = (
+            tqdm(total=total, desc=label, file=self.stream, unit="run", dynamic_ncols=True)
+            if self.enabled and self.tty
+            else None
+        )
 
     @property
     def done(self) -> int:
@@ -37,13 +43,18 @@ class Progress:
             print(self.line(), file=self.stream, flush=True)
 
     def _counts(self) -> str:
-        return " ".join(f"{k}={self.counts[k]}" for k in ("ok", "diverged", "failed", "timeout", "pruned") if self.counts[k])
+        return " ".join(
+            f"{k}={self.counts[k]}" for k in ("ok", "diverged", "failed", "timeout", "pruned") if self.counts[k]
+        )
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.t0
         rate = self.done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else float("nan")
-        return f"{self.label}: {self.done}/{self.total} {self._counts()} | {rate:.2f} run/s | elapsed {elapsed:.0f}s | eta {eta:.0f}s"
+        return (
+            f"{self.label}: {self.done}/{self.total} {self._counts()} | {rate:.2f} run/s | "
+            f"elapsed {elapsed:.0f}s | eta {eta:.0f}s"
+        )
 
     def close(self) -> None:
         if self.bar is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import socket
@@ -40,10 +41,8 @@ def code_version() -> str:
 def packages() -> str:
     found = {"python": platform.python_version()}
     for name in _PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):  # not installed: nothing to record
             found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     return json.dumps(found, sort_keys=True)
 
 

@@ -60,7 +60,6 @@ class RayExecutor:
         if self.actors:
             return
         from cluster import connect
-
         from runner.execute.learner_env import runtime_env
 
         # joining a cluster: workers elsewhere learn of external learners only through the job's runtime_env
@@ -107,7 +106,8 @@ class RayExecutor:
                     continue
                 sizer.observe(records)
                 yield records
-            if self.timeout_s is not None and time.monotonic() - last_check >= self._poll_s():
+            poll = self._poll_s()
+            if poll is not None and time.monotonic() - last_check >= poll:
                 last_check = time.monotonic()
                 yield from self._enforce_hard_timeout(pending, killed)
 
@@ -130,7 +130,9 @@ class RayExecutor:
     def _poll_s(self) -> float | None:
         return None if self.timeout_s is None else min(1.0, max(0.05, self.timeout_s / 4))
 
-    def _enforce_hard_timeout(self, pending: dict[Any, tuple[int, list[WorkItem]]], killed: set[str]) -> Iterator[list[RunRecord]]:
+    def _enforce_hard_timeout(
+        self, pending: dict[Any, tuple[int, list[WorkItem]]], killed: set[str]
+    ) -> Iterator[list[RunRecord]]:
         """Kill actors whose current run is past its deadline plus the grace period; record it as timeout."""
         import ray
 

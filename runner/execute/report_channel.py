@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from runner.execute.base import Judge, Reporter, ReportSpec, WorkItem
+from runner.execute.base import Judge, Reporter, ReporterFactory, ReportSpec, WorkItem
 
 
 def transform(value: float, log: bool) -> float:
@@ -69,7 +69,7 @@ class LocalChannel:
     """The in-process channel: reporters call the judge."""
 
     def __init__(self, judge: Judge, spec: ReportSpec) -> None:
-        self.reporters = _DirectReporters(judge, spec)
+        self.reporters: ReporterFactory = _DirectReporters(judge, spec)
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -153,7 +153,7 @@ class RayChannel:
 
         self.actor = ReportChannelActor.options(num_cpus=0).remote()
         self.judge = judge
-        self.reporters = _ActorReporters(self.actor, spec)
+        self.reporters: ReporterFactory = _ActorReporters(self.actor, spec)
 
     @contextmanager
     def batch(self) -> Iterator[None]:

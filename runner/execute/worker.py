@@ -21,6 +21,7 @@ from tasks.base import Result, RunContext
 from tasks.registry import get_task
 from tasks.status import FAILED, TIMEOUT
 
+
 def configure_threads(threads: int) -> None:
     """Pin torch (and the BLAS it calls) to `threads`: on a small machine, one actor per core with one
     thread each beats oversubscription by a wide margin."""
@@ -94,5 +95,7 @@ def run_item(
 def timeout_record(item: WorkItem, elapsed_s: float, limit_s: float, device: str = "cpu") -> RunRecord:
     """The record of a run whose worker was killed because it ignored its deadline."""
     started = datetime.now(UTC) - timedelta(seconds=elapsed_s)
-    message = f"hard timeout: the run ignored its {limit_s:g}s deadline and its worker was killed after {elapsed_s:.1f}s"
+    message = (
+        f"hard timeout: the run ignored its {limit_s:g}s deadline and its worker was killed after {elapsed_s:.1f}s"
+    )
     return _record(item, Result(status=TIMEOUT, error=message), started, elapsed_s, device)

@@ -47,7 +47,9 @@ def discriminators(task: Task) -> set[str]:
     tags: set[str] | None = None
     for model in models:
         mine = {
-            n for n, f in model.model_fields.items() if get_origin(f.annotation) is Literal and len(get_args(f.annotation)) == 1
+            n
+            for n, f in model.model_fields.items()
+            if get_origin(f.annotation) is Literal and len(get_args(f.annotation)) == 1
         }
         tags = mine if tags is None else tags & mine
     return tags or set()
@@ -69,7 +71,8 @@ def canonical_params(task: Task, params: BaseModel) -> dict[str, Any]:
             out[name] = value
             continue
         default = field.get_default(call_default_factory=True)
-        default_json = TypeAdapter(field.annotation).dump_python(default, mode="json")
+        annotation: Any = field.annotation
+        default_json = TypeAdapter(annotation).dump_python(default, mode="json")
         if value != default_json or type(value) is not type(default_json):
             out[name] = value
     return out

@@ -21,6 +21,7 @@ from tasks.registry import get_task
 
 FIELD_TYPES: dict[str, pa.DataType] = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
 
+
 def arrow_type(annotation: Any) -> pa.DataType:
     """Arrow type of a param annotation: scalars, Literals, Optional[...] and list[...] of scalars."""
     origin = get_origin(annotation)

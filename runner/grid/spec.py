@@ -159,14 +159,21 @@ def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
     try:
         task = get_task(block.task)
     except UnknownTaskError:
-        raise ConfigError(f"unknown task {block.task!r}", file=file, block=index, key="task", choices=task_names()) from None
+        raise ConfigError(
+            f"unknown task {block.task!r}", file=file, block=index, key="task", choices=task_names()
+        ) from None
     zip_groups = _zip_groups(block, file, index)
     axis_keys = [list(block.product)] + [list(g[0]) if g else [] for g in zip_groups]
     seen: set[str] = set(block.params)
     for keys in axis_keys:
         for key in keys:
             if key in seen:
-                raise ConfigError("param given more than once (params, product and zip must not overlap)", file=file, block=index, key=key)
+                raise ConfigError(
+                    "param given more than once (params, product and zip must not overlap)",
+                    file=file,
+                    block=index,
+                    key=key,
+                )
             seen.add(key)
     if block.repeat > 1 and "seed" in seen - set(block.params):
         raise ConfigError("'repeat' varies the seed; do not also sweep it", file=file, block=index, key="seed")
@@ -186,7 +193,9 @@ def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
             try:
                 params = validate_params(task, raw)
             except ValidationError as exc:
-                raise params_error(exc, task, file, index, {k: raw[k] for k in seen - set(block.params) if k in raw}) from None
+                raise params_error(
+                    exc, task, file, index, {k: raw[k] for k in seen - set(block.params) if k in raw}
+                ) from None
             except (TypeError, ValueError) as exc:  # a validator's own exception
                 raise ConfigError(str(exc), file=file, block=index) from None
             cells.append(Cell(run_id(task, params), task.name, params, index))
@@ -197,7 +206,9 @@ def load_grid(source: str | Path | Mapping[str, Any], name: str | None = None) -
     """Load and fully validate a grid from a YAML path or an already-parsed mapping."""
     file, raw, default_name = read_source(source, "grid", name)
     if not isinstance(raw, dict):
-        raise ConfigError("a grid file must be a mapping with a 'blocks' list", file=file, choices=list(GridSpec.model_fields))
+        raise ConfigError(
+            "a grid file must be a mapping with a 'blocks' list", file=file, choices=list(GridSpec.model_fields)
+        )
     try:
         spec = GridSpec.model_validate(raw)
     except ValidationError as exc:

@@ -25,7 +25,10 @@ class CompactReport:
     rows_dropped: int = 0
 
     def line(self) -> str:
-        return f"compacted {self.files_before} part files into {self.files_after}; dropped {self.rows_dropped} superseded rows"
+        return (
+            f"compacted {self.files_before} part files into {self.files_after}; "
+            f"dropped {self.rows_dropped} superseded rows"
+        )
 
 
 def _read(store: ResultStore, files: list[str], schema: pa.Schema) -> pa.Table:

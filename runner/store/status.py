@@ -43,7 +43,9 @@ def store_status(store: ResultStore) -> StatusReport:
     by_task: dict[str, Counter[str]] = defaultdict(Counter)
     for task, status in zip(runs["task"].to_pylist(), runs["status"].to_pylist(), strict=True):
         by_task[task][status] += 1
-    for rid, task, status, error in zip(*(runs[c].to_pylist() for c in ("run_id", "task", "status", "error")), strict=True):
+    for rid, task, status, error in zip(
+        *(runs[c].to_pylist() for c in ("run_id", "task", "status", "error")), strict=True
+    ):
         if status in RETRY_ON_REQUEST and error:
             report.errors.append((task, rid, error.strip().splitlines()[0]))
     members = store.read_members()

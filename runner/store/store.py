@@ -72,7 +72,9 @@ class ResultStore:
         if not self._exists(self.path("runs")):
             return []
         infos = self.fs.get_file_info(pafs.FileSelector(self.path("runs")))
-        return sorted(i.base_name.split("=", 1)[1] for i in infos if i.type == pafs.FileType.Directory and "=" in i.base_name)
+        return sorted(
+            i.base_name.split("=", 1)[1] for i in infos if i.type == pafs.FileType.Directory and "=" in i.base_name
+        )
 
     # ---- writing -------------------------------------------------------------------------------
     def write_part(self, table: pa.Table, *parts: str) -> str:

@@ -34,7 +34,9 @@ def read_trials(store: ResultStore, study: str | None = None, storage: str | Non
         table = table.filter(pc.equal(table["storage"], storage))
     if table.num_rows == 0:
         return table
-    table = table.sort_by([("storage", "ascending"), ("study", "ascending"), ("number", "ascending"), ("written", "descending")])
+    table = table.sort_by(
+        [("storage", "ascending"), ("study", "ascending"), ("number", "ascending"), ("written", "descending")]
+    )
     keys = list(zip(table["storage"].to_pylist(), table["study"].to_pylist(), table["number"].to_pylist(), strict=True))
     keep = [i == 0 or keys[i] != keys[i - 1] for i in range(len(keys))]
     return table.filter(pa.array(keep))

@@ -1,10 +1,10 @@
 """Optuna studies driven from the driver, trials evaluated by any executor, every trial a stored run.
 
-    spec.py            the study file model (knows nothing of Optuna)
-    optuna_adapter.py  the one module that speaks Optuna: samplers, pruners, storages, distributions
-    driver.py          ask -> run (through an Executor and its report channel) -> tell
-    pruning.py         the judge of intermediate values (trial.report / should_prune)
-    trials.py          a run's row -> a trial's state; the tune report
+spec.py            the study file model (knows nothing of Optuna)
+optuna_adapter.py  the one module that speaks Optuna: samplers, pruners, storages, distributions
+driver.py          ask -> run (through an Executor and its report channel) -> tell
+pruning.py         the judge of intermediate values (trial.report / should_prune)
+trials.py          a run's row -> a trial's state; the tune report
 """
 
 from __future__ import annotations

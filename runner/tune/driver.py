@@ -62,7 +62,15 @@ EXECUTOR_OPTIONS = ("address", "workers", "threads", "timeout_s", "grace_s")
 
 
 class StudyDriver:
-    def __init__(self, p: StudyPlan, store: ResultStore, storage: str | None, executor: str | Executor, options: dict[str, Any], retry_failed: bool) -> None:
+    def __init__(
+        self,
+        p: StudyPlan,
+        store: ResultStore,
+        storage: str | None,
+        executor: str | Executor,
+        options: dict[str, Any],
+        retry_failed: bool,
+    ) -> None:
         self.p, self.store, self.retry_failed = p, store, retry_failed
         storage_obj, self.label = open_storage(storage, store)
         self.study = open_study(p, storage_obj)
@@ -70,7 +78,9 @@ class StudyDriver:
         self.rows: list[dict[str, Any]] = []
         self.new_members: list[dict[str, Any]] = []
         old = store.read_members()
-        self.members = {r for g, r in zip(old["grid"].to_pylist(), old["run_id"].to_pylist(), strict=True) if g == p.name}
+        self.members = {
+            r for g, r in zip(old["grid"].to_pylist(), old["run_id"].to_pylist(), strict=True) if g == p.name
+        }
         self.hub = PruningHub()
         self.owned = isinstance(executor, str)
         self.executor = make_executor(executor, **options)
@@ -83,7 +93,9 @@ class StudyDriver:
     def member(self, cell: Cell) -> None:
         if cell.run_id not in self.members:
             self.members.add(cell.run_id)
-            self.new_members.append({**member_row(cell, self.p.name, "study", self.p.source), "added": datetime.now(UTC)})
+            self.new_members.append(
+                {**member_row(cell, self.p.name, "study", self.p.source), "added": datetime.now(UTC)}
+            )
 
     def flush(self) -> None:
         write_trials(self.store, self.rows)
@@ -129,7 +141,15 @@ class StudyDriver:
         records: list[RunRecord] = []
         with self.channel.batch() if self.channel is not None else nullcontext():
             # finished runs are persisted as they come (even when interrupted), before anyone is told
-            execute_cells(list(cells.values()), self.store, self.executor, self.p.name, progress=False, channel=self.channel, sink=records.extend)
+            execute_cells(
+                list(cells.values()),
+                self.store,
+                self.executor,
+                self.p.name,
+                progress=False,
+                channel=self.channel,
+                sink=records.extend,
+            )
         self.report.ran += len(records)
         return {r.run_id: r.row for r in records}
 
@@ -213,10 +233,24 @@ class StudyDriver:
                     continue  # one line per distinct run (a Pareto front repeats integer points)
                 seen.add(t.user_attrs.get("run_id", ""))
                 run = runs.get(t.user_attrs.get("run_id", ""), {})
-                self.report.best.append({"number": t.number, "values": t.values, "params": t.params, "run_id": t.user_attrs.get("run_id"), "metrics": {m: run.get(m) for m in metrics}})
+                self.report.best.append(
+                    {
+                        "number": t.number,
+                        "values": t.values,
+                        "params": t.params,
+                        "run_id": t.user_attrs.get("run_id"),
+                        "metrics": {m: run.get(m) for m in metrics},
+                    }
+                )
         for c in p.baselines:
             run = runs.get(c.run_id, {})
-            self.report.baselines.append({"run_id": c.run_id, "status": run.get("status", "missing"), "metrics": {m: run.get(m) for m in metrics}})
+            self.report.baselines.append(
+                {
+                    "run_id": c.run_id,
+                    "status": run.get("status", "missing"),
+                    "metrics": {m: run.get(m) for m in metrics},
+                }
+            )
 
 
 def run_study(

@@ -23,13 +23,24 @@ JOURNAL_NAME = "optuna.journal"
 def sampler_class(name: str) -> Any:
     import optuna.samplers as s
 
-    return {"tpe": s.TPESampler, "cmaes": s.CmaEsSampler, "gp": s.GPSampler, "grid": s.GridSampler, "random": s.RandomSampler}[name]
+    return {
+        "tpe": s.TPESampler,
+        "cmaes": s.CmaEsSampler,
+        "gp": s.GPSampler,
+        "grid": s.GridSampler,
+        "random": s.RandomSampler,
+    }[name]
 
 
 def pruner_class(name: str) -> Any:
     import optuna.pruners as pr
 
-    return {"nop": pr.NopPruner, "median": pr.MedianPruner, "successive_halving": pr.SuccessiveHalvingPruner, "hyperband": pr.HyperbandPruner}[name]
+    return {
+        "nop": pr.NopPruner,
+        "median": pr.MedianPruner,
+        "successive_halving": pr.SuccessiveHalvingPruner,
+        "hyperband": pr.HyperbandPruner,
+    }[name]
 
 
 def make_sampler(p: StudyPlan) -> Any:
@@ -66,9 +77,14 @@ def open_storage(storage: str | None, store: ResultStore) -> tuple[Any, str]:
         try:
             return RDBStorage(storage), redact(storage)
         except Exception as exc:  # noqa: BLE001 - a driver or connection error is the user's URL
-            raise ConfigError(f"cannot open storage {redact(storage)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}", key="--storage") from None
+            raise ConfigError(
+                f"cannot open storage {redact(storage)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
+                key="--storage",
+            ) from None
     if storage is None and not store.local:
-        raise ConfigError("an object-store results root needs --storage (an RDB URL or a journal file path)", key="--storage")
+        raise ConfigError(
+            "an object-store results root needs --storage (an RDB URL or a journal file path)", key="--storage"
+        )
     path = Path(storage) if storage is not None else Path(store.base) / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     # The lock file is Optuna's default (optuna-dashboard uses the same); a driver SIGKILLed while
@@ -82,11 +98,18 @@ def open_study(p: StudyPlan, storage: Any) -> Any:
     import optuna
 
     study = optuna.create_study(
-        storage=storage, sampler=make_sampler(p), pruner=make_pruner(p), study_name=p.name, directions=p.directions, load_if_exists=True
+        storage=storage,
+        sampler=make_sampler(p),
+        pruner=make_pruner(p),
+        study_name=p.name,
+        directions=p.directions,
+        load_if_exists=True,
     )
     have = [d.name.lower() for d in study.directions]
     if have != p.directions:
-        raise ConfigError(f"study {p.name!r} already exists in this storage with directions {have}", file=p.source, key="objective")
+        raise ConfigError(
+            f"study {p.name!r} already exists in this storage with directions {have}", file=p.source, key="objective"
+        )
     info = study.user_attrs.get("convgrid")
     if info is None:
         study.set_user_attr("convgrid", {"task": p.task, "source": p.source, "fixed": p.fixed})
@@ -94,7 +117,9 @@ def open_study(p: StudyPlan, storage: Any) -> Any:
             warnings.simplefilter("ignore")  # ExperimentalWarning; the names label the dashboard's axes
             study.set_metric_names([("log10 " if o.log else "") + o.metric for o in p.objectives])
     elif info.get("task") != p.task:
-        raise ConfigError(f"study {p.name!r} already exists in this storage for task {info.get('task')!r}", file=p.source, key="task")
+        raise ConfigError(
+            f"study {p.name!r} already exists in this storage for task {info.get('task')!r}", file=p.source, key="task"
+        )
     return study
 
 
@@ -141,12 +166,17 @@ def check_plan(plan: StudyPlan) -> StudyPlan:
     options the class takes), not after the first batch."""
     import inspect
 
-    for make, cls, key in ((make_sampler, sampler_class(plan.sampler.name), "sampler"), (make_pruner, pruner_class(plan.pruner.name), "pruner")):
+    for make, cls, key in (
+        (make_sampler, sampler_class(plan.sampler.name), "sampler"),
+        (make_pruner, pruner_class(plan.pruner.name), "pruner"),
+    ):
         try:
             make(plan)
         except (TypeError, ValueError) as exc:
             valid = [n for n in inspect.signature(cls).parameters if n not in ("self", "seed", "search_space")]
-            raise ConfigError(f"bad option for {cls.__name__}: {exc}", file=plan.source, key=f"{key}.options", choices=valid) from None
+            raise ConfigError(
+                f"bad option for {cls.__name__}: {exc}", file=plan.source, key=f"{key}.options", choices=valid
+            ) from None
     return plan
 
 

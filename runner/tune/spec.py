@@ -63,7 +63,9 @@ class Objective(_Strict):
     metric: str
     direction: Literal["minimize", "maximize"] = "minimize"
     log: bool = Field(False, description="tell log10(metric) (values <= 0 are clipped to 1e-300 first)")
-    nan_value: float | None = Field(None, description="value told when the metric is NaN/missing; None: the trial FAILs")
+    nan_value: float | None = Field(
+        None, description="value told when the metric is NaN/missing; None: the trial FAILs"
+    )
 
 
 class SamplerSpec(_Strict):
@@ -121,7 +123,7 @@ class StudyPlan:
     report: list[str] = field(default_factory=list)
 
     @property
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Literal["minimize", "maximize"]]:
         return [o.direction for o in self.objectives]
 
     @property
@@ -157,27 +159,49 @@ def _structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> Co
     err = next((e for e in errors if e["type"] == "literal_error"), errors[0])
     names = {"Objective", "list[Objective]", "SamplerSpec", "PrunerSpec"}
     loc = [str(x) for x in err["loc"]]
-    loc = [x for i, x in enumerate(loc) if not (x in names or x.startswith("literal[") or (i == 2 and loc[0] == "space" and x in ("float", "int", "categorical")))]
+    loc = [
+        x
+        for i, x in enumerate(loc)
+        if not (
+            x in names
+            or x.startswith("literal[")
+            or (i == 2 and loc[0] == "space" and x in ("float", "int", "categorical"))
+        )
+    ]
     key = ".".join(loc) or None
     choices = None
     if err["type"] == "extra_forbidden":
-        section = {"objective": Objective, "sampler": SamplerSpec, "pruner": PrunerSpec, "baselines": Baseline}
+        section: dict[str | int, type[BaseModel]] = {
+            "objective": Objective,
+            "sampler": SamplerSpec,
+            "pruner": PrunerSpec,
+            "baselines": Baseline,
+        }
         model = section.get(loc[0], StudyFile) if len(loc) > 1 else StudyFile
         if loc[0] == "space" and len(loc) > 2:
             entry = (raw.get("space") or {}).get(loc[1])
             kind = entry.get("type") if isinstance(entry, dict) else None
-            model = {"int": IntParam, "categorical": CategoricalParam}.get(str(kind), FloatParam)
+            kinds: dict[str, type[BaseModel]] = {"int": IntParam, "categorical": CategoricalParam}
+            model = kinds.get(str(kind), FloatParam)
         choices = list(model.model_fields)
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         choices = ["float", "int", "categorical"]
     elif err["type"] == "literal_error":
         choices = [c.strip(" '") for c in str(err.get("ctx", {}).get("expected", "")).replace(" or ", ",").split(",")]
-    shown = "input" in err and err["type"] not in ("extra_forbidden", "literal_error") and not isinstance(err["input"], dict)
-    message = err["msg"] + (f" (got {err['input']!r})" if shown else f" (got {err['input']!r})" if err["type"] == "literal_error" else "")
+    shown = (
+        "input" in err
+        and err["type"] not in ("extra_forbidden", "literal_error")
+        and not isinstance(err["input"], dict)
+    )
+    message = err["msg"] + (
+        f" (got {err['input']!r})" if shown else f" (got {err['input']!r})" if err["type"] == "literal_error" else ""
+    )
     return ConfigError(message, file=file, key=key, choices=choices)
 
 
-def _check_params(task: Task, raw: dict[str, Any], file: str, varied: dict[str, Any], space: Any = (), where: str = "params") -> None:
+def _check_params(
+    task: Task, raw: dict[str, Any], file: str, varied: dict[str, Any], space: Any = (), where: str = "params"
+) -> None:
     """Validate one point; the error's key is prefixed with where it came from (space or params)."""
     try:
         validate_params(task, raw)
@@ -192,7 +216,10 @@ def _check_params(task: Task, raw: dict[str, Any], file: str, varied: dict[str, 
 
 def _corners(space: dict[str, Any]) -> list[dict[str, Any]]:
     """The first point of the space, then each param at each of its extremes (others at first)."""
-    first = {n: (p.choices[0] if isinstance(p, CategoricalParam) else (p.grid[0] if p.grid else p.low)) for n, p in space.items()}
+    first = {
+        n: (p.choices[0] if isinstance(p, CategoricalParam) else (p.grid[0] if p.grid else p.low))
+        for n, p in space.items()
+    }
     out = [first]
     for n, p in space.items():
         values = p.choices if isinstance(p, CategoricalParam) else (p.grid if p.grid else [p.low, p.high])
@@ -238,17 +265,28 @@ def _check_metrics(spec: StudyFile, task: Task, objectives: list[Objective], pru
     if pruner.name == "nop":
         return
     if len(objectives) > 1:
-        raise ConfigError("Optuna's pruners work on one objective; use pruner: nop with several", file=file, key="pruner.name", choices=["nop"])
+        raise ConfigError(
+            "Optuna's pruners work on one objective; use pruner: nop with several",
+            file=file,
+            key="pruner.name",
+            choices=["nop"],
+        )
     curves = sorted(task.curve_fields)
     if pruner.metric is None:
-        raise ConfigError("a pruner needs the curve column whose values it judges", file=file, key="pruner.metric", choices=curves)
+        raise ConfigError(
+            "a pruner needs the curve column whose values it judges", file=file, key="pruner.metric", choices=curves
+        )
     if pruner.metric not in curves:
-        raise ConfigError(f"{task.name} has no curve column {pruner.metric!r}", file=file, key="pruner.metric", choices=curves)
+        raise ConfigError(
+            f"{task.name} has no curve column {pruner.metric!r}", file=file, key="pruner.metric", choices=curves
+        )
 
 
 def _check_sampler(plan: StudyPlan, file: str) -> None:
     if plan.sampler.name == "cmaes" and len(plan.objectives) > 1:
-        raise ConfigError("CMA-ES optimises one objective", file=file, key="sampler.name", choices=["tpe", "gp", "random", "grid"])
+        raise ConfigError(
+            "CMA-ES optimises one objective", file=file, key="sampler.name", choices=["tpe", "gp", "random", "grid"]
+        )
 
 
 def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
@@ -280,9 +318,20 @@ def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
             params = validate_params(task, raw)
             baselines.append(Cell(run_id(task, params), task.name, params, i + 1))
         plan = StudyPlan(
-            name=name, source=file, description=spec.description, task=task.name, fixed=fixed,
-            space=dict(spec.space), objectives=objectives, sampler=sampler, pruner=pruner,
-            n_trials=0, parallel=spec.parallel, max_failed=0, baselines=baselines, report=list(spec.report),
+            name=name,
+            source=file,
+            description=spec.description,
+            task=task.name,
+            fixed=fixed,
+            space=dict(spec.space),
+            objectives=objectives,
+            sampler=sampler,
+            pruner=pruner,
+            n_trials=0,
+            parallel=spec.parallel,
+            max_failed=0,
+            baselines=baselines,
+            report=list(spec.report),
         )
         n_trials = spec.n_trials
         if sampler.name == "grid":
@@ -304,7 +353,11 @@ def load_study(source: str | Path | dict[str, Any], name: str | None = None) -> 
     library by runner.tune.optuna_adapter.load_plans, which is what the tuner and the CLI call."""
     file, raw, default_name = read_source(source, "study", name)
     if not isinstance(raw, dict):
-        raise ConfigError("a study file must be a mapping with task, space and objective", file=file, choices=list(StudyFile.model_fields))
+        raise ConfigError(
+            "a study file must be a mapping with task, space and objective",
+            file=file,
+            choices=list(StudyFile.model_fields),
+        )
     try:
         spec = StudyFile.model_validate(raw)
     except ValidationError as exc:

@@ -12,19 +12,17 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from runner.execute.report_channel import transform
 from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.optuna_adapter import trial_states
 from runner.tune.spec import StudyPlan
+
 
 def _utc(value: datetime | None) -> datetime | None:
     if value is None:
@@ -53,7 +51,9 @@ def trial_row(study: str, storage: str, task: str, trial: Any) -> dict[str, Any]
     }
 
 
-def missing_rows(store: ResultStore, study: str, storage: str, task: str, trials: Iterable[Any]) -> list[dict[str, Any]]:
+def missing_rows(
+    store: ResultStore, study: str, storage: str, task: str, trials: Iterable[Any]
+) -> list[dict[str, Any]]:
     """Rows for finished trials that trials/ does not have yet (a killed driver's last batches)."""
     have = set(read_trials(store, study, storage)["number"].to_pylist())
     return [trial_row(study, storage, task, t) for t in trials if t.state.is_finished() and t.number not in have]
@@ -75,13 +75,19 @@ class TuneReport:
 
     def format(self) -> str:
         states = ", ".join(f"{k} {v}" for k, v in sorted(self.states.items())) or "no trials"
-        out = [f"{self.study}: {states} ({self.n_trials} finished wanted); {self.ran} runs executed, {self.from_store} trials told from the store, {self.wall_s:.1f}s"]
+        out = [
+            f"{self.study}: {states} ({self.n_trials} finished wanted); {self.ran} runs executed, "
+            f"{self.from_store} trials told from the store, {self.wall_s:.1f}s"
+        ]
         if self.recovered:
             out.append(f"  trials left RUNNING by a stopped driver, told FAIL and asked again: {self.recovered}")
         if self.stopped_early:
             out.append(f"  stopped early: {self.stopped_early}")
         for b in self.best:
-            out.append(f"  best trial {b['number']}: values {_fmt(b['values'])} params {json.dumps(b['params'])} run {b['run_id']} {_fmt(b['metrics'])}")
+            out.append(
+                f"  best trial {b['number']}: values {_fmt(b['values'])} params {json.dumps(b['params'])} "
+                f"run {b['run_id']} {_fmt(b['metrics'])}"
+            )
         for b in self.baselines:
             out.append(f"  baseline run {b['run_id']} ({b['status']}): {_fmt(b['metrics'])}")
         out.append(f"  storage {self.storage}")
@@ -116,7 +122,11 @@ def verdict(p: StudyPlan, row: dict[str, Any]) -> tuple[Any, list[float] | None,
     status = row["status"]
     if status == "ok":
         values = objective_values(p, row)
-        return (TrialState.COMPLETE, values, None) if values is not None else (TrialState.FAIL, None, "objective metric is NaN")
+        return (
+            (TrialState.COMPLETE, values, None)
+            if values is not None
+            else (TrialState.FAIL, None, "objective metric is NaN")
+        )
     if status in ("diverged", "pruned"):
         return TrialState.PRUNED, None, "run diverged" if status == "diverged" else None
     return TrialState.FAIL, None, f"run {status}"

@@ -49,7 +49,9 @@ def c_gram_eigs(p: torch.Tensor | None, prob: Problem, counter: FlopCounter) -> 
     return counter.eigvalsh(gram).double()
 
 
-def layer_gradient(slot: Slot, r: torch.Tensor, sxx: torch.Tensor, counter: FlopCounter):
+def layer_gradient(
+    slot: Slot, r: torch.Tensor, sxx: torch.Tensor, counter: FlopCounter
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, float]:
     """From R = (residual) X^T (d_out x d_in): G, A G, D = A G P, ||AGC||^2 and ||G||^2."""
     a, pm = slot.a, slot.p
     rp = r if pm is None else counter.mm(r, pm.T)
@@ -62,8 +64,16 @@ def layer_gradient(slot: Slot, r: torch.Tensor, sxx: torch.Tensor, counter: Flop
     return g, ag, d, q, g2
 
 
-def apply_update(ws: list[torch.Tensor], slot: Slot, step: float, g: torch.Tensor, ag: torch.Tensor,
-                 d: torch.Tensor, order: str, counter: FlopCounter) -> torch.Tensor:
+def apply_update(
+    ws: list[torch.Tensor],
+    slot: Slot,
+    step: float,
+    g: torch.Tensor,
+    ag: torch.Tensor,
+    d: torch.Tensor,
+    order: str,
+    counter: FlopCounter,
+) -> torch.Tensor:
     """W_i <- W_i - step G; hand A W_i(new) = AW - step AG back to a descending sweep; return M_new."""
     ws[slot.i - 1] = ws[slot.i - 1] - step * g
     counter.add(2.0 * g.numel())

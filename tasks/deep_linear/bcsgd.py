@@ -40,8 +40,9 @@ class BCSGDStats:
         self.gamma_upp = max(self.gamma_upp, g_upp)
 
 
-def bcsgd(prob: Problem, ws: list[torch.Tensor], p: BCSGDParams, counter: FlopCounter,
-          stats: BCSGDStats) -> Iterator[Update]:
+def bcsgd(
+    prob: Problem, ws: list[torch.Tensor], p: BCSGDParams, counter: FlopCounter, stats: BCSGDStats
+) -> Iterator[Update]:
     x, y, sxx = prob.x, prob.y, prob.sxx
     d_out, d_in = prob.w_ls.shape
     eta_bar = float(p.eta_bar)  # type: ignore[arg-type]

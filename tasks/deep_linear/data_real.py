@@ -134,7 +134,9 @@ def load_mnist(directory: Path, m: int, pixel_scale: str) -> tuple[np.ndarray, n
     return images.T.copy(), y, digest
 
 
-def load_real(data: str, data_path: str | None, m: int, pixel_scale: str = "unit") -> tuple[np.ndarray, np.ndarray, str]:
+def load_real(
+    data: str, data_path: str | None, m: int, pixel_scale: str = "unit"
+) -> tuple[np.ndarray, np.ndarray, str]:
     directory = resolve_dir(data, data_path)
     if data == "uci_ethanol":
         return load_uci_ethanol(directory, m)

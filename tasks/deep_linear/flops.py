@@ -101,6 +101,7 @@ def gd_iter_flops(widths: list[int]) -> float:
 
 # --- the spec's approximate formulas (section 5), n = hidden width -------------------------------
 
+
 def spec_bcgd_sweep(d_in: int, d_out: int, n: int, depth: int) -> float:
     if depth == 1:
         return 4.0 * d_out * d_in * d_in

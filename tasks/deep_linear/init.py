@@ -87,8 +87,15 @@ def balanced(widths: list[int], seed: int, std: float | None) -> LayerWeights:
     return ws
 
 
-def init_weights(init: str, widths: list[int], seed: int, dtype: torch.dtype, *, balanced_std: float | None = None,
-                 random_std: float | None = None) -> LayerWeights:
+def init_weights(
+    init: str,
+    widths: list[int],
+    seed: int,
+    dtype: torch.dtype,
+    *,
+    balanced_std: float | None = None,
+    random_std: float | None = None,
+) -> LayerWeights:
     if init == "orth_identity":
         ws = orth_identity(widths, seed)
     elif init == "orthogonal":

@@ -11,7 +11,7 @@ Width representation: `width` (one int for every hidden layer, default max(d_in,
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -46,7 +46,10 @@ class DeepLinearBase(TaskParams):
     d_in: int = Field(128, ge=1, le=100_000, description="input dimension n_0 (fixed by the data for real data)")
     d_out: int = Field(10, ge=1, le=100_000, description="output dimension n_L (fixed by the data for real data)")
     m: int = Field(
-        600, ge=1, le=10_000_000, description="number of samples; for real data the first m rows of the file (default: all)"
+        600,
+        ge=1,
+        le=10_000_000,
+        description="number of samples; for real data the first m rows of the file (default: all)",
     )
     data_seed: int | None = Field(None, description="seed of the synthetic data; None: use `seed`")
     cond_target: float | None = Field(
@@ -101,7 +104,9 @@ class DeepLinearBase(TaskParams):
     )
     tol: float = Field(1e-10, gt=0.0, description="error threshold for iters/sweeps/flops_to_tol")
     stop_at_tol: bool = Field(False, description="stop at the first iteration with err <= tol")
-    log_every: int = Field(1, ge=1, description="curve cadence in iterations (plus step 0, the tol crossing and the last)")
+    log_every: int = Field(
+        1, ge=1, description="curve cadence in iterations (plus step 0, the tol crossing and the last)"
+    )
     dtype: DType = Field("float64", description="float64 (spec G3: the 1e-10 floor needs it) or float32")
     grad_scale: Literal[1, 2] = Field(
         1,
@@ -155,7 +160,9 @@ class DeepLinearBase(TaskParams):
         if self.random_std is not None and self.init != "random":
             raise ValueError("random_std is only used with init='random'")
         if self.init == "balanced" and min(self.layer_widths()) < min(self.d_in, self.d_out):
-            raise ValueError("balanced init needs every width >= min(d_in, d_out) (it pads a rank-min(d_in,d_out) split)")
+            raise ValueError(
+                "balanced init needs every width >= min(d_in, d_out) (it pads a rank-min(d_in,d_out) split)"
+            )
         return self
 
     # --- derived quantities (not params) ---------------------------------------------------------
@@ -187,7 +194,9 @@ class BCGDParams(DeepLinearBase):
         ),
     )
     lr: float | None = Field(None, gt=0.0, description="constant step (lr_rule='const' only)")
-    eta_bar: float | None = Field(None, gt=0.0, lt=2.0, description="eta_bar in (0,2) of eq. 3.2 (lr_rule='thm32' only)")
+    eta_bar: float | None = Field(
+        None, gt=0.0, lt=2.0, description="eta_bar in (0,2) of eq. 3.2 (lr_rule='thm32' only)"
+    )
     loss: Literal["l2", "l4"] = Field("l2", description="l2: (z-b)^2/2 (all theory); l4: (z-b)^4/4 (Fig. 7 right)")
     l4_backtrack: bool = Field(
         False, description="l4 only: halve the step until the loss does not rise (spec G7 safeguard, off = faithful)"
@@ -220,7 +229,8 @@ class GDParams(DeepLinearBase):
 
     algo: Literal["gd"] = Field(description="gd: all layers per iteration, constant step")
     lr_rule: Literal["const", "du_hu"] = Field(
-        "const", description="const: lr (trial and error in the paper); du_hu: d_out / (3 L ||X||^2) (diverges, Sec. 4.1.3)"
+        "const",
+        description="const: lr (trial and error in the paper); du_hu: d_out / (3 L ||X||^2) (diverges, Sec. 4.1.3)",
     )
     lr: float | None = Field(None, gt=0.0, description="constant step (lr_rule='const' only)")
 
@@ -237,7 +247,9 @@ class BCSGDParams(DeepLinearBase):
     algo: Literal["bcsgd"] = Field(description="bcsgd: one layer and one sampled datum per iteration")
     order: Order = Field("desc", description="desc: W_L..W_1 per sweep; asc: W_1..W_L")
     eta_bar: float | None = Field(0.5, gt=0.0, lt=2.0, description="eta_bar in (0,2) of eq. 3.14")
-    tail_frac: float = Field(0.25, gt=0.0, le=1.0, description="err_tail averages err over this last fraction of iterations")
+    tail_frac: float = Field(
+        0.25, gt=0.0, le=1.0, description="err_tail averages err over this last fraction of iterations"
+    )
 
     @model_validator(mode="after")
     def _check_bcsgd(self) -> BCSGDParams:
@@ -246,5 +258,5 @@ class BCSGDParams(DeepLinearBase):
         return self
 
 
-DeepLinearParams = Annotated[Union[BCGDParams, GDParams, BCSGDParams], Field(discriminator="algo")]
-AnyParams = Union[BCGDParams, GDParams, BCSGDParams]
+DeepLinearParams = Annotated[BCGDParams | GDParams | BCSGDParams, Field(discriminator="algo")]
+AnyParams = BCGDParams | GDParams | BCSGDParams

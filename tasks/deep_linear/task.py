@@ -24,6 +24,7 @@ from tasks.deep_linear.gd import du_hu_lr, gd
 from tasks.deep_linear.init import end_to_end, init_weights
 from tasks.deep_linear.objective import L2Objective, L4Objective
 from tasks.deep_linear.params import AnyParams, BCGDParams, BCSGDParams, DeepLinearParams, GDParams
+from tasks.status import DIVERGED, OK, Status
 
 INCREASE_RTOL = 1e-10  # an iteration "increases" the error when err_new > err_old (1 + this) ...
 NOISE_FLOOR = 1e-20  # ... and err_old > this * err_0: below it (float64 floor ~1e-29) changes are rounding
@@ -68,19 +69,47 @@ class DeepLinearTask:
     version: ClassVar[str] = "1"
     Params: ClassVar[Any] = DeepLinearParams
     summary_fields: ClassVar[dict[str, FieldType]] = {
-        "err_0": "float", "err_final": "float", "err_min": "float", "err_sweep1": "float",
-        "loss_final": "float", "loss_star": "float",
-        "iters_to_tol": "int", "sweeps_to_tol": "float", "flops_to_tol": "float",
-        "n_increase": "int", "frac_increase": "float", "max_rel_increase": "float",
-        "lr_used": "float", "lr_median": "float", "lr_du_hu": "float",
-        "cond_x": "float", "kappa_x": "float", "rank_x": "int", "cond_attempts": "int", "min_width": "int",
-        "w_star_fro": "float", "init_dist_fro": "float", "l4_grad_rel": "float",
-        "rate_sweep_thm33": "float", "rate_sweep_lemma31": "float", "thm33_radius": "float",
-        "thm33_applies": "bool", "thm34_depth_rhs": "float",
-        "thm32_max_ratio": "float", "thm32_violations": "int",
-        "bcsgd_floor_low": "float", "bcsgd_floor_upp": "float", "bcsgd_m_upp": "float", "bcsgd_m_low": "float",
-        "bcsgd_gamma_low": "float", "bcsgd_gamma_upp": "float", "err_tail": "float",
-        "flops_learner": "float", "flops_metric": "float", "flops_setup": "float", "flops_per_iter": "float",
+        "err_0": "float",
+        "err_final": "float",
+        "err_min": "float",
+        "err_sweep1": "float",
+        "loss_final": "float",
+        "loss_star": "float",
+        "iters_to_tol": "int",
+        "sweeps_to_tol": "float",
+        "flops_to_tol": "float",
+        "n_increase": "int",
+        "frac_increase": "float",
+        "max_rel_increase": "float",
+        "lr_used": "float",
+        "lr_median": "float",
+        "lr_du_hu": "float",
+        "cond_x": "float",
+        "kappa_x": "float",
+        "rank_x": "int",
+        "cond_attempts": "int",
+        "min_width": "int",
+        "w_star_fro": "float",
+        "init_dist_fro": "float",
+        "l4_grad_rel": "float",
+        "rate_sweep_thm33": "float",
+        "rate_sweep_lemma31": "float",
+        "thm33_radius": "float",
+        "thm33_applies": "bool",
+        "thm34_depth_rhs": "float",
+        "thm32_max_ratio": "float",
+        "thm32_violations": "int",
+        "bcsgd_floor_low": "float",
+        "bcsgd_floor_upp": "float",
+        "bcsgd_m_upp": "float",
+        "bcsgd_m_low": "float",
+        "bcsgd_gamma_low": "float",
+        "bcsgd_gamma_upp": "float",
+        "err_tail": "float",
+        "flops_learner": "float",
+        "flops_metric": "float",
+        "flops_setup": "float",
+        "flops_per_iter": "float",
         "data_sha256": "str",
     }
     curve_fields: ClassVar[dict[str, FieldType]] = {
@@ -95,18 +124,41 @@ class DeepLinearTask:
         {"algo": "bcgd", "d_in": 16, "d_out": 4, "m": 60, "L": 5, "n_iters": 60, "seed": 1},
         {"algo": "gd", "d_in": 16, "d_out": 4, "m": 60, "L": 3, "lr": 0.05, "n_iters": 60, "log_every": 5},
         {"algo": "bcsgd", "d_in": 12, "d_out": 3, "m": 40, "L": 3, "eta_bar": 0.5, "n_iters": 60},
-        {"algo": "bcgd", "data": "gauss_bigcond", "d_in": 12, "d_out": 4, "m": 50, "L": 4, "width": 16,
-         "init": "balanced", "order": "asc", "loss": "l4", "n_iters": 40},
+        {
+            "algo": "bcgd",
+            "data": "gauss_bigcond",
+            "d_in": 12,
+            "d_out": 4,
+            "m": 50,
+            "L": 4,
+            "width": 16,
+            "init": "balanced",
+            "order": "asc",
+            "loss": "l4",
+            "n_iters": 40,
+        },
     ]
     diverging_example: ClassVar[dict[str, Any] | None] = {
-        "algo": "gd", "lr_rule": "du_hu", "d_in": 32, "d_out": 10, "m": 150, "L": 10, "n_iters": 200,
+        "algo": "gd",
+        "lr_rule": "du_hu",
+        "d_in": 32,
+        "d_out": 10,
+        "m": 150,
+        "L": 10,
+        "n_iters": 200,
     }
 
     def run(self, p: AnyParams, ctx: RunContext) -> Result:
         prob = make_problem(p)
         widths = p.layer_widths()
-        ws = init_weights(p.init, widths, p.init_seed_eff(), torch_dtype(p.dtype),
-                          balanced_std=p.balanced_std, random_std=p.random_std)
+        ws = init_weights(
+            p.init,
+            widths,
+            p.init_seed_eff(),
+            torch_dtype(p.dtype),
+            balanced_std=p.balanced_std,
+            random_std=p.random_std,
+        )
         w0 = end_to_end(ws)
         summary: dict[str, Any] = {k: NAN for k, t in self.summary_fields.items() if t == "float"}
         summary.update(theory_summary(p, prob, w0))
@@ -139,7 +191,8 @@ class DeepLinearTask:
             curve["flops"].append(counter.total)
 
         log(0, err0, NAN, 0)
-        status, diverged_step, stop = "ok", None, False
+        status: Status
+        status, diverged_step, stop = OK, None, False
         if not ctx.report(0, err=err0):
             status, stop = ctx.stop_status(), True
         prev, err, err_min = err0, err0, err0
@@ -156,7 +209,7 @@ class DeepLinearTask:
             metric_evals += 1
             lrs.append(u.lr)
             if is_diverged(err):
-                status, diverged_step = "diverged", t
+                status, diverged_step = DIVERGED, t
                 log(t, err, u.lr, u.layer)
                 break
             noisy = prev <= NOISE_FLOOR * abs(err0)
@@ -186,38 +239,67 @@ class DeepLinearTask:
             prev = err
         flops_metric = metric_evals * obj.flops_per_eval
         finite_lrs = torch.tensor([v for v in lrs if math.isfinite(v)] or [NAN], dtype=torch.float64)
-        summary.update({
-            "err_0": err0, "err_final": err, "err_min": err_min,
-            "loss_final": obj.loss(err), "loss_star": obj.loss_star,
-            "iters_to_tol": iters_to_tol,
-            "sweeps_to_tol": iters_to_tol / per_sweep if iters_to_tol >= 0 else NAN,
-            "flops_to_tol": flops_to_tol,
-            "n_increase": n_inc, "frac_increase": n_inc / t if t else 0.0, "max_rel_increase": max_inc,
-            "lr_used": lr_const, "lr_median": float(finite_lrs.median()), "lr_du_hu": du_hu_lr(prob, p.L),
-            "cond_x": prob.cond_x, "kappa_x": prob.kappa_x, "rank_x": prob.r_x,
-            "cond_attempts": prob.cond_attempts, "min_width": min(widths),
-            "w_star_fro": float(torch.linalg.matrix_norm(obj.w_star if l4 else prob.w_star)),  # type: ignore[attr-defined]
-            "l4_grad_rel": obj.grad_rel if l4 else NAN,  # type: ignore[attr-defined]
-            "thm32_max_ratio": ratio_max,
-            "thm32_violations": violations if isinstance(p, BCGDParams) and p.check_thm32 else -1,
-            "err_tail": tail_sum / tail_n if tail_n else NAN,
-            "flops_learner": counter.total, "flops_metric": flops_metric, "flops_setup": prob.setup_flops,
-            "flops_per_iter": counter.total / t if t else 0.0,
-            "data_sha256": prob.sha256,
-        })
+        summary.update(
+            {
+                "err_0": err0,
+                "err_final": err,
+                "err_min": err_min,
+                "loss_final": obj.loss(err),
+                "loss_star": obj.loss_star,
+                "iters_to_tol": iters_to_tol,
+                "sweeps_to_tol": iters_to_tol / per_sweep if iters_to_tol >= 0 else NAN,
+                "flops_to_tol": flops_to_tol,
+                "n_increase": n_inc,
+                "frac_increase": n_inc / t if t else 0.0,
+                "max_rel_increase": max_inc,
+                "lr_used": lr_const,
+                "lr_median": float(finite_lrs.median()),
+                "lr_du_hu": du_hu_lr(prob, p.L),
+                "cond_x": prob.cond_x,
+                "kappa_x": prob.kappa_x,
+                "rank_x": prob.r_x,
+                "cond_attempts": prob.cond_attempts,
+                "min_width": min(widths),
+                "w_star_fro": float(
+                    torch.linalg.matrix_norm(obj.w_star if isinstance(obj, L4Objective) else prob.w_star)
+                ),
+                "l4_grad_rel": obj.grad_rel if isinstance(obj, L4Objective) else NAN,
+                "thm32_max_ratio": ratio_max,
+                "thm32_violations": violations if isinstance(p, BCGDParams) and p.check_thm32 else -1,
+                "err_tail": tail_sum / tail_n if tail_n else NAN,
+                "flops_learner": counter.total,
+                "flops_metric": flops_metric,
+                "flops_setup": prob.setup_flops,
+                "flops_per_iter": counter.total / t if t else 0.0,
+                "data_sha256": prob.sha256,
+            }
+        )
         if isinstance(p, BCSGDParams):
+            assert p.eta_bar is not None  # BCSGDParams' validator rejects None
             half_loss_star = 0.5 * prob.loss_star * prob.m  # L(W*) of the halved loss, un-normalised
-            low, upp = theory.bcsgd_floors(float(p.eta_bar), half_loss_star, stats.m_upp, stats.m_low,  # type: ignore[arg-type]
-                                           stats.gamma_low, stats.gamma_upp, p.L)
-            summary.update({
-                "bcsgd_floor_low": low / prob.m, "bcsgd_floor_upp": upp / prob.m,
-                "bcsgd_m_upp": stats.m_upp, "bcsgd_m_low": stats.m_low,
-                "bcsgd_gamma_low": stats.gamma_low, "bcsgd_gamma_upp": stats.gamma_upp,
-            })
+            low, upp = theory.bcsgd_floors(
+                float(p.eta_bar),
+                half_loss_star,
+                stats.m_upp,
+                stats.m_low,
+                stats.gamma_low,
+                stats.gamma_upp,
+                p.L,
+            )
+            summary.update(
+                {
+                    "bcsgd_floor_low": low / prob.m,
+                    "bcsgd_floor_upp": upp / prob.m,
+                    "bcsgd_m_upp": stats.m_upp,
+                    "bcsgd_m_low": stats.m_low,
+                    "bcsgd_gamma_low": stats.gamma_low,
+                    "bcsgd_gamma_upp": stats.gamma_upp,
+                }
+            )
         else:
             summary["err_tail"] = NAN
         return Result(
-            status=status,  # type: ignore[arg-type]
+            status=status,
             summary=summary,
             curve=curve,
             flops=counter.total + flops_metric + prob.setup_flops,

@@ -47,7 +47,8 @@ def thm33_c(kappa_x: float, sigma_tilde: float, depth: int) -> float:
 
 
 def thm34_depth_rhs(sigma_min_wx: float, c: float, dist_x: float, kappa_x: float, eta_bar: float = 1.0) -> float:
-    """Right side of Thm 3.4's depth condition L >= log(sigma_min(W*X) / (c ||(W0-W*)X||)) / log(1 - eta_bar/kappa^2)."""
+    """Right side of Thm 3.4's depth condition
+    L >= log(sigma_min(W*X) / (c ||(W0-W*)X||)) / log(1 - eta_bar/kappa^2)."""
     if dist_x <= 0:
         return 0.0
     return math.log(sigma_min_wx / (c * dist_x)) / math.log(1.0 - eta_bar / kappa_x**2)
@@ -67,8 +68,9 @@ def bcsgd_gammas(kappa2_a: float, kappa2_c: float, kt2_c: float, eta_bar: float)
     return g_upp, g_low
 
 
-def bcsgd_floors(eta_bar: float, loss_star_half: float, m_upp: float, m_low: float, g_low: float, g_upp: float,
-                 depth: int) -> tuple[float, float]:
+def bcsgd_floors(
+    eta_bar: float, loss_star_half: float, m_upp: float, m_low: float, g_low: float, g_upp: float, depth: int
+) -> tuple[float, float]:
     """Limits of Thm 3.6's lower and upper bounds on E||Delta||_F^2 (un-normalised)."""
     low = eta_bar**2 * loss_star_half / (m_upp * (1.0 - g_low**depth)) if g_low < 1 else math.nan
     upp = eta_bar**2 * loss_star_half / (m_low * (1.0 - g_upp**depth)) if g_upp < 1 else math.inf

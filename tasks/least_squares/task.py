@@ -17,6 +17,7 @@ from pydantic import Field
 
 from tasks.base import FieldType, Result, RunContext, TaskParams, is_diverged, tagged_union
 from tasks.common import DType, generator, torch_dtype, with_singular_values
+from tasks.status import DIVERGED, OK, Status
 
 
 class _Common(TaskParams):
@@ -38,7 +39,9 @@ class ConstStep(_Common):
 
 
 class OptimalStep(_Common):
-    lr_rule: Literal["optimal"] = Field("optimal", description="optimal: the step is 2/(lambda_max+lambda_min) of X X^T")
+    lr_rule: Literal["optimal"] = Field(
+        "optimal", description="optimal: the step is 2/(lambda_max+lambda_min) of X X^T"
+    )
 
 
 # lr_rule picks the branch and defaults to "const", so `lr` is rejected with the optimal rule.
@@ -109,7 +112,7 @@ class LeastSquaresTask:
         losses: list[float] = []
         err0 = err_of(w)
         err = err0
-        status: str = "ok"
+        status: Status = OK
         iters_to_tol = -1
         diverged_step = None
         it = 0
@@ -117,7 +120,7 @@ class LeastSquaresTask:
             w = w - lr * (w @ sxx - syx)
             err = err_of(w)
             if is_diverged(err):
-                status, diverged_step = "diverged", it
+                status, diverged_step = DIVERGED, it
                 break
             if it % p.log_every == 0 or err <= p.tol or it == p.n_iters:
                 steps.append(it)
@@ -130,7 +133,7 @@ class LeastSquaresTask:
                 iters_to_tol = it
                 break
         return Result(
-            status=status,  # type: ignore[arg-type]
+            status=status,
             summary={
                 "err_final": err,
                 "err_0": err0,

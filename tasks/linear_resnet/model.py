@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 
 
-def init_hidden(depth: int, m: int, resnet: bool, w_var: float | None, seeds: list[torch.Generator] | None,
-                dtype: torch.dtype) -> list[torch.Tensor]:
+def init_hidden(
+    depth: int, m: int, resnet: bool, w_var: float | None, seeds: list[torch.Generator] | None, dtype: torch.dtype
+) -> list[torch.Tensor]:
     """Zero init for the ResNet (Algorithm 1); N(0, w_var) per layer for the standard net (Du & Hu).
 
     One generator per layer, so the first layers' draws do not change when the depth does.
@@ -27,9 +28,7 @@ def init_hidden(depth: int, m: int, resnet: bool, w_var: float | None, seeds: li
     if resnet:
         return [torch.zeros(m, m, dtype=dtype) for _ in range(depth)]
     assert seeds is not None and w_var is not None
-    return [
-        (torch.randn(m, m, generator=g, dtype=torch.float64) * w_var**0.5).to(dtype) for g in seeds
-    ]
+    return [(torch.randn(m, m, generator=g, dtype=torch.float64) * w_var**0.5).to(dtype) for g in seeds]
 
 
 def prefixes(ws: list[torch.Tensor], a: torch.Tensor, resnet: bool) -> list[torch.Tensor]:
@@ -41,8 +40,9 @@ def prefixes(ws: list[torch.Tensor], a: torch.Tensor, resnet: bool) -> list[torc
     return out
 
 
-def backward_gram(ws: list[torch.Tensor], b: torch.Tensor, fs: list[torch.Tensor], mmat: torch.Tensor,
-                  resnet: bool) -> list[torch.Tensor]:
+def backward_gram(
+    ws: list[torch.Tensor], b: torch.Tensor, fs: list[torch.Tensor], mmat: torch.Tensor, resnet: bool
+) -> list[torch.Tensor]:
     """grad_l = S_l^T (M F_{l-1}^T) for l = L..1 with the suffix S_L = B, S_{l-1} = S_l (I + W_l)."""
     depth = len(ws)
     grads: list[torch.Tensor] = [torch.empty(0)] * depth
@@ -55,8 +55,9 @@ def backward_gram(ws: list[torch.Tensor], b: torch.Tensor, fs: list[torch.Tensor
     return grads
 
 
-def gram_excess_grad(ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, sigma: torch.Tensor,
-                     phi: torch.Tensor, resnet: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def gram_excess_grad(
+    ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, sigma: torch.Tensor, phi: torch.Tensor, resnet: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Full-data suboptimality L(W) - L* and gradient from X X^T alone.
 
     With D = U - phi, L - L* = 1/2 tr(D Sigma D^T) (Lemma B.1) and U Sigma - Y X^T = D Sigma (normal
@@ -70,8 +71,9 @@ def gram_excess_grad(ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, s
     return excess, backward_gram(ws, b, fs, mmat, resnet)
 
 
-def gram_batch_loss_grad(ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, xb: torch.Tensor,
-                         yb: torch.Tensor, resnet: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def gram_batch_loss_grad(
+    ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor, resnet: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Batch loss 1/2 ||U X_b - Y_b||^2 and its (unscaled) gradient from the batch's Gram matrices.
 
     The normal equations do not hold on a batch, so M = U Sigma_b - C_b is formed explicitly.
@@ -86,8 +88,9 @@ def gram_batch_loss_grad(ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tenso
     return loss, backward_gram(ws, b, fs, mmat, resnet)
 
 
-def direct_loss_grad(ws: list[torch.Tensor], h0: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
-                     resnet: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+def direct_loss_grad(
+    ws: list[torch.Tensor], h0: torch.Tensor, b: torch.Tensor, y: torch.Tensor, resnet: bool
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """Loss 1/2 ||B H_L - Y||^2, the output B H_L and the gradient, from activations (h0 = A X).
 
     Returns (loss, output, grads); the caller uses the output for the exact suboptimality.
@@ -115,8 +118,9 @@ def end_to_end(ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, resnet:
     return b @ prefixes(ws, a, resnet)[-1]
 
 
-def sum_loss(ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-             resnet: bool) -> torch.Tensor:
+def sum_loss(
+    ws: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, y: torch.Tensor, resnet: bool
+) -> torch.Tensor:
     """The definition 1/2 ||B V A X - Y||_F^2, straight from the formula (the finite-difference oracle)."""
     r = end_to_end(ws, a, b, resnet) @ x - y
     return 0.5 * (r * r).sum()

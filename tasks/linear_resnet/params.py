@@ -184,7 +184,5 @@ def _default_algo(value: Any) -> Any:
     return value
 
 
-LinearResNetParams = Annotated[
-    GDParams | SGDParams, Field(discriminator="algo"), BeforeValidator(_default_algo)
-]
+LinearResNetParams = Annotated[GDParams | SGDParams, Field(discriminator="algo"), BeforeValidator(_default_algo)]
 AnyParams = GDParams | SGDParams

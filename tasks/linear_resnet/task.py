@@ -43,10 +43,11 @@ def build(p: GDParams | SGDParams) -> tuple[Setup, dict[str, Any]]:
     d0 = tf.b @ prefixes(w0, tf.a, resnet)[-1] - prob.phi
     loss0 = prob.loss_star + 0.5 * float(((d0 @ prob.sigma) * d0).sum())
     sgd = isinstance(p, SGDParams)
-    n_over_b = p.n / p.batch_size if sgd else 1.0
-    if sgd:
-        eta_theory = T.sgd_step_thm38(p.batch_size, p.n, p.depth, tf.mu_a, tf.mu_b, tf.lam_a, tf.lam_b,
-                                      prob.norm_x, prob.sigma_r, p.n_iters)
+    n_over_b = p.n / p.batch_size if isinstance(p, SGDParams) else 1.0
+    if isinstance(p, SGDParams):
+        eta_theory = T.sgd_step_thm38(
+            p.batch_size, p.n, p.depth, tf.mu_a, tf.mu_b, tf.lam_a, tf.lam_b, prob.norm_x, prob.sigma_r, p.n_iters
+        )
     else:
         eta_theory = T.gd_step_proof(p.depth, tf.lam_a, tf.lam_b, prob.norm_x, loss0)
     if p.step_rule == "normalized":
@@ -58,8 +59,9 @@ def build(p: GDParams | SGDParams) -> tuple[Setup, dict[str, Any]]:
     else:
         eta = eta_theory
     # Thm 3.8 (the SGD theorem used here) assumes L* = 0 and has sqrt(L0) and an extra n/B.
-    margin = T.margin(tf.mu_a, tf.mu_b, tf.lam_a, tf.lam_b, prob.norm_x, prob.sigma_r, loss0,
-                      0.0 if sgd else prob.loss_star, n_over_b)
+    margin = T.margin(
+        tf.mu_a, tf.mu_b, tf.lam_a, tf.lam_b, prob.norm_x, prob.sigma_r, loss0, 0.0 if sgd else prob.loss_star, n_over_b
+    )
     theory = {
         "loss_0": loss0,
         "loss_star": prob.loss_star,
@@ -90,12 +92,20 @@ def build(p: GDParams | SGDParams) -> tuple[Setup, dict[str, Any]]:
     }
     dt = torch_dtype(p.dtype)
     batch_gen = None
-    if sgd:
+    if isinstance(p, SGDParams):
         batch_gen = generator(p.seed if p.batch_seed is None else p.batch_seed, "linear_resnet", "batch")
     setup = Setup(
-        x=prob.x.to(dt), y=prob.y.to(dt), sigma=prob.sigma.to(dt), phi=prob.phi.to(dt),
-        a=tf.a.to(dt), b=tf.b.to(dt), w0=[w.to(dt) for w in w0], eta=eta,
-        loss_star=prob.loss_star, loss0=loss0, batch_gen=batch_gen,
+        x=prob.x.to(dt),
+        y=prob.y.to(dt),
+        sigma=prob.sigma.to(dt),
+        phi=prob.phi.to(dt),
+        a=tf.a.to(dt),
+        b=tf.b.to(dt),
+        w0=[w.to(dt) for w in w0],
+        eta=eta,
+        loss_star=prob.loss_star,
+        loss0=loss0,
+        batch_gen=batch_gen,
     )
     return setup, theory
 

@@ -41,8 +41,17 @@ def contraction(eta: float, depth: int, mu_a: float, mu_b: float, sigma_r: float
     return 1.0 - eta * depth * mu_a**2 * mu_b**2 * sigma_r**2 / E
 
 
-def margin(mu_a: float, mu_b: float, lam_a: float, lam_b: float, norm_x: float, sigma_r: float,
-           loss0: float, loss_star: float, n_over_batch: float = 1.0) -> float:
+def margin(
+    mu_a: float,
+    mu_b: float,
+    lam_a: float,
+    lam_b: float,
+    norm_x: float,
+    sigma_r: float,
+    loss0: float,
+    loss_star: float,
+    n_over_batch: float = 1.0,
+) -> float:
     """C_eff of spec §4.5: condition (4.1) holds iff C_eff >= C_PROOF.
 
     C_eff = [mu_A^2 mu_B^2 / (lA lB)] / [||X|| sqrt(L0 - L*) / sigma_r^2]. For SGD (Thm 3.8, which
@@ -58,8 +67,20 @@ def alpha_min_modified_identity(norm_x: float, sigma_r: float, y_sq: float, loss
     return C_PROOF * norm_x * math.sqrt(max(0.5 * y_sq - loss_star, 0.0)) / sigma_r**2
 
 
-def sgd_step_thm38(batch: int, n: int, depth: int, mu_a: float, mu_b: float, lam_a: float, lam_b: float,
-                   norm_x: float, sigma_r: float, horizon: int, delta: float = 0.1, c1: float = C1_SGD_38) -> float:
+def sgd_step_thm38(
+    batch: int,
+    n: int,
+    depth: int,
+    mu_a: float,
+    mu_b: float,
+    lam_a: float,
+    lam_b: float,
+    norm_x: float,
+    sigma_r: float,
+    horizon: int,
+    delta: float = 0.1,
+    c1: float = C1_SGD_38,
+) -> float:
     """Thm 3.8 (L* = 0): eta <= C1 B^2 mu_A^2 mu_B^2 sigma_r^2 / (L n^2 lA^4 lB^4 ||X||^4 log(T/delta))."""
     log_term = max(math.log(horizon / delta), 1e-12)
     num = c1 * batch**2 * mu_a**2 * mu_b**2 * sigma_r**2

@@ -65,8 +65,9 @@ class Trace:
                 self.rel_at_first[eps] = rel
         return rel
 
-    def log(self, t: int, excess: float, grads: list[torch.Tensor], ws: list[torch.Tensor],
-            w0: list[torch.Tensor]) -> None:
+    def log(
+        self, t: int, excess: float, grads: list[torch.Tensor], ws: list[torch.Tensor], w0: list[torch.Tensor]
+    ) -> None:
         sq = [float((g * g).sum()) for g in grads]
         dist = max(float(torch.linalg.matrix_norm(w - w_init)) for w, w_init in zip(ws, w0, strict=True))
         row = {
@@ -126,6 +127,7 @@ def run_gd(p: GDParams, s: Setup, ctx: RunContext) -> Outcome:
     ws = [w.clone() for w in s.w0]
     total = F.gram_setup(d, k, n) + F.initial_loss(m, d, k, depth, resnet)
     if p.form == "gram":
+
         def evaluate(ws: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
             return gram_excess_grad(ws, s.a, s.b, s.sigma, s.phi, resnet)
     else:
