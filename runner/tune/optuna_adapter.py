@@ -15,7 +15,15 @@ from typing import Any
 
 from runner.errors import ConfigError
 from runner.store import ResultStore
-from runner.tune.spec import CategoricalParam, IntParam, StudyPlan, load_study
+from runner.tune.spec import (
+    CategoricalParam,
+    FloatParam,
+    FloatVectorParam,
+    IntParam,
+    StudyPlan,
+    element_name,
+    load_study,
+)
 
 JOURNAL_NAME = "optuna.journal"
 
@@ -48,6 +56,22 @@ def make_sampler(p: StudyPlan) -> Any:
     if p.sampler.name == "tpe":
         # Batched asks: without the constant liar every trial of a batch would land on one point.
         opts.setdefault("constant_liar", p.parallel > 1)
+    if p.sampler.name == "cmaes" and "x0" not in opts:
+        # CMA-ES centres its first generation on the vectors' `start` (e.g. D-Minv's coefficients, all 1)
+        x0 = {
+            element_name(n, i): v
+            for n, q in p.space.items()
+            if isinstance(q, FloatVectorParam) and q.start is not None
+            for i, v in enumerate(q.start_values())
+        }
+        if x0:
+            # CMA-ES wants every numeric param in x0: the others at Optuna's own default, the middle.
+            middle = {
+                n: math.sqrt(q.low * q.high) if q.log else (q.low + q.high) / 2
+                for n, q in p.space.items()
+                if isinstance(q, FloatParam | IntParam)
+            }
+            opts["x0"] = {**middle, **x0}
     if p.sampler.name == "grid":
         return cls(p.grid(), seed=seed, **opts)
     with warnings.catch_warnings():
@@ -152,6 +176,10 @@ def distributions(plan: StudyPlan) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for name, p in plan.space.items():
+        if isinstance(p, FloatVectorParam):
+            for i in range(p.size):
+                out[element_name(name, i)] = d.FloatDistribution(p.low, p.high, log=p.log)
+            continue
         if isinstance(p, CategoricalParam):
             out[name] = d.CategoricalDistribution(p.choices)
         elif isinstance(p, IntParam):

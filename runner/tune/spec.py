@@ -56,7 +56,33 @@ class CategoricalParam(_Strict):
     choices: list[None | bool | int | float | str] = Field(min_length=1)
 
 
-SpaceParam = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
+class FloatVectorParam(_Strict):
+    """A list-valued param searched element-wise, e.g. the K*L coefficients of a learned polynomial.
+
+    The sampler sees `size` floats named `name[0]`, ..., `name[size-1]`; the task receives one list.
+    `start` (a value for every element, or one per element) is where CMA-ES centres its first
+    generation and what the space's validation point uses."""
+
+    type: Literal["float_vector"]
+    size: int = Field(ge=1, le=4096)
+    low: float
+    high: float
+    log: bool = False
+    start: float | list[float] | None = None
+
+    def start_values(self) -> list[float]:
+        if self.start is None:
+            return [self.low] * self.size
+        return list(self.start) if isinstance(self.start, list) else [self.start] * self.size
+
+
+SpaceParam = Annotated[FloatParam | IntParam | CategoricalParam | FloatVectorParam, Field(discriminator="type")]
+AnySpaceParam = FloatParam | IntParam | CategoricalParam | FloatVectorParam
+
+
+def element_name(name: str, i: int) -> str:
+    """The sampler's name of element i of a vector param (also its key in the trials/ params)."""
+    return f"{name}[{i}]"
 
 
 class Objective(_Strict):
@@ -112,7 +138,7 @@ class StudyPlan:
     description: str
     task: str
     fixed: dict[str, Any]
-    space: dict[str, FloatParam | IntParam | CategoricalParam]
+    space: dict[str, AnySpaceParam]
     objectives: list[Objective]
     sampler: SamplerSpec
     pruner: PrunerSpec
@@ -134,6 +160,8 @@ class StudyPlan:
         """The grid sampler's search space: explicit `grid` lists, int ranges, float steps, choices."""
         out: dict[str, list[Any]] = {}
         for name, p in self.space.items():
+            if isinstance(p, FloatVectorParam):
+                raise ValueError("the grid sampler cannot search a float_vector")  # refused at load time
             if isinstance(p, CategoricalParam):
                 out[name] = list(p.choices)
             elif p.grid is not None:
@@ -146,10 +174,18 @@ class StudyPlan:
                 out[name] = [p.low + i * p.step for i in range(n + 1)]
         return out
 
+    def assemble(self, sampled: dict[str, Any]) -> dict[str, Any]:
+        """The task's params from the sampler's flat values (vector elements gathered into lists)."""
+        out = {k: v for k, v in sampled.items() if "[" not in k}
+        for name, p in self.space.items():
+            if isinstance(p, FloatVectorParam):
+                out[name] = [float(sampled[element_name(name, i)]) for i in range(p.size)]
+        return out
+
     def cell(self, sampled: dict[str, Any]) -> Cell:
         """The run a trial asks for (raises pydantic.ValidationError for an invalid combination)."""
         task = get_task(self.task)
-        params = validate_params(task, {**self.fixed, **sampled})
+        params = validate_params(task, {**self.fixed, **self.assemble(sampled)})
         return Cell(run_id(task, params), task.name, params, 0)
 
 
@@ -165,7 +201,7 @@ def _structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> Co
         if not (
             x in names
             or x.startswith("literal[")
-            or (i == 2 and loc[0] == "space" and x in ("float", "int", "categorical"))
+            or (i == 2 and loc[0] == "space" and x in ("float", "int", "categorical", "float_vector"))
         )
     ]
     key = ".".join(loc) or None
@@ -181,11 +217,15 @@ def _structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> Co
         if loc[0] == "space" and len(loc) > 2:
             entry = (raw.get("space") or {}).get(loc[1])
             kind = entry.get("type") if isinstance(entry, dict) else None
-            kinds: dict[str, type[BaseModel]] = {"int": IntParam, "categorical": CategoricalParam}
+            kinds: dict[str, type[BaseModel]] = {
+                "int": IntParam,
+                "categorical": CategoricalParam,
+                "float_vector": FloatVectorParam,
+            }
             model = kinds.get(str(kind), FloatParam)
         choices = list(model.model_fields)
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        choices = ["float", "int", "categorical"]
+        choices = ["float", "int", "categorical", "float_vector"]
     elif err["type"] == "literal_error":
         choices = [c.strip(" '") for c in str(err.get("ctx", {}).get("expected", "")).replace(" or ", ",").split(",")]
     shown = (
@@ -214,17 +254,38 @@ def _check_params(
         raise ConfigError(f"{exc}; with {varied}", file=file, key=where) from None
 
 
+def _first(p: AnySpaceParam) -> Any:
+    if isinstance(p, CategoricalParam):
+        return p.choices[0]
+    if isinstance(p, FloatVectorParam):
+        return p.start_values()
+    return p.grid[0] if p.grid else p.low
+
+
+def _extremes(p: AnySpaceParam) -> list[Any]:
+    if isinstance(p, CategoricalParam):
+        return list(p.choices)
+    if isinstance(p, FloatVectorParam):
+        return [[p.low] * p.size, [p.high] * p.size]
+    return list(p.grid) if p.grid else [p.low, p.high]
+
+
 def _corners(space: dict[str, Any]) -> list[dict[str, Any]]:
     """The first point of the space, then each param at each of its extremes (others at first)."""
-    first = {
-        n: (p.choices[0] if isinstance(p, CategoricalParam) else (p.grid[0] if p.grid else p.low))
-        for n, p in space.items()
-    }
+    first = {n: _first(p) for n, p in space.items()}
     out = [first]
     for n, p in space.items():
-        values = p.choices if isinstance(p, CategoricalParam) else (p.grid if p.grid else [p.low, p.high])
-        out.extend({**first, n: v} for v in values)
+        out.extend({**first, n: v} for v in _extremes(p))
     return out
+
+
+def _check_vector(p: FloatVectorParam, sampler: str, file: str, key: str) -> None:
+    if sampler == "grid":
+        raise ConfigError("the grid sampler cannot search a float_vector", file=file, key=key)
+    if isinstance(p.start, list) and len(p.start) != p.size:
+        raise ConfigError(f"start has {len(p.start)} values, size is {p.size}", file=file, key=f"{key}.start")
+    if p.start is not None and any(not p.low <= v <= p.high for v in p.start_values()):
+        raise ConfigError(f"start values must lie in [{p.low}, {p.high}]", file=file, key=f"{key}.start")
 
 
 def _check_space(spec: StudyFile, task: Task, fixed: dict[str, Any], file: str) -> None:
@@ -232,11 +293,14 @@ def _check_space(spec: StudyFile, task: Task, fixed: dict[str, Any], file: str) 
         key = f"space.{name}"
         if name in fixed:
             raise ConfigError("param is both fixed (params) and searched (space)", file=file, key=key)
-        if isinstance(p, FloatParam | IntParam):
+        if isinstance(p, FloatParam | IntParam | FloatVectorParam):
             if p.low > p.high:
                 raise ConfigError(f"low {p.low} > high {p.high}", file=file, key=key)
             if p.log and p.low <= 0:
                 raise ConfigError("a log-scale param needs low > 0", file=file, key=f"{key}.low")
+            if isinstance(p, FloatVectorParam):
+                _check_vector(p, spec_sampler(spec), file, key)
+                continue
             if p.log and isinstance(p, FloatParam) and p.step is not None:
                 raise ConfigError("step and log cannot be combined", file=file, key=f"{key}.step")
             if p.log and isinstance(p, IntParam) and p.step != 1:

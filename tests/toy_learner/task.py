@@ -15,6 +15,7 @@ class FaultyParams(TaskParams):
     fail: bool = Field(False, description="raise inside run")
     sleep_s: float = Field(0.0, ge=0.0, description="cooperative work time (reports every 10 ms)")
     hang_s: float = Field(0.0, ge=0.0, description="time spent ignoring the deadline")
+    weights: list[float] | None = Field(None, description="if set, the result adds sum((w - 1)^2): a vector to tune")
 
 
 class FaultyTask:
@@ -39,7 +40,8 @@ class FaultyTask:
             if not ctx.report(step, value=p.x):
                 return Result(status=ctx.stop_status(), n_steps=step)
         time.sleep(p.hang_s)
-        return Result(status="ok", summary={"square": p.x * p.x}, curve={"step": [0], "value": [p.x]}, n_steps=1)
+        square = p.x * p.x + sum((w - 1.0) ** 2 for w in p.weights or [])
+        return Result(status="ok", summary={"square": square}, curve={"step": [0], "value": [p.x]}, n_steps=1)
 
 
 TASK = FaultyTask
