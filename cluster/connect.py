@@ -7,7 +7,11 @@ first, then imports it. When joining a cluster (`--address`), the host's address
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 _OWNED = False  # whether this process started the Ray instance it is connected to
@@ -22,13 +26,35 @@ def _prepare_env(embedded: bool) -> None:
 def connect(address: str | None = None, num_cpus: int | None = None, **init_kwargs: Any) -> Any:
     """Return the `ray` module, connected. address: None (embedded local), "auto", "HOST:PORT" or
     "ray://HOST:PORT" (Ray Client). An already connected process is left as it is."""
-    global _OWNED
     embedded = address is None
     _prepare_env(embedded)
     import ray
 
     if ray.is_initialized():
         return ray
+    with _keeping_signal_handlers():
+        _init(ray, embedded, address, num_cpus, init_kwargs)
+    return ray
+
+
+@contextlib.contextmanager
+def _keeping_signal_handlers() -> Iterator[None]:
+    """ray.init installs its own SIGTERM handler, which aborts the driver (exit 134) before any
+    `finally` runs; the command line's handlers (flush finished runs, then exit 143) must survive it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _init(ray: Any, embedded: bool, address: str | None, num_cpus: int | None, init_kwargs: dict[str, Any]) -> None:
+    global _OWNED
     if embedded:
         # address="local" always starts a private instance: without it, ray.init() joins whatever
         # cluster /tmp/ray/ray_current_cluster names (another user's, or a stale one that makes it fail).
@@ -46,7 +72,6 @@ def connect(address: str | None = None, num_cpus: int | None = None, **init_kwar
         if init_kwargs.get("runtime_env") is None:
             init_kwargs.pop("runtime_env", None)
         ray.init(address=address, **init_kwargs)
-    return ray
 
 
 def shutdown_if_owned() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, redact
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.progress import Progress
 from runner.grid.schema import task_schemas
@@ -45,11 +45,11 @@ class RunReport:
                     f"{self.grid}: {self.already_done} of {self.cells} cells done, {self.skipped_failed} "
                     "failed/timed out (use --retry-failed); nothing to run"
                 )
-            return f"{head} (results in {self.results})"
+            return f"{head} (results in {redact(self.results)})"
         return (
             f"{self.grid}: ran {self.executed} of {self.cells} cells in {self.wall_s:.1f}s ({counts}); "
             f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped; "
-            f"results in {self.results}"
+            f"results in {redact(self.results)}"
         )
 
 

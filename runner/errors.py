@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+import signal
 from collections.abc import Iterable
 
 
@@ -30,7 +33,42 @@ class ConfigError(Exception):
             where.append(f"block {self.block}")
         if self.key is not None:
             where.append(f"key '{self.key}'")
-        text = f"{': '.join(where)}: {self.message}"
+        text = redact(f"{': '.join(where)}: {self.message}")
         if self.choices:
             text += f" (valid choices: {', '.join(map(str, self.choices))})"
         return text
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean 'blocks'?)' for a misspelt key close to a valid one, else ''."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# Credentials a results URI, a storage URL or an object-store query string may carry: the password of
+# scheme://user:password@host, a bare token of scheme://token@host, and query values whose names say secret.
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]+)(:[^@/\s]*)?@")
+_QUERY = re.compile(
+    r"([?&;](?:password|passwd|pwd|secret|secret_key|secret_access_key|access_key|token|session_token|"
+    r"api_key|apikey|key|sig|signature|credentials?)=)[^&;#\s]*",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every credential in a URI replaced by ***: what may be printed or written anywhere."""
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@" if m.group(3) else f"{m.group(1)}***@", text)
+    return _QUERY.sub(r"\1***", text)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the process is so that it unwinds like Ctrl-C: finished runs
+    are flushed by the same `finally` blocks, workers are stopped, and the exit code says which signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)

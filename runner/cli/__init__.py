@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, executor_options
-from runner.errors import ConfigError
+from runner.cli.options import add_execution_options, check_results_root, executor_options, positive_int
+from runner.errors import ConfigError, Terminated, raise_terminated, redact
 
 if TYPE_CHECKING:
     from runner.grid.spec import Grid
@@ -33,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--only", action="append", metavar="RUN_ID", help="run (again) just this run id (a prefix is enough)"
     )
     run.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
+    run.add_argument(
+        "--max-cells",
+        type=positive_int,
+        default=None,
+        help="refuse grids of more cells than this (default CONVGRID_MAX_CELLS or 10,000,000)",
+    )
 
     tasks = sub.add_parser("tasks", help="list tasks, or one task's params")
     tasks.add_argument("name", nargs="?")
@@ -69,11 +76,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.grid is None and not args.only:
         raise ConfigError("give a grid file, or --only RUN_ID to rerun a stored run", key="grid")
     if args.grid is not None:
-        grid = load_grid(args.grid)
+        grid = load_grid(args.grid, max_cells=args.max_cells)
     else:
-        grid = Grid("rerun", args.results, "", cells_from_store(ResultStore(args.results), args.only))
+        grid = Grid("rerun", redact(str(args.results)), "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
         return _dry_run(grid, ResultStore(args.results), args.retry_failed)
+    check_results_root(args.results)
     report = run_grid(
         grid,
         args.results,
@@ -178,6 +186,9 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (schedulers, `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C: flush, stop workers.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, raise_terminated)
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
@@ -186,6 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
+    except Terminated as exc:
+        print(
+            f"convgrid: stopped by {exc}; finished runs are in the store, rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(
             "convgrid: interrupted; finished runs are in the store, rerun the same command to resume", file=sys.stderr

@@ -3,7 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import math
+import tempfile
+from pathlib import Path
 from typing import Any
+
+from runner.errors import ConfigError
+
+
+# argparse turns the ValueError of a `type` into "argument --threads: invalid positive_int value: '-2'"
+# and exit 2, before anything is written; each says what range is valid.
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a whole number >= 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
+    return value
 
 
 def add_execution_options(p: argparse.ArgumentParser, flush_every: bool = True) -> None:
@@ -12,26 +40,46 @@ def add_execution_options(p: argparse.ArgumentParser, flush_every: bool = True) 
     p.add_argument(
         "--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)"
     )
-    p.add_argument("--workers", type=int, default=None, help="number of actors (default: one per CPU slot)")
-    p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per actor (default 1)")
-    p.add_argument("--timeout", type=float, default=None, help="per-run time limit in seconds")
+    p.add_argument("--workers", type=positive_int, default=None, help="number of actors (default: one per CPU slot)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch/BLAS threads per actor (default 1)")
+    p.add_argument("--timeout", type=positive_float, default=None, help="per-run time limit in seconds")
     p.add_argument(
         "--grace",
-        type=float,
+        type=nonnegative_float,
         default=5.0,
         help="seconds a run may ignore its deadline before its actor is killed (default 5)",
     )
     if flush_every:
         p.add_argument(
-            "--flush-every", type=int, default=256, help="write a part file every N finished runs (default 256)"
+            "--flush-every",
+            type=positive_int,
+            default=256,
+            help="write a part file every N finished runs (default 256)",
         )
     p.add_argument(
         "--flush-seconds",
-        type=float,
+        type=positive_float,
         default=2.0,
         help="write parts at least every S seconds (default 2): a crash loses at most that much finished work",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+
+
+def check_results_root(results: str) -> None:
+    """A local results root must be a folder this process can write (or one it can create): checked
+    before anything runs, so a typo costs a message, not a traceback after the first batch."""
+    if "://" in results:
+        return  # an object store answers for itself
+    path = Path(results)
+    if path.exists() and not path.is_dir():
+        raise ConfigError("the results root is a file, not a folder", key="--results")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        # os.access says yes to root everywhere; a real file says what the filesystem allows.
+        with tempfile.TemporaryFile(dir=path, prefix=".convgrid-probe-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write the results root: {exc.strerror or exc}", key="--results") from None
 
 
 def executor_options(args: argparse.Namespace) -> dict[str, Any]:

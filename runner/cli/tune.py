@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, executor_options
+from runner.cli.options import add_execution_options, check_results_root, executor_options, positive_int
 
 if TYPE_CHECKING:
     from runner.tune.spec import StudyPlan
@@ -25,8 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="Optuna storage: an RDB URL (postgresql://...) or a journal file path (default RESULTS/optuna.journal)",
     )
-    p.add_argument("--n-trials", type=int, default=None, help="finished trials wanted (overrides the file)")
-    p.add_argument("--parallel", type=int, default=None, help="trials per batch (overrides the file)")
+    p.add_argument("--n-trials", type=positive_int, default=None, help="finished trials wanted (overrides the file)")
+    p.add_argument("--parallel", type=positive_int, default=None, help="trials per batch (overrides the file)")
     p.add_argument(
         "--retry-failed",
         action="store_true",
@@ -43,6 +43,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
+    check_results_root(args.results)
     reports = tune(
         plans,
         args.results,
@@ -61,12 +62,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _dashboard_target(args: argparse.Namespace) -> str:
+    """What to hand optuna-dashboard, printed: a storage URL's password stays out of terminals and logs."""
     from pathlib import Path
 
+    from runner.errors import redact
     from runner.tune.driver import JOURNAL_NAME
 
     if args.storage is not None:
-        return args.storage if "://" in args.storage else str(Path(args.storage))
+        return redact(args.storage) if "://" in args.storage else str(Path(args.storage))
     return str(Path(args.results) / JOURNAL_NAME)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import types
 import typing
 from functools import cache
@@ -87,6 +88,37 @@ def run_id(task: Task, params: BaseModel) -> str:
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:32]
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class ParamValueError(ValueError):
+    """A value pydantic accepts but a run cannot: it would change meaning (a bool read as 1), not fit
+    the store's 64-bit integer column, or not be a number JSON (hence a run id) can hold."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _check_value(key: str, raw: Any, value: Any) -> None:
+    if isinstance(raw, bool) and not isinstance(value, bool):
+        raise ParamValueError(key, f"expected a number, got {raw!r} (a bool would silently become {int(raw)})")
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        raise ParamValueError(key, f"{value} is outside the 64-bit integer range [{INT64_MIN}, {INT64_MAX}]")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ParamValueError(key, f"{value} is not a finite number")
+    if isinstance(value, list | tuple):
+        raws = raw if isinstance(raw, list | tuple) and len(raw) == len(value) else [None] * len(value)
+        for r, v in zip(raws, value, strict=True):
+            _check_value(key, r, v)
+
+
 def validate_params(task: Task, raw: dict[str, Any]) -> BaseModel:
-    """Validate raw params (raises pydantic.ValidationError)."""
-    return params_adapter(task).validate_python(raw)
+    """Validate raw params: pydantic.ValidationError for a wrong type or bound, ParamValueError for a
+    value that would change meaning or not survive the store and the run id (see _check_value)."""
+    params = params_adapter(task).validate_python(raw)
+    for key, value in params:
+        _check_value(key, raw.get(key), value)
+    return params

@@ -8,16 +8,18 @@ work starts; the first problem becomes a ConfigError that names the file, the bl
 from __future__ import annotations
 
 import itertools
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.errors import ConfigError
-from runner.grid.identity import discriminators, run_id, tag_value, validate_params, variants
+from runner.errors import ConfigError, did_you_mean
+from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
+from runner.grid.yaml_source import read_yaml
 from tasks import Task, UnknownTaskError, get_task, task_names
 
 
@@ -65,21 +67,6 @@ class Grid:
         return sorted({c.task for c in self.cells})
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file, turning every failure into a ConfigError that names the file."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"malformed YAML{where}: {problem}", file=str(path)) from None
-
-
 def read_source(source: str | Path | Mapping[str, Any], kind: str, name: str | None = None) -> tuple[str, Any, str]:
     """(file label, parsed content, default name) of a YAML path or an already-parsed mapping."""
     if isinstance(source, Mapping):
@@ -90,14 +77,20 @@ def read_source(source: str | Path | Mapping[str, Any], kind: str, name: str | N
 
 def structure_error(exc: ValidationError, model: type[BaseModel], file: str) -> ConfigError:
     """The first pydantic error of a grid/study file's structure (not of task params)."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelt key shows up twice (the required key missing, the typo extra): name the typo.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = list(err["loc"])
     block = None
     if len(loc) >= 2 and loc[0] == "blocks" and isinstance(loc[1], int):
         block, loc, model = loc[1], loc[2:], BlockSpec
     key = ".".join(str(p) for p in loc) or None
-    choices = list(model.model_fields) if err["type"] == "extra_forbidden" else None
-    return ConfigError(err["msg"], file=file, block=block, key=key, choices=choices)
+    message = err["msg"]
+    choices = None
+    if err["type"] == "extra_forbidden":
+        choices = list(model.model_fields)
+        message = "unknown key" + did_you_mean(str(loc[-1]), choices)
+    return ConfigError(message, file=file, block=block, key=key, choices=choices)
 
 
 def tagged_variants(task: Task) -> dict[str, type[BaseModel]]:
@@ -128,6 +121,7 @@ def params_error(exc: ValidationError, task: Task, file: str, block: int, cell: 
         message = f"{task.name} does not take this param"
         if branch is not None:
             message += f" when {'/'.join(sorted(discriminators(task)))} is {branch!r}"
+        message += did_you_mean(str(key), choices)
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         key = "/".join(sorted(discriminators(task)))
         choices = sorted(models)
@@ -196,14 +190,32 @@ def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
                 raise params_error(
                     exc, task, file, index, {k: raw[k] for k in seen - set(block.params) if k in raw}
                 ) from None
+            except ParamValueError as exc:
+                raise ConfigError(str(exc), file=file, block=index, key=exc.key) from None
             except (TypeError, ValueError) as exc:  # a validator's own exception
                 raise ConfigError(str(exc), file=file, block=index) from None
             cells.append(Cell(run_id(task, params), task.name, params, index))
     return cells
 
 
-def load_grid(source: str | Path | Mapping[str, Any], name: str | None = None) -> Grid:
-    """Load and fully validate a grid from a YAML path or an already-parsed mapping."""
+MAX_CELLS_ENV = "CONVGRID_MAX_CELLS"
+DEFAULT_MAX_CELLS = 10_000_000
+
+
+def max_cells_default() -> int:
+    return int(os.environ.get(MAX_CELLS_ENV, DEFAULT_MAX_CELLS))
+
+
+def block_size(block: BlockSpec) -> int:
+    """Cells a block asks for, counted from its axes without expanding them."""
+    groups = block.zip if isinstance(block.zip, list) else ([block.zip] if block.zip else [])
+    zipped = [max((len(v) for v in g.values()), default=0) for g in groups]
+    return math.prod(len(v) for v in block.product.values()) * math.prod(zipped) * block.repeat
+
+
+def load_grid(source: str | Path | Mapping[str, Any], name: str | None = None, max_cells: int | None = None) -> Grid:
+    """Load and fully validate a grid from a YAML path or an already-parsed mapping. A grid of more than
+    `max_cells` cells (default CONVGRID_MAX_CELLS or 10^7) is refused before anything is expanded."""
     file, raw, default_name = read_source(source, "grid", name)
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -213,6 +225,15 @@ def load_grid(source: str | Path | Mapping[str, Any], name: str | None = None) -
         spec = GridSpec.model_validate(raw)
     except ValidationError as exc:
         raise structure_error(exc, GridSpec, file) from None
+    limit = max_cells if max_cells is not None else max_cells_default()
+    sizes = [block_size(b) for b in spec.blocks]
+    if sum(sizes) > limit:
+        raise ConfigError(
+            f"the grid has {sum(sizes):,} cells (blocks: {', '.join(f'{s:,}' for s in sizes)}), more than the limit "
+            f"of {limit:,}; raise it with --max-cells N or {MAX_CELLS_ENV}=N",
+            file=file,
+            key="blocks",
+        )
     cells: dict[str, Cell] = {}
     for index, block in enumerate(spec.blocks):
         for cell in expand_block(block, file, index):

@@ -8,12 +8,11 @@ Used as Optuna's authors intend: `create_study(load_if_exists=True)`, its sample
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, redact
 from runner.store import ResultStore
 from runner.tune.spec import (
     CategoricalParam,
@@ -85,10 +84,6 @@ def make_pruner(p: StudyPlan) -> Any:
 
 def grid_size(p: StudyPlan) -> int:
     return math.prod(len(v) for v in p.grid().values())
-
-
-def redact(url: str) -> str:
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
 
 
 def open_storage(storage: str | None, store: ResultStore) -> tuple[Any, str]:

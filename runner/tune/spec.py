@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.errors import ConfigError
-from runner.grid.identity import run_id, validate_params
+from runner.errors import ConfigError, did_you_mean
+from runner.grid.identity import ParamValueError, run_id, validate_params
 from runner.grid.spec import Cell, params_error, read_source
 from tasks import Task, UnknownTaskError, get_task, task_names
 
@@ -29,14 +29,19 @@ SAMPLERS = ("tpe", "cmaes", "gp", "grid", "random")
 PRUNERS = ("nop", "median", "successive_halving", "hyperband")
 
 
+# Bounds of a search space must be numbers Optuna can sample between (`high: .inf` is not).
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+MAX_GRID_POINTS = 1_000_000  # the grid sampler materialises its grid; more points than this is a typo
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class FloatParam(_Strict):
     type: Literal["float"]
-    low: float
-    high: float
+    low: FiniteFloat
+    high: FiniteFloat
     log: bool = False
     step: float | None = Field(None, gt=0)
     grid: list[float] | None = Field(None, min_length=1, description="the points the grid sampler visits")
@@ -65,8 +70,8 @@ class FloatVectorParam(_Strict):
 
     type: Literal["float_vector"]
     size: int = Field(ge=1, le=4096)
-    low: float
-    high: float
+    low: FiniteFloat
+    high: FiniteFloat
     log: bool = False
     start: float | list[float] | None = None
 
@@ -192,7 +197,9 @@ class StudyPlan:
 def _structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> ConfigError:
     errors = exc.errors()
     # Of a union's alternatives, the literal one says most ("should be 'tpe', 'cmaes', ...").
-    err = next((e for e in errors if e["type"] == "literal_error"), errors[0])
+    # A misspelt key shows up twice (the required key missing, the typo extra): name the typo.
+    err = next((e for e in errors if e["type"] == "literal_error"), None)
+    err = err or next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     names = {"Objective", "list[Objective]", "SamplerSpec", "PrunerSpec"}
     loc = [str(x) for x in err["loc"]]
     loc = [
@@ -236,6 +243,8 @@ def _structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> Co
     message = err["msg"] + (
         f" (got {err['input']!r})" if shown else f" (got {err['input']!r})" if err["type"] == "literal_error" else ""
     )
+    if err["type"] == "extra_forbidden" and choices and loc:
+        message = "unknown key" + did_you_mean(loc[-1], choices)
     return ConfigError(message, file=file, key=key, choices=choices)
 
 
@@ -250,6 +259,9 @@ def _check_params(
         if error.key:
             error.key = f"{'space' if error.key in space else where}.{error.key}"
         raise error from None
+    except ParamValueError as exc:
+        prefix = "space" if exc.key in space else where
+        raise ConfigError(f"{exc}; with {varied}", file=file, key=f"{prefix}.{exc.key}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{exc}; with {varied}", file=file, key=where) from None
 
@@ -288,6 +300,30 @@ def _check_vector(p: FloatVectorParam, sampler: str, file: str, key: str) -> Non
         raise ConfigError(f"start values must lie in [{p.low}, {p.high}]", file=file, key=f"{key}.start")
 
 
+def _grid_points(p: AnySpaceParam) -> int:
+    """How many points the grid sampler would visit for one param, counted without listing them."""
+    if isinstance(p, CategoricalParam):
+        return len(p.choices)
+    if isinstance(p, FloatVectorParam):
+        return 0  # refused separately
+    if p.grid is not None:
+        return len(p.grid)
+    step = p.step or 1
+    return int(math.floor((p.high - p.low) / step + 1e-9)) + 1
+
+
+def _check_grid_size(space: dict[str, AnySpaceParam], file: str) -> None:
+    total = math.prod(_grid_points(p) for p in space.values())
+    if total > MAX_GRID_POINTS:
+        sizes = ", ".join(f"{n}: {_grid_points(p):,}" for n, p in space.items())
+        raise ConfigError(
+            f"the grid sampler's space has {total:,} points ({sizes}), more than {MAX_GRID_POINTS:,}; "
+            "use a coarser step or a grid list",
+            file=file,
+            key="space",
+        )
+
+
 def _check_space(spec: StudyFile, task: Task, fixed: dict[str, Any], file: str) -> None:
     for name, p in spec.space.items():
         key = f"space.{name}"
@@ -309,6 +345,8 @@ def _check_space(spec: StudyFile, task: Task, fixed: dict[str, Any], file: str) 
                 raise ConfigError(f"grid values must lie in [{p.low}, {p.high}]", file=file, key=f"{key}.grid")
         if isinstance(p, FloatParam) and spec_sampler(spec) == "grid" and p.grid is None and p.step is None:
             raise ConfigError("the grid sampler needs a `grid` list or a `step` for a float param", file=file, key=key)
+    if spec_sampler(spec) == "grid":
+        _check_grid_size(spec.space, file)
     for point in _corners(spec.space):
         _check_params(task, {**fixed, **point}, file, point, spec.space)
 

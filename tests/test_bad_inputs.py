@@ -1,0 +1,110 @@
+"""Bad input, as users type it: one message naming the file, block and key (or the option and its
+valid range), exit code 2, and the results root exactly as it was before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main
+from tests.conftest import files_under
+
+GRID_OK = "blocks:\n  - task: least_squares\n    params: {n_iters: 20}\n"
+STUDY_OK = (
+    "task: least_squares\nparams: {n_iters: 20}\nobjective: {metric: err_final}\nn_trials: 2\n"
+    "space:\n  lr: {type: float, low: 0.01, high: 0.5}\n"
+)
+
+# name -> (file kind, file text or bytes, extra CLI args, texts the message must contain)
+CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
+    "non_utf8": (
+        "grid",
+        b"blocks:\n  - task: least_squares\n    params: {n_iters: \xff}\n",
+        [],
+        ["not UTF-8", "line 3"],
+    ),
+    "inf_float": ("grid", GRID_OK.replace("n_iters: 20", "lr: .inf"), [], ["key 'lr'", "not a finite number"]),
+    "beyond_int64": (
+        "grid",
+        GRID_OK.replace("n_iters: 20", "seed: 9223372036854775808"),
+        [],
+        ["key 'seed'", "64-bit integer range"],
+    ),
+    "deep_nesting": ("grid", "blocks: " + "[" * 20000 + "]" * 20000 + "\n", [], ["nested too deeply"]),
+    "duplicate_key": ("grid", GRID_OK.replace("n_iters: 20", "lr: 0.1, lr: 0.2"), [], ["duplicate key 'lr'"]),
+    "bool_for_int": ("grid", GRID_OK.replace("n_iters: 20", "n_iters: true"), [], ["key 'n_iters'", "bool"]),
+    "misspelt_top_key": ("grid", GRID_OK.replace("blocks:", "blokcs:"), [], ["key 'blokcs'", "did you mean 'blocks'"]),
+    "misspelt_param": ("grid", GRID_OK.replace("n_iters", "n_itres"), [], ["key 'n_itres'", "did you mean 'n_iters'"]),
+    "too_many_cells": (
+        "grid",
+        "blocks:\n  - task: least_squares\n    product: {lr: ["
+        + ", ".join(f"0.{i + 1:04d}" for i in range(1000))
+        + "]}\n    repeat: 100000\n",
+        [],
+        ["100,000,000 cells", "--max-cells"],
+    ),
+    "negative_threads": ("grid", GRID_OK, ["--threads", "-2"], ["--threads", ">= 1"]),
+    "zero_flush_every": ("grid", GRID_OK, ["--flush-every", "0"], ["--flush-every", ">= 1"]),
+    "negative_timeout": ("grid", GRID_OK, ["--timeout", "-1"], ["--timeout", "> 0"]),
+    "study_inf_bound": ("study", STUDY_OK.replace("high: 0.5", "high: .inf"), [], ["space.lr.high", "finite"]),
+    "study_huge_grid": (
+        "study",
+        STUDY_OK.replace("high: 0.5}", "high: 0.5, step: 1.0e-12}") + "sampler: grid\n",
+        [],
+        ["points", "coarser step"],
+    ),
+    "study_misspelt_key": ("study", STUDY_OK.replace("n_trials", "n_trails"), [], ["did you mean 'n_trials'"]),
+}
+
+
+def _call(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_is_one_message_exit_2_and_nothing_written(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kind, text, extra, expected = CASES[name]
+    source = tmp_path / f"bad.{kind}.yaml"
+    if isinstance(text, bytes):
+        source.write_bytes(text)
+    else:
+        source.write_text(text)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "keep.txt").write_text("a file that was there before")
+    before = files_under(results)
+    command = "run" if kind == "grid" else "tune"
+    code, err = _call([command, str(source), "--results", str(results), "--executor", "local", *extra], capsys)
+    assert code == 2, err
+    assert "Traceback" not in err
+    for piece in expected:
+        assert piece in err, (piece, err)
+    if kind == "grid" and not extra:
+        assert str(source) in err  # the message names the file
+    assert files_under(results) == before
+
+
+def test_results_root_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID_OK)
+    root = tmp_path / "results"
+    root.write_text("not a folder")
+    code, err = _call(["run", str(grid), "--results", str(root), "--executor", "local"], capsys)
+    assert code == 2 and "key '--results'" in err and "a file, not a folder" in err
+    assert root.read_text() == "not a folder"
+
+
+def test_results_root_that_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID_OK)
+    # /sys refuses new folders even to root, where permission bits would not stop anything.
+    code, err = _call(["run", str(grid), "--results", "/sys/convgrid-results", "--executor", "local"], capsys)
+    assert code == 2 and "key '--results'" in err and "cannot write the results root" in err
+    assert not Path("/sys/convgrid-results").exists()
