@@ -47,6 +47,13 @@ def _keeping_signal_handlers() -> Iterator[None]:
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
         yield
+    except SystemExit as exc:
+        # A signal during ray.init met Ray's handler, which exits with the signal's number: hand it
+        # to the handler that was there before (the command line's flush-and-exit), as if Ray never was.
+        handler = saved.get(signal.Signals(exc.code)) if isinstance(exc.code, int) and exc.code in (15, 1) else None
+        if callable(handler):
+            handler(int(exc.code), None)  # type: ignore[arg-type]  # code checked to be an int above
+        raise
     finally:
         for signum, handler in saved.items():
             if handler is not None:

@@ -1,0 +1,54 @@
+"""SIGTERM (what schedulers and `kill` send) and SIGHUP behave like Ctrl-C: the driver flushes what
+finished, stops its workers and exits 128 + the signal, with a message instead of Ray's abort (134)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+
+def _stored(root: Path) -> list[str]:
+    if not (root / "runs").exists():
+        return []
+    return ds.dataset(root / "runs", partitioning="hive").to_table(columns=["run_id"])["run_id"].to_pylist()
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_flushes_finished_runs_and_exits_cleanly(tmp_path: Path, signum: int, code: int) -> None:
+    grid = tmp_path / "g.yaml"
+    probe = tmp_path / "finished"
+    probe.mkdir()
+    params = {"sleep_s": 0.3, "probe_dir": str(probe)}
+    blocks = [{"task": "faulty", "params": params, "product": {"x": [float(i) for i in range(60)]}}]
+    grid.write_text(yaml.safe_dump({"name": "signalled", "blocks": blocks}))
+    root = tmp_path / "results"
+    # A long flush window: whatever is stored after the signal was flushed by the signal's unwinding.
+    cmd = [sys.executable, "-m", "runner.cli", "run", str(grid), "--results", str(root), "--no-progress"]
+    proc = subprocess.Popen(
+        [*cmd, "--workers", "2", "--flush-seconds", "3600"], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 180
+    while proc.poll() is None and time.monotonic() < deadline and len(list(probe.iterdir())) < 6:
+        time.sleep(0.05)  # until some runs have finished, so that there is something to flush
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert f"stopped by {signal.Signals(signum).name}" in err and "Traceback" not in err
+    ids = _stored(root)
+    assert len(ids) == len(set(ids))
+    assert ids, "nothing that finished before the signal was stored"
+    assert len(ids) <= len(list(probe.iterdir()))  # nothing stored that did not finish
+    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{len(set(ids))} were already done" in rerun.stdout
+    final = _stored(root)
+    assert len(set(final)) == 60 and len(final) == len(set(final))
