@@ -55,6 +55,11 @@ def quartiles(values: Any) -> tuple[float, float, float]:
     return (out[0], out[1], out[2])
 
 
+def median(values: Any) -> float:
+    """Median of the non-missing `values` (inf-safe; nan when there are none)."""
+    return quartiles(values)[1]
+
+
 def seed_quartiles(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     """Per group of `by` (missing keys kept as a group, sorted): n (non-missing values), q25, median,
     q75 of `value`. Convert sentinels with `never_as_inf` first where unreached must count as worse."""

@@ -14,7 +14,7 @@ from typing import Literal
 
 import pandas as pd
 
-from analysis.aggregate import medians
+from analysis.aggregate import median, median_by, medians
 from analysis.figures import is_reduced
 from analysis.learners import learners
 from analysis.learners import module as learner_module
@@ -33,6 +33,8 @@ __all__ = [
     "VerdictText",
     "evaluate",
     "fmt",
+    "median",
+    "median_by",
     "medians",
     "registry",
 ]
@@ -163,8 +165,8 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
 
 
 # ---- helpers for claim functions ----------------------------------------------------------------
-# `medians` (seed medians, unreached = inf) lives with the other statistics; learners' claims import it
-# from here.
+# The seed statistics (`medians`: unreached = inf; `median_by`, `median`: missing skipped) live in
+# analysis.aggregate with those of the figures; learners' claims import them from here.
 
 
 def fmt(series: pd.Series, digits: int = 3) -> str:
