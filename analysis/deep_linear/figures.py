@@ -137,7 +137,8 @@ def _split(runs: pd.DataFrame, col: str) -> list[tuple[Any, pd.DataFrame]]:
     return [(v, runs[runs[col] == v]) for v in values]
 
 
-def _vs_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, title: str, panel_col: str) -> list[Path]:
+def _vs_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, title: str,
+           panel_col: str) -> list[Path]:
     parts = _split(runs, panel_col)
     fig, axes = plt.subplots(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
     by = ["algo", "lr_rule", "lr"]
@@ -212,7 +213,8 @@ def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
                 steps = first.loc[first["layer"] == layer, "step"].to_numpy()
                 pts = s[np.isin(s["x"].to_numpy(), steps)]
                 ax.plot(pts["x"], pts["med"], marker, markersize=3, fillstyle="none", color="k", alpha=0.5)
-    dims = ", ".join(sorted({f"{int(a)} -> {int(b)}, L = {int(c)}" for a, b, c in zip(runs["d_in"], runs["d_out"], runs["L"])}))
+    shapes = zip(runs["d_in"], runs["d_out"], runs["L"])
+    dims = ", ".join(sorted({f"{int(a)} -> {int(b)}, L = {int(c)}" for a, b, c in shapes}))
     fig.suptitle(f"Fig. 5: width ({dims}, descending BCGD); o: W_1 updates, *: W_(L/2) updates", fontsize=10)
     return save_figure(fig, out_dir, "fig5_width")
 

@@ -248,7 +248,8 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     return save_figure(fig, out_dir, stem)
 
 
-def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_sgd_batch") -> list[Path]:
+def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
+                    stem: str = "sweep_sgd_batch") -> list[Path]:
     """Left: SGD's final excess loss against the batch size B when L* > 0, per c, with an n/B guide.
     Right: loss - L* against iterations when L* = 0 (noise 0), one line per B."""
     runs = _done(runs)
