@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.aggregate import band, medians, never_as_inf, quartiles, seed_quartiles  # noqa: E402
+from analysis.aggregate import band, median, medians, never_as_inf, quartiles, seed_quartiles  # noqa: E402
 from analysis.figures import Figure, save_figure  # noqa: E402
 
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -104,8 +104,8 @@ def fig1_transforms(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, ste
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
-    axes[0].axhline(runs["loss_star"].median(), color="gray", ls=":", label="L* (least squares)")
-    axes[0].axhline(runs["y_sq_half"].median(), color="gray", ls="--", lw=0.8, label="||Y||^2 / 2")
+    axes[0].axhline(median(runs["loss_star"]), color="gray", ls=":", label="L* (least squares)")
+    axes[0].axhline(median(runs["y_sq_half"]), color="gray", ls="--", lw=0.8, label="||Y||^2 / 2")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}")
     return save_figure(fig, out_dir, stem)
@@ -144,7 +144,7 @@ def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: st
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
-    axes[0].axhline(runs["loss_star"].median(), color="gray", ls=":", label="L*")
+    axes[0].axhline(median(runs["loss_star"]), color="gray", ls=":", label="L*")
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, c = {_values(runs, 'c')} (eta ~ 1/L); faint: ResNet at smaller L")
     return save_figure(fig, out_dir, stem)
