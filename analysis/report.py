@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +89,8 @@ class Report:
 
     def markdown(self, out: Path, image_src: Callable[[Path], str] | None = None) -> str:
         """The report as Markdown; figures link to `image_src(path)` (default: the path relative to `out`)."""
-        src = image_src or (lambda p: os.path.relpath(p, out))
+        # quoted: a space or parenthesis in a folder name would end the Markdown link early
+        src = image_src or (lambda p: urllib.parse.quote(os.path.relpath(p, out)))
         lines = [f"# convgrid report: {code_md(self.root)}", ""]
         lines += [_row(["grid", "task", "cells", *STATUS_COLUMNS, "kind"]), "|---" * (4 + len(STATUS_COLUMNS)) + "|"]
         for s in self.sections:
