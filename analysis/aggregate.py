@@ -1,42 +1,136 @@
-"""Aggregation over seeds: median with inter-quartile range, mean with a 95% confidence interval."""
+"""Statistics over seeds, in one place: every figure, claim and report takes its medians, inter-quartile
+ranges and intervals from here, so that a number drawn in a figure and the same number quoted by a
+claim are computed the same way.
+
+Two kinds of input and their conventions:
+- scalars of runs (one value per seed, e.g. iterations to a threshold): a run that never reached the
+  threshold (a sentinel such as -1, or a missing value) is best counted as +inf (`never_as_inf`), so
+  that it can only make the median worse instead of dropping out; quartiles are inf-safe.
+- curves (one value per run and step): a non-finite value (a diverged step) is missing, so the band
+  of a group is drawn from the runs still finite at that step.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+QUARTILES = (0.25, 0.5, 0.75)
 
-def over_seeds(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95) -> pd.DataFrame:
-    """Per group of `by`: n, median, q25, q75, mean and the t-interval of the mean of `value`."""
 
-    def summarise(x: pd.Series) -> pd.Series:
-        x = x.dropna().astype(float)
-        n = len(x)
-        mean = float(x.mean()) if n else np.nan
-        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * x.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan
-        return pd.Series(
-            {
-                "n": n,
-                "median": float(x.median()) if n else np.nan,
-                "q25": float(x.quantile(0.25)) if n else np.nan,
-                "q75": float(x.quantile(0.75)) if n else np.nan,
-                "mean": mean,
-                "ci_low": mean - half,
-                "ci_high": mean + half,
-            }
-        )
+def never_as_inf(values: pd.Series, never: float | None = -1) -> pd.Series:
+    """`values` as floats with a missing value, and the `never` sentinel where given, replaced by +inf."""
+    out = values.astype(float).fillna(np.inf)
+    return out.where(out != never, np.inf) if never is not None else out
 
-    out = frame.groupby(list(by), dropna=False)[value].apply(summarise).unstack()
-    out["n"] = out["n"].astype(int)
+
+def quartiles(values: Any) -> tuple[float, float, float]:
+    """(q25, median, q75) of the non-missing `values`, linear between order statistics as numpy and
+    pandas do, but safe with infinities: numpy's lerp turns (inf - inf) * 0 into nan, here a quantile
+    that falls on an order statistic is that statistic and one next to +inf is +inf. The median is
+    (a + b) / 2 of the two middle values, bit for bit pandas' median."""
+    v = np.sort(np.asarray(values, dtype=float).ravel())
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return (np.nan, np.nan, np.nan)
+    out = []
+    for q in QUARTILES:
+        pos = q * (v.size - 1)
+        lo = int(np.floor(pos))
+        t = pos - lo
+        a = float(v[lo])
+        b = float(v[min(lo + 1, v.size - 1)])
+        if t == 0 or a == b:
+            out.append(a)
+        elif np.isinf(a) or np.isinf(b):
+            out.append(b if np.isinf(b) else a)  # +inf above wins; -inf below wins
+        elif t == 0.5:
+            out.append((a + b) / 2)
+        else:
+            out.append(a + (b - a) * t)
+    return (out[0], out[1], out[2])
+
+
+def median(values: Any) -> float:
+    """Median of the non-missing `values` (inf-safe; nan when there are none)."""
+    return quartiles(values)[1]
+
+
+def seed_quartiles(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
+    """Per group of `by` (missing keys kept as a group, sorted): n (non-missing values), q25, median,
+    q75 of `value`. Convert sentinels with `never_as_inf` first where unreached must count as worse."""
+    rows = []
+    for key, grp in frame.groupby(list(by), dropna=False, sort=True):
+        keys = key if isinstance(key, tuple) else (key,)
+        q25, med, q75 = quartiles(grp[value])
+        rows.append((*keys, int(grp[value].notna().sum()), q25, med, q75))
+    return pd.DataFrame(rows, columns=[*by, "n", "q25", "median", "q75"])
+
+
+def median_by(values: pd.Series, keys: Sequence[pd.Series] | pd.Series) -> pd.Series:
+    """Median of `values` per group of `keys` (missing values skipped; groups with a missing key dropped),
+    indexed by the keys: the seed median a claim quotes."""
+    return values.astype(float).groupby(keys if isinstance(keys, pd.Series) else list(keys)).median()
+
+
+def medians(runs: pd.DataFrame, by: Sequence[str], value: str, never: float | None = -1) -> pd.Series:
+    """Median of `value` over seeds per group. A run that never reached the threshold (`never`, e.g.
+    -1, or a missing value) counts as inf, so it can only make the median worse, never drop out."""
+    return median_by(never_as_inf(runs[value], never), [runs[b] for b in by])
+
+
+def median_table(runs: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
+    """Median (over seeds, missing values skipped) of several summary columns per group, with n_runs."""
+    g = runs.groupby(list(by), dropna=False)
+    out = g[list(cols)].median()
+    out["n_runs"] = g.size()
+    return out.reset_index()
+
+
+def band(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
+    """Per group of `by`: median, q25, q75 and n (finite values) of `value`, inf counted as missing:
+    the band of a curve over seeds at each step (vectorised; curves have many steps)."""
+    finite = frame.assign(**{value: frame[value].astype(float).replace([np.inf, -np.inf], np.nan)})
+    grouped = finite.groupby(list(by), dropna=False, sort=True)[value]
+    out = pd.DataFrame(
+        {
+            "median": grouped.median(),
+            "q25": grouped.quantile(0.25),
+            "q75": grouped.quantile(0.75),
+            "n": grouped.count(),
+        }
+    )
     return out.reset_index()
 
 
 def curve_band(curves: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str], x: str, y: str) -> pd.DataFrame:
     """Median and IQR of curve column `y` at each `x`, per group of run params `by` (seeds pooled)."""
     merged = curves.merge(runs[["run_id", *by]], on="run_id")
-    grouped = merged.groupby([*by, x], dropna=False)[y]
-    band = grouped.agg(median="median", q25=lambda s: s.quantile(0.25), q75=lambda s: s.quantile(0.75), n="count")
-    return band.reset_index()
+    return band(merged, [*by, x], y)
+
+
+def mean_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the Student-t interval of the mean of the non-missing `values`."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return (np.nan, np.nan, np.nan)
+    mean = float(v.mean())
+    if v.size < 2:
+        return (mean, np.nan, np.nan)
+    half = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return (mean, mean - half, mean + half)
+
+
+def over_seeds(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95) -> pd.DataFrame:
+    """Per group of `by`: n, median, q25, q75, mean and the t-interval of the mean of `value`."""
+    out = seed_quartiles(frame, by, value)
+    intervals = [
+        mean_interval(grp[value], confidence) for _, grp in frame.groupby(list(by), dropna=False, sort=True)
+    ]
+    out[["mean", "ci_low", "ci_high"]] = pd.DataFrame(intervals, index=out.index)
+    return out[[*by, "n", "median", "q25", "q75", "mean", "ci_low", "ci_high"]]

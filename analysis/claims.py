@@ -12,14 +12,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
 import pandas as pd
 
+from analysis.aggregate import median, median_by, medians
 from analysis.figures import is_reduced
-from analysis.load import curves as load_curves
 from analysis.learners import learners
 from analysis.learners import module as learner_module
+from analysis.load import curves as load_curves
 from analysis.load import load, members
+
+__all__ = [
+    "FAILS",
+    "HOLDS",
+    "NO_DATA",
+    "Check",
+    "Claim",
+    "ClaimResult",
+    "ClaimsTable",
+    "Verdict",
+    "VerdictText",
+    "evaluate",
+    "fmt",
+    "median",
+    "median_by",
+    "medians",
+    "registry",
+]
 
 VerdictText = Literal["holds", "does not hold", "not enough data"]
 HOLDS: VerdictText = "holds"
@@ -147,16 +165,12 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
 
 
 # ---- helpers for claim functions ----------------------------------------------------------------
-def medians(runs: pd.DataFrame, by: Sequence[str], value: str, never: float | None = -1) -> pd.Series:
-    """Median of `value` over seeds per group. A run that never reached the threshold (`never`, e.g.
-    -1, or a missing value) counts as inf, so it can only make the median worse, never drop out."""
-    values = runs[value].astype(float).fillna(np.inf)
-    if never is not None:
-        values = values.where(values != never, np.inf)
-    return values.groupby([runs[b] for b in by]).median()
+# The seed statistics (`medians`: unreached = inf; `median_by`, `median`: missing skipped) live in
+# analysis.aggregate with those of the figures; learners' claims import them from here.
 
 
 def fmt(series: pd.Series, digits: int = 3) -> str:
+    """`key: value; ...` with `digits` significant digits (tuple keys joined by commas)."""
     parts = []
     for key, val in series.items():
         label = ", ".join(map(str, key)) if isinstance(key, tuple) else str(key)

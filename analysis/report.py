@@ -1,20 +1,70 @@
 """`convgrid report RESULTS --out DIR`: every figure, the claims table, the grids run and their sizes,
-failures and provenance, as Markdown and as one self-contained HTML page (figures inlined)."""
+failures and provenance, as Markdown and as one self-contained HTML page (figures inlined).
+
+The Markdown is the single source: the HTML page is that Markdown rendered by Python-Markdown (tables,
+fenced code) inside a Jinja template (analysis/templates/report.html.j2), with each figure's path
+replaced by a data: URI so that the page fetches nothing. Free text (claims, errors) is escaped for
+Markdown, so that TeX such as `$\\|W\\|_F$` or `||Y||` reaches the page as written.
+"""
 
 from __future__ import annotations
 
 import base64
-import html
 import json
 import os
+import re
+import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jinja2
+import markdown as markdown_lib
+import markupsafe
 import pandas as pd
 
 from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
 from analysis.load import curves, load, members
+
+MARKDOWN_EXTENSIONS = ("tables", "fenced_code")
+STATUS_COLUMNS = ("ok", "diverged", "failed", "timeout", "pruned", "missing")
+
+# Markdown syntax that may appear in free text: backslash, code spans, emphasis, links, table pipes.
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
+# An underscore opens emphasis only at a word boundary (Python-Markdown ignores intra-word ones,
+# so iters_rel_1e6 stays readable in report.md).
+_MD_UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")
+# Raw HTML passes through Markdown: a tag-like `<` and an entity-like `&` are written as entities.
+_MD_HTML = re.compile(r"&(?=#?\w+;)|<(?=[A-Za-z/!?])")
+
+
+def escape_md(text: object) -> str:
+    """`text` as Markdown inline text that renders to exactly `text` (one line: table cells cannot break)."""
+    out = _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    out = _MD_UNDERSCORE.sub(r"\\_", out)
+    return _MD_HTML.sub(lambda m: "&amp;" if m.group() == "&" else "&lt;", out)
+
+
+def code_md(text: object) -> str:
+    """`text` as a Markdown code span (fenced with more backticks than it contains)."""
+    text = " ".join(str(text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _row(cells: Sequence[object]) -> str:
+    return "| " + " | ".join(escape_md(c) for c in cells) + " |"
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("analysis", "templates"), autoescape=True)
+    return env.get_template("report.html.j2")
 
 
 @dataclass
@@ -37,89 +87,47 @@ class Report:
     provenance: dict[str, list[str]]
     claims: ClaimsTable = field(default_factory=ClaimsTable)
 
-    def markdown(self, out: Path) -> str:
-        lines = [f"# convgrid report: `{self.root}`", ""]
-        lines += [
-            "| grid | task | cells | ok | diverged | failed | timeout | pruned | missing | kind |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
+    def markdown(self, out: Path, image_src: Callable[[Path], str] | None = None) -> str:
+        """The report as Markdown; figures link to `image_src(path)` (default: the path relative to `out`)."""
+        # quoted: a space or parenthesis in a folder name would end the Markdown link early
+        src = image_src or (lambda p: urllib.parse.quote(os.path.relpath(p, out)))
+        lines = [f"# convgrid report: {code_md(self.root)}", ""]
+        lines += [_row(["grid", "task", "cells", *STATUS_COLUMNS, "kind"]), "|---" * (4 + len(STATUS_COLUMNS)) + "|"]
         for s in self.sections:
-            c = s.counts
             kind = "reduced (CI/demo size, not a reproduction)" if s.reduced else "full grid"
-            cols = [c.get(k, 0) for k in ("ok", "diverged", "failed", "timeout", "pruned", "missing")]
-            lines.append(f"| {s.grid} | {s.task} | {s.cells} | " + " | ".join(map(str, cols)) + f" | {kind} |")
+            lines.append(_row([s.grid, s.task, s.cells, *(s.counts.get(k, 0) for k in STATUS_COLUMNS), kind]))
         for s in self.sections:
-            lines += ["", f"## {s.grid} ({s.task})", ""]
+            lines += ["", f"## {escape_md(s.grid)} ({escape_md(s.task)})", ""]
             if s.figure:
-                lines.append(f"Figure `{s.figure}`." + (f" {s.note}" if s.note else ""))
+                lines.append(f"Figure {code_md(s.figure)}." + (f" {escape_md(s.note)}" if s.note else ""))
             elif s.note:
-                lines.append(s.note)
+                lines.append(escape_md(s.note))
             for img in s.images:
-                lines += ["", f"![{img.stem}]({os.path.relpath(img, out)})"]
+                lines += ["", f"![{escape_md(img.stem)}]({src(img)})"]
         decided = [r for r in self.claims.results if r.grid is not None]
         if decided:
+            header = ["claim", "grid", "size", "verdict", "expected", "measured", "paper"]
+            lines += ["", "## Claims", "", _row(header), "|---" * len(header) + "|"]
+            for r in decided:
+                size = "reduced" if r.reduced else "full"
+                v = r.verdict
+                lines.append(_row([r.claim.id, r.grid, size, v.verdict, r.claim.expected, v.measured, v.paper]))
             lines += [
                 "",
-                "## Claims",
-                "",
-                "| claim | grid | size | verdict | expected | measured | paper |",
-                "|---|---|---|---|---|---|---|",
+                "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid.",
             ]
-            for r in decided:
-                cells = [
-                    r.claim.id,
-                    r.grid or "-",
-                    "reduced" if r.reduced else "full",
-                    r.verdict.verdict,
-                    r.claim.expected,
-                    r.verdict.measured,
-                    r.verdict.paper,
-                ]
-                lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-            lines.append("")
-            lines.append(
-                "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid."
-            )
         if self.failures:
             lines += ["", "## Failures", ""]
-            lines += [f"- `{task}` `{rid[:12]}`: {err}" for task, rid, err in self.failures]
+            lines += [f"- {code_md(task)} {code_md(rid[:12])}: {escape_md(err)}" for task, rid, err in self.failures]
         lines += ["", "## Provenance", ""]
-        lines += [f"- {k}: {', '.join(v)}" for k, v in self.provenance.items()]
+        lines += [f"- {escape_md(k)}: {', '.join(code_md(v) for v in vs)}" for k, vs in self.provenance.items()]
         return "\n".join(lines) + "\n"
 
     def html(self, out: Path) -> str:
-        body: list[str] = []
-        in_table = False
-        for line in self.markdown(out).splitlines():
-            if in_table and not line.startswith("|"):
-                body.append("</table>")
-                in_table = False
-            if line.startswith("!["):
-                path = out / line[line.index("(") + 1 : -1]
-                data = base64.b64encode(path.read_bytes()).decode()
-                body.append(
-                    f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}" style="max-width:100%">'
-                )
-            elif line.startswith("# "):
-                body.append(f"<h1>{html.escape(line[2:])}</h1>")
-            elif line.startswith("## "):
-                body.append(f"<h2>{html.escape(line[3:])}</h2>")
-            elif line.startswith("|---"):
-                continue
-            elif line.startswith("| "):
-                if not in_table:
-                    body.append("<table border=1 cellpadding=4 style='border-collapse:collapse'>")
-                    in_table = True
-                cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-                body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-            elif line.startswith("- "):
-                body.append(f"<li>{html.escape(line[2:])}</li>")
-            elif line:
-                body.append(f"<p>{html.escape(line)}</p>")
-        if in_table:
-            body.append("</table>")
-        text = "\n".join(body)
-        return f"<!doctype html><html><head><meta charset='utf-8'><title>convgrid report</title></head><body>{text}</body></html>\n"
+        """One self-contained page: the Markdown rendered, figures inlined as data: URIs."""
+        text = self.markdown(out, image_src=_data_uri)
+        body = markdown_lib.markdown(text, extensions=list(MARKDOWN_EXTENSIONS), output_format="html")
+        return _template().render(title=f"convgrid report: {self.root}", body=markupsafe.Markup(body)) + "\n"
 
 
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:
@@ -140,9 +148,9 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         section = GridSection(grid, task, len(group), counts, is_reduced(grid))
         for _, row in runs[runs["status"].isin(["failed", "timeout"])].iterrows():
             failures.append((task, row["run_id"], str(row["error"]).strip().splitlines()[0]))
-        for key in provenance:
+        for key, seen in provenance.items():
             if key in runs:
-                provenance[key].update(str(v) for v in runs[key].dropna().unique())
+                seen.update(str(v) for v in runs[key].dropna().unique())
         found = figure_for(task, grid)
         if found is None:
             section.note = "No figure module draws this grid."

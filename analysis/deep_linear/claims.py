@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, medians
+from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median, median_by, medians
 
 TASK = "deep_linear"
 TOL = 1e-10
@@ -28,7 +28,7 @@ def deepest_converges_in_one_sweep(runs: pd.DataFrame, _: pd.DataFrame | None) -
     deepest = runs["L"].max()
     if deepest < 400:
         return Verdict(NO_DATA, f"deepest network is L = {deepest}; the claim is about L = 400")
-    e = runs.loc[runs["L"] == deepest, "err_sweep1"].median()
+    e = median(runs.loc[runs["L"] == deepest, "err_sweep1"])
     return Verdict(
         HOLDS if e <= TOL else FAILS,
         f"L = {deepest}: median error after one sweep {e:.3g}",
@@ -51,7 +51,7 @@ def _err_at(curves: pd.DataFrame, runs: pd.DataFrame, step: int) -> pd.Series:
     """Each run's error at its last logged step <= `step`, median over seeds per depth."""
     c = curves[curves["step"] <= step].groupby("run_id").last()["err"]
     frame = runs.set_index("run_id").join(c.rename("err_at"), how="inner")
-    return frame.groupby("L")["err_at"].median()
+    return median_by(frame["err_at"], frame["L"])
 
 
 def deep_beats_depth1_illcond(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
@@ -96,7 +96,7 @@ def _arch(row: pd.Series) -> str:
 
 
 def narrow_layer_stalls(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    e = runs["err_final"].groupby(runs.apply(_arch, axis=1)).median()
+    e = median_by(runs["err_final"], runs.apply(_arch, axis=1))
     names = ["arch3 (all wide)", "arch2 (one narrow layer)", "arch1 (all narrow)"]
     if not set(names) <= set(e.index):
         return Verdict(NO_DATA, f"architectures present: {sorted(e.index)}")
@@ -116,7 +116,7 @@ def order_rule_orth_identity(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verd
     score = pd.Series(
         np.where(np.isfinite(key), key, 1e12 + oi["err_final"]), index=oi.index
     )  # unreached: rank by error
-    best = score.groupby([oi["d_in"] < oi["d_out"], oi["order"]]).median()
+    best = median_by(score, [oi["d_in"] < oi["d_out"], oi["order"]])
     parts, holds = [], True
     for wide_out, want in ((True, "asc"), (False, "desc")):
         if wide_out not in best.index.get_level_values(0):
@@ -137,9 +137,9 @@ def bcgd_beats_tuned_gd(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     cond = runs["data"].astype(str)
     parts, holds, decided = [], True, False
     for data, grp in runs.groupby(cond):
-        b = it[grp.index][grp["algo"] == "bcgd"].median()
+        b = median(it[grp.index][grp["algo"] == "bcgd"])
         gd = grp[(grp["algo"] == "gd") & (grp["status"] == "ok")]
-        g = it[gd.index].groupby(gd["lr"]).median().min() if not gd.empty else np.inf
+        g = median_by(it[gd.index], gd["lr"]).min() if not gd.empty else np.inf
         if np.isfinite(b):
             decided = True
             holds &= b < g

@@ -3,13 +3,14 @@
 Every function takes `runs` (one row per run: run_id, status, one column per param and per summary
 field, flops, n_steps, wall_s) and `curves` (run_id, step and the task's curve columns: err, loss,
 lr, layer, sweep, flops), writes PNGs into `out_dir` and returns their paths. Seeds are aggregated
-by the median with an interquartile band; errors are clipped at the paper's 1e-10 floor and drawn
+by the median with an interquartile band (analysis.aggregate); errors are clipped at the paper's 1e-10 floor and drawn
 on log axes, against sweeps and iterations as the paper does, plus a per-flop panel (spec G11).
 Only pandas, numpy and matplotlib are used, so the module does not depend on the runner.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from analysis.aggregate import band  # noqa: E402
+from analysis.aggregate import median_table as _median_table  # noqa: E402
+from analysis.figures import Figure, save_figure  # noqa: E402
 
 FLOOR = 1e-10  # "if the error is less than 1e-10, we simply set 1e-10" (Sec. 4)
 XLABEL = {"sweep": "number of sweeps", "step": "number of iterations", "flops": "flops (learner, covariance form)"}
@@ -47,19 +52,19 @@ def series(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str], x: str = "st
     r = _prep_runs(runs, by)
     # curve columns only: "lr" and "flops" are also run columns (the GD step, the run's total)
     cur = curves[list(dict.fromkeys(["run_id", "step", "err", x]))].merge(r[["run_id", *by]], on="run_id")
-    out = []
+    out: list[tuple[dict, pd.DataFrame]] = []
     if cur.empty:
         return out
     for key, g in cur.groupby(by, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        err = g.pivot_table(index="step", columns="run_id", values="err", aggfunc="first", dropna=False)
-        err = err.replace([np.inf, -np.inf], np.nan).clip(lower=FLOOR)
-        xs = g.groupby("step")[x].median().reindex(err.index)
-        statuses = r.loc[r["run_id"].isin(err.columns), "status"]
+        # A diverged step (inf) is missing in the band; errors below the paper's floor sit on it.
+        err = band(g.assign(err=g["err"].clip(lower=FLOOR)), ["step"], "err")
+        xs = err["step"] if x == "step" else band(g, ["step"], x)["median"]
+        statuses = r.loc[r["run_id"].isin(g["run_id"].unique()), "status"]
         stats = pd.DataFrame({
-            "x": xs.to_numpy(), "med": err.median(axis=1, skipna=True).to_numpy(),
-            "q25": err.quantile(0.25, axis=1).to_numpy(), "q75": err.quantile(0.75, axis=1).to_numpy(),
-            "n": err.notna().sum(axis=1).to_numpy(), "n_diverged": int((statuses == "diverged").sum()),
+            "x": xs.to_numpy(), "med": err["median"].to_numpy(),
+            "q25": err["q25"].to_numpy(), "q75": err["q75"].to_numpy(),
+            "n": err["n"].to_numpy(), "n_diverged": int((statuses == "diverged").sum()),
         })
         out.append((dict(zip(by, key)), stats))
     return out
@@ -85,16 +90,6 @@ def _plot(ax: Any, items: list[tuple[dict, pd.DataFrame]], label: Callable[[dict
         ax.legend(fontsize=7)
 
 
-def _save(fig: Any, out_dir: Path, name: str) -> list[Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
-
-
 def _panels(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str], xs: list[str], title: str,
             label: Callable[[dict], str], style: Callable[[dict], dict] | None, out_dir: Path, name: str) -> list[Path]:
     fig, axes = plt.subplots(1, len(xs), figsize=(4.6 * len(xs), 3.8), squeeze=False)
@@ -102,14 +97,14 @@ def _panels(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str], xs: list[st
         _plot(ax, series(runs, curves, by, x), label, style)
         ax.set_xlabel(XLABEL[x])
     fig.suptitle(title, fontsize=10)
-    return _save(fig, out_dir, name)
+    return save_figure(fig, out_dir, name)
 
 
 def _depth_style(key: dict) -> dict:
     return {"linestyle": "--" if int(key["L"]) % 2 else "-"}
 
 
-def _depth(title: str, name: str) -> Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]:
+def _depth(title: str, name: str) -> Figure:
     def fig(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
         return _panels(runs, curves, ["L"], ["sweep", "step", "flops"], title,
                        lambda k: f"L = {int(k['L'])}", None, out_dir, name)
@@ -142,7 +137,8 @@ def _split(runs: pd.DataFrame, col: str) -> list[tuple[Any, pd.DataFrame]]:
     return [(v, runs[runs[col] == v]) for v in values]
 
 
-def _vs_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, title: str, panel_col: str) -> list[Path]:
+def _vs_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, title: str,
+           panel_col: str) -> list[Path]:
     parts = _split(runs, panel_col)
     fig, axes = plt.subplots(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
     by = ["algo", "lr_rule", "lr"]
@@ -154,7 +150,7 @@ def _vs_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, t
             depth = sorted(sub["L"].unique()) if "L" in sub else []
             ax.set_title(f"{panel_col} = {val}, L = {', '.join(str(int(d)) for d in depth)}", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    return _save(fig, out_dir, name)
+    return save_figure(fig, out_dir, name)
 
 
 def fig1_bcgd_vs_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -173,7 +169,7 @@ def fig9_real_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
 
 
 def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and v != v)
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _rows_of(r: pd.DataFrame, key: dict) -> pd.DataFrame:
@@ -193,7 +189,7 @@ def _arch_label(k: dict) -> str:
         odd = [f"n_{i + 1} = {w}" for i, w in enumerate(ws) if w != common]
         return f"widths {common}" + (f" except {', '.join(odd[:3])}" if odd else "")
     w = k.get("width")
-    return "default width" if _missing(w) else f"all widths {int(w)}"
+    return "default width" if w is None or _missing(w) else f"all widths {int(w)}"
 
 
 def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -217,9 +213,10 @@ def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
                 steps = first.loc[first["layer"] == layer, "step"].to_numpy()
                 pts = s[np.isin(s["x"].to_numpy(), steps)]
                 ax.plot(pts["x"], pts["med"], marker, markersize=3, fillstyle="none", color="k", alpha=0.5)
-    dims = ", ".join(sorted({f"{int(a)} -> {int(b)}, L = {int(c)}" for a, b, c in zip(runs["d_in"], runs["d_out"], runs["L"])}))
+    shapes = zip(runs["d_in"], runs["d_out"], runs["L"])
+    dims = ", ".join(sorted({f"{int(a)} -> {int(b)}, L = {int(c)}" for a, b, c in shapes}))
     fig.suptitle(f"Fig. 5: width ({dims}, descending BCGD); o: W_1 updates, *: W_(L/2) updates", fontsize=10)
-    return _save(fig, out_dir, "fig5_width")
+    return save_figure(fig, out_dir, "fig5_width")
 
 
 def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -240,7 +237,7 @@ def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
             ax.set_title(f"d_in = {d_in}, d_out = {d_out}", fontsize=8)
     depth = ", ".join(str(int(v)) for v in sorted(runs["L"].unique())) if "L" in runs else "?"
     fig.suptitle(f"Fig. 6: update order x initialisation (L = {depth}; solid asc, dashed desc)", fontsize=10)
-    return _save(fig, out_dir, "fig6_order_init")
+    return save_figure(fig, out_dir, "fig6_order_init")
 
 
 def fig7_uci(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -254,7 +251,7 @@ def fig7_uci(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pa
             ax.set_xlabel(XLABEL[x])
             ax.set_title(f"loss = {val}", fontsize=8)
     fig.suptitle("Fig. 7: UCI Ethanol (identity init, descending BCGD)", fontsize=10)
-    return _save(fig, out_dir, "fig7_uci")
+    return save_figure(fig, out_dir, "fig7_uci")
 
 
 def fig8_mnist(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -263,7 +260,7 @@ def fig8_mnist(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
                    lambda k: f"L = {int(k['L'])}", _depth_style, out_dir, "fig8_mnist")
 
 
-FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]] = {
+FIGURES: dict[str, Figure] = {
     "fig1_bcgd_vs_gd": fig1_bcgd_vs_gd,
     "fig2_depth": fig2_depth,
     "fig3_depth_illcond": fig3_depth_illcond,
@@ -280,12 +277,9 @@ FIGURES.update({f"small_{k}": v for k, v in list(FIGURES.items()) if k != "demo_
 
 
 def median_table(runs: pd.DataFrame, by: list[str], cols: list[str]) -> pd.DataFrame:
-    """Median (over seeds) of summary columns per group, with the number of runs."""
-    r = _prep_runs(runs, by)
-    g = r.groupby(by, dropna=False)
-    out = g[cols].median()
-    out["n_runs"] = g.size()
-    return out.reset_index()
+    """Median (over seeds) of summary columns per group, with the number of runs (finished runs only;
+    list-valued params such as widths made hashable so that they can be grouped on)."""
+    return _median_table(_prep_runs(runs, by), by, cols)
 
 
 def frames_from_results(items: Iterable[tuple[str, Any, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, medians
+from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median_by, medians
 
 TASK = "linear_resnet"
 
 
 def identity_stuck_others_converge(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    ratio = (runs["loss_final"] / runs["y_sq_half"]).groupby(runs["transform"]).median()
-    rel = runs["rel_subopt_final"].groupby(runs["transform"]).median()
+    ratio = median_by(runs["loss_final"] / runs["y_sq_half"], runs["transform"])
+    rel = median_by(runs["rel_subopt_final"], runs["transform"])
     if not {"identity", "gaussian", "modified_identity"} <= set(ratio.index):
         return Verdict(NO_DATA, f"transforms present: {sorted(ratio.index)}")
     stuck = 0.8 <= ratio["identity"] <= 1.3
@@ -117,7 +117,7 @@ def width_threshold_depth_free(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
 
 def sgd_stall_scales_with_step_over_batch(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     noisy = runs[(runs["noise"] > 0) & (runs["batch_size"] < runs["n"])]  # B = n is full-batch GD: no stall
-    tail = noisy["subopt_tail"].groupby([noisy["c"], noisy["batch_size"]]).median()
+    tail = median_by(noisy["subopt_tail"], [noisy["c"], noisy["batch_size"]])
     if tail.index.get_level_values(0).nunique() < 2 or tail.index.get_level_values(1).nunique() < 3:
         return Verdict(NO_DATA, f"stall levels: {fmt(tail)}")
     by_c = [tail[c].sort_index().to_numpy() for c in sorted(tail.index.get_level_values(0).unique())]

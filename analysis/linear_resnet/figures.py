@@ -3,7 +3,8 @@
 Each function takes `runs` (one row per run: run_id, status, params, summary fields, flops, n_steps,
 wall_s), `curves` (run_id, step, loss, subopt, rel_subopt, ...) and an output folder, and returns the
 PNGs it wrote. Curves are medians over seeds with interquartile bands; losses on a log axis against
-iterations, as in the paper. Only pandas, numpy and matplotlib: analysis never imports task code.
+iterations, as in the paper; every median and quartile comes from analysis.aggregate, as the claims'
+do. Only pandas, numpy and matplotlib: analysis never imports task code.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
+from analysis.aggregate import band, median, medians, never_as_inf, quartiles, seed_quartiles  # noqa: E402
+from analysis.figures import Figure, save_figure  # noqa: E402
+
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 ITER_COLUMNS = {"iters_rel_1e2": "1e-2", "iters_rel_1e4": "1e-4", "iters_rel_1e6": "1e-6"}
 
@@ -30,33 +33,21 @@ def _done(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _curve_quantiles(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:
-    """Per (keys, step): 25/50/75% of `col` over the runs (seeds) sharing those keys."""
+    """Per (keys, step): median and quartiles of `col` over the runs (seeds) sharing those keys; steps
+    where no run is finite are left out (nothing to draw)."""
     merged = curves[["run_id", "step", col]].merge(runs[["run_id", *keys]], on="run_id")
     merged = merged.replace([np.inf, -np.inf], np.nan).dropna(subset=[col])
     if merged.empty:
-        return pd.DataFrame(columns=[*keys, "step", "q25", "q50", "q75"])
-    g = merged.groupby([*keys, "step"])[col]
-    out = g.quantile([0.25, 0.5, 0.75]).unstack()
-    out.columns = ["q25", "q50", "q75"]
-    return out.reset_index()
+        return pd.DataFrame(columns=[*keys, "step", "median", "q25", "q75", "n"])
+    return band(merged, [*keys, "step"], col)
 
 
 def _band(ax: plt.Axes, q: pd.DataFrame, label: str, color: str, **kw: object) -> None:
     q = q.sort_values("step")
-    positive = q["q50"] > 0  # log axes: a loss of exactly 0 (float floor) cannot be drawn
+    positive = q["median"] > 0  # log axes: a loss of exactly 0 (float floor) cannot be drawn
     q = q[positive]
-    ax.plot(q["step"], q["q50"], label=label, color=color, **kw)  # type: ignore[arg-type]
+    ax.plot(q["step"], q["median"], label=label, color=color, **kw)  # type: ignore[arg-type]
     ax.fill_between(q["step"], q["q25"].clip(lower=1e-300), q["q75"], color=color, alpha=0.2, linewidth=0)
-
-
-def _iter_stats(values: pd.Series) -> tuple[float, float, float]:
-    """Quartiles of iterations-to-threshold over seeds; -1 (never reached) counts as +inf, so a
-    median of inf means most seeds never got there. Sample quantiles: no interpolation with inf."""
-    v = np.where(values.to_numpy(dtype=float) < 0, np.inf, values.to_numpy(dtype=float))
-    if v.size == 0:
-        return (np.nan, np.nan, np.nan)
-    q = np.quantile(v, [0.25, 0.5, 0.75], method="inverted_cdf")
-    return float(q[0]), float(q[1]), float(q[2])
 
 
 def _iter_line(ax: plt.Axes, rows: pd.DataFrame, x: str, col: str, label: str, color: str,
@@ -65,8 +56,9 @@ def _iter_line(ax: plt.Axes, rows: pd.DataFrame, x: str, col: str, label: str, c
     and marked at the top of the axis with an open triangle."""
     pts = []
     for xv, grp in rows.groupby(x):
-        q25, q50, q75 = _iter_stats(grp[col])
-        xpos = float(grp[xcol].median()) if xcol else float(xv)
+        # -1 (never reached) counts as +inf, as in the claims: a median of inf means most seeds never got there.
+        q25, q50, q75 = quartiles(never_as_inf(grp[col]))
+        xpos = quartiles(grp[xcol])[1] if xcol else float(xv)
         pts.append((xpos, q25, q50, q75))
     if not pts:
         return
@@ -86,15 +78,6 @@ def _ticks(ax: plt.Axes, values: pd.Series) -> None:
     if vals:
         ax.set_xticks(vals, [f"{v:g}" for v in vals])
         ax.minorticks_off()
-
-
-def _save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{stem}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
 
 
 def _values(runs: pd.DataFrame, col: str) -> str:
@@ -121,11 +104,11 @@ def fig1_transforms(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, ste
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
-    axes[0].axhline(runs["loss_star"].median(), color="gray", ls=":", label="L* (least squares)")
-    axes[0].axhline(runs["y_sq_half"].median(), color="gray", ls="--", lw=0.8, label="||Y||^2 / 2")
+    axes[0].axhline(median(runs["loss_star"]), color="gray", ls=":", label="L* (least squares)")
+    axes[0].axhline(median(runs["y_sq_half"]), color="gray", ls="--", lw=0.8, label="||Y||^2 / 2")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}")
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def fig1a(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1a_transforms_m40") -> list[Path]:
@@ -161,10 +144,10 @@ def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: st
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
-    axes[0].axhline(runs["loss_star"].median(), color="gray", ls=":", label="L*")
+    axes[0].axhline(median(runs["loss_star"]), color="gray", ls=":", label="L*")
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, c = {_values(runs, 'c')} (eta ~ 1/L); faint: ResNet at smaller L")
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def fig1c(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1c_depth_m40") -> list[Path]:
@@ -197,11 +180,9 @@ def sweep_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     groups = _step_groups(runs)
     fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4), squeeze=False)
     for ax, (title, rows) in zip(axes[0], groups.items(), strict=True):
-        i = 0
-        for (model, m), grp in rows.groupby(["model", "m"]):
+        for i, ((model, m), grp) in enumerate(rows.groupby(["model", "m"])):
             _iter_line(ax, grp, "depth", "iters_rel_1e6", f"{model}, m = {m}", COLORS[i % len(COLORS)],
                        marker="o" if model == "resnet" else "s")
-            i += 1
         ax.set_xscale("log")
         ax.set_yscale("log")
         _ticks(ax, rows["depth"])
@@ -209,7 +190,7 @@ def sweep_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
         ax.set_ylabel("iterations to (L - L*) / (L0 - L*) <= 1e-6")
         ax.set_title(title + "; open triangle: not reached / diverged", fontsize=9)
         ax.legend(fontsize=8)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def sweep_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_width") -> list[Path]:
@@ -225,7 +206,7 @@ def sweep_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
         color = COLORS[i % len(COLORS)]
         marker = "o" if model == "resnet" else "s"
         _iter_line(axes[0], grp, "m", "iters_rel_1e6", label, color, marker=marker)
-        med = grp.groupby("m")["rel_subopt_final"].median()
+        med = seed_quartiles(grp, ["m"], "rel_subopt_final").set_index("m")["median"]
         axes[1].plot(med.index, med.clip(lower=1e-17), marker=marker, color=color, label=label)
     for ax in axes:
         ax.set_xscale("log")
@@ -236,7 +217,7 @@ def sweep_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     axes[1].set_ylabel("final (L - L*) / (L0 - L*) (median)")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Width sweep: n_iters = {_values(runs, 'n_iters')}, c = {_values(runs, 'c')}")
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_kappa") -> list[Path]:
@@ -246,8 +227,9 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
         return []
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for i, (model, grp) in enumerate(runs.groupby("model")):
-        med = grp.assign(it=grp["iters_rel_1e6"].where(grp["iters_rel_1e6"] >= 0)).groupby("kappa")
-        xs, ys = med["kappa_x"].median(), med["it"].median()
+        # seed medians as in the claim 003.cor34.kappa (unreached = inf), fitted where finite
+        ys = medians(grp, ["kappa"], "iters_rel_1e6")
+        xs = seed_quartiles(grp, ["kappa"], "kappa_x").set_index("kappa")["median"].reindex(ys.index)
         fit = np.isfinite(ys) & (ys > 0)
         slope = np.polyfit(np.log(xs[fit]), np.log(ys[fit]), 1)[0] if fit.sum() >= 2 else np.nan
         _iter_line(ax, grp, "kappa", "iters_rel_1e6", f"{model} (slope {slope:.2f})", COLORS[i],
@@ -263,10 +245,11 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     ax.set_ylabel("iterations to relative suboptimality 1e-6")
     ax.legend(fontsize=8)
     ax.set_title(f"m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}", fontsize=9)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
-def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_sgd_batch") -> list[Path]:
+def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
+                    stem: str = "sweep_sgd_batch") -> list[Path]:
     """Left: SGD's final excess loss against the batch size B when L* > 0, per c, with an n/B guide.
     Right: loss - L* against iterations when L* = 0 (noise 0), one line per B."""
     runs = _done(runs)
@@ -276,15 +259,15 @@ def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, ste
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
     for i, (c, grp) in enumerate(noisy.groupby("c")):
-        q = grp.groupby("batch_size")["subopt_tail"].quantile([0.25, 0.5, 0.75]).unstack()
-        ax.errorbar(q.index, q[0.5], yerr=[q[0.5] - q[0.25], q[0.75] - q[0.5]], marker="o", capsize=3,
+        q = seed_quartiles(grp, ["batch_size"], "subopt_tail").set_index("batch_size")
+        ax.errorbar(q.index, q["median"], yerr=[q["median"] - q["q25"], q["q75"] - q["median"]], marker="o", capsize=3,
                     color=COLORS[i], label=f"c = {c:g}")
         # Gradient noise of B samples drawn without replacement scales as (n - B) / B.
         n = float(grp["n"].iloc[0])
         bs = q.index[q.index < n].to_numpy(dtype=float)
         if bs.size:
             b0 = bs.min()
-            ax.plot(bs, q[0.5].loc[b0] * ((n - bs) / bs) / ((n - b0) / b0), color=COLORS[i], ls=":", lw=0.8)
+            ax.plot(bs, q["median"].loc[b0] * ((n - bs) / bs) / ((n - b0) / b0), color=COLORS[i], ls=":", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     _ticks(ax, noisy["batch_size"])
@@ -304,7 +287,7 @@ def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, ste
     if not q.empty:
         ax.legend(fontsize=8)
     fig.suptitle(f"SGD: n = {_values(runs, 'n')}, m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}")
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def _named(fn: Callable[..., list[Path]], stem: str) -> Figure:
