@@ -129,8 +129,6 @@ def mean_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, 
 def over_seeds(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95) -> pd.DataFrame:
     """Per group of `by`: n, median, q25, q75, mean and the t-interval of the mean of `value`."""
     out = seed_quartiles(frame, by, value)
-    intervals = [
-        mean_interval(grp[value], confidence) for _, grp in frame.groupby(list(by), dropna=False, sort=True)
-    ]
+    intervals = [mean_interval(grp[value], confidence) for _, grp in frame.groupby(list(by), dropna=False, sort=True)]
     out[["mean", "ci_low", "ci_high"]] = pd.DataFrame(intervals, index=out.index)
     return out[[*by, "n", "median", "q25", "q75", "mean", "ci_low", "ci_high"]]

@@ -33,10 +33,8 @@ def _dataset(fs: pafs.FileSystem, path: str) -> ds.Dataset | None:
 def _expression(filters: Filters | None) -> ds.Expression | None:
     expr = None
     for key, value in (filters or {}).items():
-        if isinstance(value, (list, tuple, set)):
-            term = pc.field(key).isin(list(value))
-        else:
-            term = pc.field(key) == value
+        many = isinstance(value, list | tuple | set)
+        term = pc.field(key).isin(list(value)) if many else pc.field(key) == value
         expr = term if expr is None else expr & term
     return expr
 
@@ -47,7 +45,9 @@ def task_names(root: str | os.PathLike[str]) -> list[str]:
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
         return []
     infos = fs.get_file_info(pafs.FileSelector(path))
-    return sorted(i.base_name.split("=", 1)[1] for i in infos if i.type == pafs.FileType.Directory and "=" in i.base_name)
+    return sorted(
+        i.base_name.split("=", 1)[1] for i in infos if i.type == pafs.FileType.Directory and "=" in i.base_name
+    )
 
 
 def members(root: str | os.PathLike[str], grid: str | None = None) -> pd.DataFrame:
@@ -121,7 +121,9 @@ def curves(
     return table.drop_columns(["batch_id"]).to_pandas()
 
 
-def _runs_with_stale_attempts(fs: pafs.FileSystem, base: str, task: str, run_ids: pa.Array, batches: pa.Array) -> pa.Array:
+def _runs_with_stale_attempts(
+    fs: pafs.FileSystem, base: str, task: str, run_ids: pa.Array, batches: pa.Array
+) -> pa.Array:
     """Run ids (among those asked for) that have a runs row in a batch other than their kept one."""
     dataset = _dataset(fs, f"{base}/runs/task={task}")
     assert dataset is not None

@@ -26,6 +26,9 @@ import pandas as pd
 from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
 from analysis.load import curves, load, members
+from runner.errors import redact
+from runner.store import ResultStore
+from runner.store.status import store_status
 
 MARKDOWN_EXTENSIONS = ("tables", "fenced_code")
 STATUS_COLUMNS = ("ok", "diverged", "failed", "timeout", "pruned", "missing")
@@ -135,19 +138,18 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     member_frame = members(root)
+    # the same counts and failures `convgrid status` prints: one definition of what a grid's state is
+    status = store_status(ResultStore(root))
     sections: list[GridSection] = []
-    failures: list[tuple[str, str, str]] = []
+    failures = list(status.errors)
     provenance: dict[str, set[str]] = {"code_version": set(), "host": set(), "packages": set()}
     for (grid, task), group in member_frame.groupby(["grid", "task"], sort=True):
         try:
             runs = load(root, task, grid=grid)
         except FileNotFoundError:
             runs = pd.DataFrame(columns=["run_id", "status"])
-        counts = runs["status"].value_counts().to_dict()
-        counts["missing"] = len(set(group["run_id"]) - set(runs["run_id"]))
+        counts = dict(status.by_grid_task.get((grid, task), {}))
         section = GridSection(grid, task, len(group), counts, is_reduced(grid))
-        for _, row in runs[runs["status"].isin(["failed", "timeout"])].iterrows():
-            failures.append((task, row["run_id"], str(row["error"]).strip().splitlines()[0]))
         for key, seen in provenance.items():
             if key in runs:
                 seen.update(str(v) for v in runs[key].dropna().unique())
@@ -164,7 +166,8 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         sections.append(section)
     prov = {k: sorted(v) for k, v in provenance.items()}
     prov["packages"] = [json.dumps(json.loads(p)) for p in prov["packages"]][:3]
-    report = Report(str(root), sections, failures, prov, evaluate(str(root)))
+    # the root as shown: a results URI's credentials never reach the page
+    report = Report(redact(str(root)), sections, failures, prov, evaluate(str(root)))
     (out_dir / "report.md").write_text(report.markdown(out_dir))
     (out_dir / "report.html").write_text(report.html(out_dir))
     return report

@@ -18,8 +18,17 @@ from runner.cli import main
 LSQ = {
     "name": "lsq_full",
     "blocks": [
-        {"task": "least_squares", "params": {"d_in": 8, "m": 30, "n_iters": 400, "cond": 5.0}, "product": {"lr": [0.02, 0.05, 5.0]}, "repeat": 3},
-        {"task": "least_squares", "params": {"d_in": 8, "m": 30, "n_iters": 400, "cond": 5.0, "lr_rule": "optimal"}, "repeat": 3},
+        {
+            "task": "least_squares",
+            "params": {"d_in": 8, "m": 30, "n_iters": 400, "cond": 5.0},
+            "product": {"lr": [0.02, 0.05, 5.0]},
+            "repeat": 3,
+        },
+        {
+            "task": "least_squares",
+            "params": {"d_in": 8, "m": 30, "n_iters": 400, "cond": 5.0, "lr_rule": "optimal"},
+            "repeat": 3,
+        },
     ],
 }
 RESNET_SMALL = Path(__file__).resolve().parent.parent / "grids" / "linear_resnet" / "small" / "fig1d_depth_m200.yaml"
@@ -30,7 +39,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("store")
     run_grid(LSQ, root, "local", progress=False)
     run_grid(RESNET_SMALL, root, "local", progress=False)
-    run_grid({"name": "other", "blocks": [{"task": "least_squares", "params": {"lr": 0.01}}]}, root, "local", progress=False)
+    run_grid(
+        {"name": "other", "blocks": [{"task": "least_squares", "params": {"lr": 0.01}}]}, root, "local", progress=False
+    )
     return root
 
 
@@ -90,10 +101,20 @@ def _best_step_claim(expected: str) -> Claim:
         holds = best["optimal"] <= best.min()
         return Verdict(HOLDS if holds else FAILS, f"median final error by rule: {best.to_dict()}")
 
-    return Claim("lsq.optimal_step_best", "-", "least_squares", ("lsq_full",), "the optimal constant step beats the others", check, expected=expected)
+    return Claim(
+        "lsq.optimal_step_best",
+        "-",
+        "least_squares",
+        ("lsq_full",),
+        "the optimal constant step beats the others",
+        check,
+        expected=expected,
+    )
 
 
-def test_claims_decide_and_strict_flags_surprises(store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_claims_decide_and_strict_flags_surprises(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     table = evaluate(str(store), [_best_step_claim(HOLDS)])
     assert table.results[0].verdict.verdict == HOLDS and table.results[0].complete
     assert not table.results[0].surprising
@@ -118,7 +139,10 @@ def test_registered_claims_run_on_reduced_grids(store: Path) -> None:
 
 
 def test_curves_of_a_retried_run_come_from_its_newest_attempt(tmp_path: Path) -> None:
-    grid = {"name": "g", "blocks": [{"task": "least_squares", "params": {"n_iters": 30}, "product": {"lr": [0.01, 0.02]}}]}
+    grid = {
+        "name": "g",
+        "blocks": [{"task": "least_squares", "params": {"n_iters": 30}, "product": {"lr": [0.01, 0.02]}}],
+    }
     run_grid(grid, tmp_path, "local", progress=False)
     rid = analysis.load(tmp_path, "least_squares")["run_id"].iloc[0]
     run_grid(grid, tmp_path, "local", progress=False, only=[rid])  # a second attempt of one run
@@ -134,7 +158,12 @@ def test_deep_linear_claims_on_reduced_grids(tmp_path: Path) -> None:
     for name in ("fig2_depth", "fig5_width", "fig6_order_init"):
         run_grid(small / f"{name}.yaml", tmp_path, "local", progress=False)
     results = {r.claim.id: r for r in evaluate(str(tmp_path), CLAIMS).results}
-    for cid in ("002.fig2.sweeps_decrease", "002.fig2.depth1_fewest_iterations", "002.fig5.narrow_layer", "002.fig6.order_rule"):
+    for cid in (
+        "002.fig2.sweeps_decrease",
+        "002.fig2.depth1_fewest_iterations",
+        "002.fig5.narrow_layer",
+        "002.fig6.order_rule",
+    ):
         assert results[cid].verdict.verdict == HOLDS, (cid, results[cid].verdict)
     assert results["002.fig2.L400_one_sweep"].verdict.verdict == "not enough data"  # the small grid stops at L = 64
     assert results["002.fig3.deep_beats_depth1"].grid is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import typing
 
 import pydantic
@@ -29,9 +28,7 @@ def test_registry_entry():
 def test_examples_validate_round_trip_run_and_repeat(raw):
     p = ADAPTER.validate_python(raw)
     assert ADAPTER.validate_python(p.model_dump(mode="json")) == p
-    t0 = time.perf_counter()
     res = TASK.run(p, RunContext())
-    assert time.perf_counter() - t0 < 0.5
     res.validate(TASK)
     assert res.status == "ok" and res.n_steps == p.n_iters and res.flops > 0
     assert set(res.summary) == set(TASK.summary_fields)

@@ -57,9 +57,8 @@ def test_hard_timeout_kills_a_run_that_ignores_its_deadline(tmp_path: Path, ray_
         ],
     }
     executor = RayExecutor(workers=2, timeout_s=0.5, grace_s=1.0)
-    t0 = time.monotonic()
     report = run_grid(grid, tmp_path, executor, progress=False)
-    assert time.monotonic() - t0 < 30
+    # Had the hard timeout failed, the hanging run would have finished "ok" after 60 s.
     assert report.counts == {"ok": 4, "timeout": 1}
     assert executor.hard_kills == 1
     runs = ResultStore(tmp_path).read_runs("faulty").to_pandas()

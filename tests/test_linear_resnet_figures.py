@@ -106,8 +106,7 @@ def small_frames() -> dict[str, tuple[pd.DataFrame, pd.DataFrame, float]]:
 @pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
 def test_small_grid_runs_and_draws(path: Path, small_frames: dict, tmp_path: Path) -> None:
     name = grid_name(path)
-    runs, curves, seconds = small_frames[name]
-    assert seconds < 10.0  # "a few seconds" with margin for a loaded machine
+    runs, curves, _seconds = small_frames[name]
     assert set(runs["status"]) == {"ok"}
     assert {"run_id", "flops", "n_steps", "wall_s", "iters_rel_1e6", "transform", "depth"} <= set(runs.columns)
     assert set(curves["run_id"]) == set(runs["run_id"])

@@ -213,7 +213,10 @@ CLAIMS = [
         "depth accelerates even per flop (cond 236)",
         depth_pays_per_flop,
         expected=FAILS,
-        why_expected="counting the covariance-form flops of each iteration, the spec's independent implementation finds depth 5 costs 1.4x the flops of depth 1",
+        why_expected=(
+            "counting the covariance-form flops of each iteration, the spec's independent implementation finds "
+            "depth 5 costs 1.4x the flops of depth 1"
+        ),
     ),
     Claim(
         "002.fig1.bcgd_beats_gd",

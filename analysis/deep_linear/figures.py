@@ -61,22 +61,31 @@ def series(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str], x: str = "st
         err = band(g.assign(err=g["err"].clip(lower=FLOOR)), ["step"], "err")
         xs = err["step"] if x == "step" else band(g, ["step"], x)["median"]
         statuses = r.loc[r["run_id"].isin(g["run_id"].unique()), "status"]
-        stats = pd.DataFrame({
-            "x": xs.to_numpy(), "med": err["median"].to_numpy(),
-            "q25": err["q25"].to_numpy(), "q75": err["q75"].to_numpy(),
-            "n": err["n"].to_numpy(), "n_diverged": int((statuses == "diverged").sum()),
-        })
-        out.append((dict(zip(by, key)), stats))
+        stats = pd.DataFrame(
+            {
+                "x": xs.to_numpy(),
+                "med": err["median"].to_numpy(),
+                "q25": err["q25"].to_numpy(),
+                "q75": err["q75"].to_numpy(),
+                "n": err["n"].to_numpy(),
+                "n_diverged": int((statuses == "diverged").sum()),
+            }
+        )
+        out.append((dict(zip(by, key, strict=True)), stats))
     return out
 
 
-def _plot(ax: Any, items: list[tuple[dict, pd.DataFrame]], label: Callable[[dict], str],
-          style: Callable[[dict], dict] | None = None) -> None:
+def _plot(
+    ax: Any,
+    items: list[tuple[dict, pd.DataFrame]],
+    label: Callable[[dict], str],
+    style: Callable[[dict], dict] | None = None,
+) -> None:
     top = 0.0
     for key, s in items:
         kw = style(key) if style else {}
         name = label(key) + (" (diverged)" if s["n_diverged"].iloc[0] else "")
-        line, = ax.semilogy(s["x"], s["med"], label=name, **kw)
+        (line,) = ax.semilogy(s["x"], s["med"], label=name, **kw)
         if (s["n"] > 1).any():
             ax.fill_between(s["x"], s["q25"], s["q75"], color=line.get_color(), alpha=0.2, linewidth=0)
         top = max(top, float(s["med"].iloc[0]))
@@ -90,10 +99,19 @@ def _plot(ax: Any, items: list[tuple[dict, pd.DataFrame]], label: Callable[[dict
         ax.legend(fontsize=7)
 
 
-def _panels(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str], xs: list[str], title: str,
-            label: Callable[[dict], str], style: Callable[[dict], dict] | None, out_dir: Path, name: str) -> list[Path]:
+def _panels(
+    runs: pd.DataFrame,
+    curves: pd.DataFrame,
+    by: list[str],
+    xs: list[str],
+    title: str,
+    label: Callable[[dict], str],
+    style: Callable[[dict], dict] | None,
+    out_dir: Path,
+    name: str,
+) -> list[Path]:
     fig, axes = plt.subplots(1, len(xs), figsize=(4.6 * len(xs), 3.8), squeeze=False)
-    for ax, x in zip(axes[0], xs):
+    for ax, x in zip(axes[0], xs, strict=True):
         _plot(ax, series(runs, curves, by, x), label, style)
         ax.set_xlabel(XLABEL[x])
     fig.suptitle(title, fontsize=10)
@@ -106,8 +124,10 @@ def _depth_style(key: dict) -> dict:
 
 def _depth(title: str, name: str) -> Figure:
     def fig(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
-        return _panels(runs, curves, ["L"], ["sweep", "step", "flops"], title,
-                       lambda k: f"L = {int(k['L'])}", None, out_dir, name)
+        return _panels(
+            runs, curves, ["L"], ["sweep", "step", "flops"], title, lambda k: f"L = {int(k['L'])}", None, out_dir, name
+        )
+
     fig.__name__ = name
     fig.__doc__ = f"{title}: error against sweeps, iterations and flops, one line per depth."
     return fig
@@ -137,8 +157,9 @@ def _split(runs: pd.DataFrame, col: str) -> list[tuple[Any, pd.DataFrame]]:
     return [(v, runs[runs[col] == v]) for v in values]
 
 
-def _vs_gd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, title: str,
-           panel_col: str) -> list[Path]:
+def _vs_gd(
+    runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, title: str, panel_col: str
+) -> list[Path]:
     parts = _split(runs, panel_col)
     fig, axes = plt.subplots(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
     by = ["algo", "lr_rule", "lr"]
@@ -176,8 +197,10 @@ def _rows_of(r: pd.DataFrame, key: dict) -> pd.DataFrame:
     """Rows of prepared runs whose columns equal the group key (None and NaN both mean missing)."""
     mask = np.ones(len(r), dtype=bool)
     for c, v in key.items():
-        mask &= np.array([(_missing(u) and _missing(v)) or (not _missing(u) and not _missing(v) and u == v)
-                          for u in r[c]], dtype=bool)
+        mask &= np.array(
+            [(_missing(u) and _missing(v)) or (not _missing(u) and not _missing(v) and u == v) for u in r[c]],
+            dtype=bool,
+        )
     return r[mask]
 
 
@@ -196,7 +219,7 @@ def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
     """Fig. 5: one narrow layer stalls training; markers at the W_1 updates (and W_50 where logged)."""
     by = ["width", "widths"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
-    for ax, x in zip(axes[0], ["step", "flops"]):
+    for ax, x in zip(axes[0], ["step", "flops"], strict=True):
         items = series(runs, curves, by, x)
         _plot(ax, items, _arch_label)
         ax.set_xlabel(XLABEL[x])
@@ -213,7 +236,7 @@ def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
                 steps = first.loc[first["layer"] == layer, "step"].to_numpy()
                 pts = s[np.isin(s["x"].to_numpy(), steps)]
                 ax.plot(pts["x"], pts["med"], marker, markersize=3, fillstyle="none", color="k", alpha=0.5)
-    shapes = zip(runs["d_in"], runs["d_out"], runs["L"])
+    shapes = zip(runs["d_in"], runs["d_out"], runs["L"], strict=True)
     dims = ", ".join(sorted({f"{int(a)} -> {int(b)}, L = {int(c)}" for a, b, c in shapes}))
     fig.suptitle(f"Fig. 5: width ({dims}, descending BCGD); o: W_1 updates, *: W_(L/2) updates", fontsize=10)
     return save_figure(fig, out_dir, "fig5_width")
@@ -221,7 +244,7 @@ def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
 
 def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Fig. 6: ascending vs descending for three inits; left d_in < d_out, right d_in > d_out."""
-    panels = sorted({(int(a), int(b)) for a, b in zip(runs.get("d_in", []), runs.get("d_out", []))})
+    panels = sorted({(int(a), int(b)) for a, b in zip(runs.get("d_in", []), runs.get("d_out", []), strict=True)})
     fig, axes = plt.subplots(2, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 7.5), squeeze=False)
     colors = {"orth_identity": "C0", "balanced": "C1", "random": "C2", "orthogonal": "C3", "identity": "C4"}
 
@@ -256,8 +279,17 @@ def fig7_uci(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pa
 
 def fig8_mnist(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Fig. 8: MNIST, depths 1..10 (even depths solid, odd dashed)."""
-    return _panels(runs, curves, ["L"], ["step", "flops"], "Fig. 8: MNIST (identity init, descending BCGD)",
-                   lambda k: f"L = {int(k['L'])}", _depth_style, out_dir, "fig8_mnist")
+    return _panels(
+        runs,
+        curves,
+        ["L"],
+        ["step", "flops"],
+        "Fig. 8: MNIST (identity init, descending BCGD)",
+        lambda k: f"L = {int(k['L'])}",
+        _depth_style,
+        out_dir,
+        "fig8_mnist",
+    )
 
 
 FIGURES: dict[str, Figure] = {
@@ -290,8 +322,17 @@ def frames_from_results(items: Iterable[tuple[str, Any, Any]]) -> tuple[pd.DataF
     for run_id, params, res in items:
         if hasattr(params, "model_dump"):
             params = params.model_dump(mode="json")
-        rows.append({"run_id": run_id, "status": res.status, **params, **res.summary, "flops": res.flops,
-                     "n_steps": res.n_steps, "wall_s": float("nan")})
+        rows.append(
+            {
+                "run_id": run_id,
+                "status": res.status,
+                **params,
+                **res.summary,
+                "flops": res.flops,
+                "n_steps": res.n_steps,
+                "wall_s": float("nan"),
+            }
+        )
         if res.curve:
             parts.append(pd.DataFrame({"run_id": run_id, **{k: list(v) for k, v in res.curve.items()}}))
     curves = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["run_id", "step"])

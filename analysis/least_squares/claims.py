@@ -33,6 +33,20 @@ def _optimal_best(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
 
 
 CLAIMS = [
-    Claim("lsq.divergence_threshold", "-", "least_squares", ("lsq_step_sweep",), "constant-step GD diverges exactly when lr > 2/lambda_max", _threshold),
-    Claim("lsq.optimal_step_best", "-", "least_squares", ("lsq_step_sweep",), "the step 2/(lambda_max + lambda_min) beats every step of the sweep", _optimal_best),
+    Claim(
+        "lsq.divergence_threshold",
+        "-",
+        "least_squares",
+        ("lsq_step_sweep",),
+        "constant-step GD diverges exactly when lr > 2/lambda_max",
+        _threshold,
+    ),
+    Claim(
+        "lsq.optimal_step_best",
+        "-",
+        "least_squares",
+        ("lsq_step_sweep",),
+        "the step 2/(lambda_max + lambda_min) beats every step of the sweep",
+        _optimal_best,
+    ),
 ]

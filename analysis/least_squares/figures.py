@@ -15,7 +15,9 @@ from analysis.aggregate import curve_band  # noqa: E402
 
 
 def step_sweep(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
-    runs = runs.assign(step_rule=runs["lr_rule"].where(runs["lr_rule"] == "optimal", "lr " + runs["lr"].map("{:g}".format)))
+    runs = runs.assign(
+        step_rule=runs["lr_rule"].where(runs["lr_rule"] == "optimal", "lr " + runs["lr"].map("{:g}".format))
+    )
     band = curve_band(curves, runs, ["step_rule"], "step", "err")
     fig, ax = plt.subplots(figsize=(6, 4))
     for rule, line in band.groupby("step_rule"):

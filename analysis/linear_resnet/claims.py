@@ -52,7 +52,8 @@ def resnet_flat_standard_slows(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     holds = res_spread <= 1.6 and std_growth >= 1.5
     return Verdict(
         HOLDS if holds else FAILS,
-        f"ResNet iterations to 1e-6 by depth: {fmt(res)} (max/min {res_spread:.2f}); standard: {fmt(std)} (deepest/shallowest {std_growth:.2f})",
+        f"ResNet iterations to 1e-6 by depth: {fmt(res)} (max/min {res_spread:.2f}); "
+        f"standard: {fmt(std)} (deepest/shallowest {std_growth:.2f})",
         paper="standard net slows down as L grows; ResNet curves are quite similar for every L",
         theory="Thm 3.1: T_eps independent of L at eta = c/(L ||A||^2 ||B||^2 ||X||^2)",
     )
@@ -111,7 +112,10 @@ def width_threshold_depth_free(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     return Verdict(
         HOLDS if res_same and std_grows else FAILS,
         f"smallest width from which all wider nets reach 1e-6 (median over seeds): {text}",
-        theory="Cor. 3.4: the ResNet needs m ~ k r kappa^2 (no L); Du & Hu's standard net m ~ L k r kappa^3 (sufficient conditions)",
+        theory=(
+            "Cor. 3.4: the ResNet needs m ~ k r kappa^2 (no L); Du & Hu's standard net m ~ L k r kappa^3 "
+            "(sufficient conditions)"
+        ),
     )
 
 
@@ -159,7 +163,10 @@ CLAIMS = [
         "modified identity converges slightly (at most 2x) faster than Gaussian transforms",
         modified_identity_faster,
         expected=FAILS,
-        why_expected="ordering holds but the gap is ~5x at m = 200 and ~20x at m = 40 with the normalised step (our measurement, not 'slightly')",
+        why_expected=(
+            "ordering holds but the gap is ~5x at m = 200 and ~20x at m = 40 with the normalised step "
+            "(our measurement, not 'slightly')"
+        ),
     ),
     Claim(
         "003.fig1c.depth",

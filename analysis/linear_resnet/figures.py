@@ -50,8 +50,16 @@ def _band(ax: plt.Axes, q: pd.DataFrame, label: str, color: str, **kw: object) -
     ax.fill_between(q["step"], q["q25"].clip(lower=1e-300), q["q75"], color=color, alpha=0.2, linewidth=0)
 
 
-def _iter_line(ax: plt.Axes, rows: pd.DataFrame, x: str, col: str, label: str, color: str,
-               marker: str = "o", xcol: str | None = None) -> None:
+def _iter_line(
+    ax: plt.Axes,
+    rows: pd.DataFrame,
+    x: str,
+    col: str,
+    label: str,
+    color: str,
+    marker: str = "o",
+    xcol: str | None = None,
+) -> None:
     """Median (IQR error bars) of iterations-to-threshold against `x`; unreached medians are dropped
     and marked at the top of the axis with an open triangle."""
     pts = []
@@ -65,8 +73,15 @@ def _iter_line(ax: plt.Axes, rows: pd.DataFrame, x: str, col: str, label: str, c
     arr = np.array(sorted(pts))
     ok = np.isfinite(arr[:, 2])
     hi = np.where(np.isfinite(arr[:, 3]), arr[:, 3], arr[:, 2])
-    ax.errorbar(arr[ok, 0], arr[ok, 2], yerr=[arr[ok, 2] - arr[ok, 1], hi[ok] - arr[ok, 2]], label=label,
-                color=color, marker=marker, capsize=3)
+    ax.errorbar(
+        arr[ok, 0],
+        arr[ok, 2],
+        yerr=[arr[ok, 2] - arr[ok, 1], hi[ok] - arr[ok, 2]],
+        label=label,
+        color=color,
+        marker=marker,
+        capsize=3,
+    )
     if (~ok).any():
         top = np.nanmax(arr[ok, 2]) * 1.5 if ok.any() else 1.0
         ax.plot(arr[~ok, 0], np.full((~ok).sum(), top), linestyle="none", marker="^", mfc="none", color=color)
@@ -139,8 +154,14 @@ def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: st
             res = q[(q["model"] == "resnet") & (q["depth"] == depth)]
             if not res.empty:
                 largest = depth == max(depths)
-                _band(ax, res, f"ResNet, L = {depth}" if largest else "_nolegend_", "black" if largest else color,
-                      lw=2.0 if largest else 0.8, alpha=1.0 if largest else 0.5)
+                _band(
+                    ax,
+                    res,
+                    f"ResNet, L = {depth}" if largest else "_nolegend_",
+                    "black" if largest else color,
+                    lw=2.0 if largest else 0.8,
+                    alpha=1.0 if largest else 0.5,
+                )
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
@@ -181,8 +202,15 @@ def sweep_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4), squeeze=False)
     for ax, (title, rows) in zip(axes[0], groups.items(), strict=True):
         for i, ((model, m), grp) in enumerate(rows.groupby(["model", "m"])):
-            _iter_line(ax, grp, "depth", "iters_rel_1e6", f"{model}, m = {m}", COLORS[i % len(COLORS)],
-                       marker="o" if model == "resnet" else "s")
+            _iter_line(
+                ax,
+                grp,
+                "depth",
+                "iters_rel_1e6",
+                f"{model}, m = {m}",
+                COLORS[i % len(COLORS)],
+                marker="o" if model == "resnet" else "s",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         _ticks(ax, rows["depth"])
@@ -232,8 +260,16 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
         xs = seed_quartiles(grp, ["kappa"], "kappa_x").set_index("kappa")["median"].reindex(ys.index)
         fit = np.isfinite(ys) & (ys > 0)
         slope = np.polyfit(np.log(xs[fit]), np.log(ys[fit]), 1)[0] if fit.sum() >= 2 else np.nan
-        _iter_line(ax, grp, "kappa", "iters_rel_1e6", f"{model} (slope {slope:.2f})", COLORS[i],
-                   marker="o" if model == "resnet" else "s", xcol="kappa_x")
+        _iter_line(
+            ax,
+            grp,
+            "kappa",
+            "iters_rel_1e6",
+            f"{model} (slope {slope:.2f})",
+            COLORS[i],
+            marker="o" if model == "resnet" else "s",
+            xcol="kappa_x",
+        )
     kx = runs["kappa_x"]
     ref = np.array([kx.min(), kx.max()])
     base = runs.loc[runs["iters_rel_1e6"] > 0, "iters_rel_1e6"].min()
@@ -248,8 +284,9 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     return save_figure(fig, out_dir, stem)
 
 
-def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
-                    stem: str = "sweep_sgd_batch") -> list[Path]:
+def sweep_sgd_batch(
+    runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_sgd_batch"
+) -> list[Path]:
     """Left: SGD's final excess loss against the batch size B when L* > 0, per c, with an n/B guide.
     Right: loss - L* against iterations when L* = 0 (noise 0), one line per B."""
     runs = _done(runs)
@@ -260,8 +297,15 @@ def sweep_sgd_batch(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
     ax = axes[0]
     for i, (c, grp) in enumerate(noisy.groupby("c")):
         q = seed_quartiles(grp, ["batch_size"], "subopt_tail").set_index("batch_size")
-        ax.errorbar(q.index, q["median"], yerr=[q["median"] - q["q25"], q["q75"] - q["median"]], marker="o", capsize=3,
-                    color=COLORS[i], label=f"c = {c:g}")
+        ax.errorbar(
+            q.index,
+            q["median"],
+            yerr=[q["median"] - q["q25"], q["q75"] - q["median"]],
+            marker="o",
+            capsize=3,
+            color=COLORS[i],
+            label=f"c = {c:g}",
+        )
         # Gradient noise of B samples drawn without replacement scales as (n - B) / B.
         n = float(grp["n"].iloc[0])
         bs = q.index[q.index < n].to_numpy(dtype=float)

@@ -15,6 +15,7 @@ COLUMNS = (*ALL_STATUSES, "missing")
 class StatusReport:
     by_task: dict[str, Counter[str]] = field(default_factory=dict)
     by_grid: dict[str, Counter[str]] = field(default_factory=dict)
+    by_grid_task: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
     errors: list[tuple[str, str, str]] = field(default_factory=list)  # (task, run_id, first line)
 
     def format(self, max_errors: int = 10) -> str:
@@ -50,11 +51,14 @@ def store_status(store: ResultStore) -> StatusReport:
             report.errors.append((task, rid, error.strip().splitlines()[0]))
     members = store.read_members()
     by_grid: dict[str, Counter[str]] = defaultdict(Counter)
+    by_grid_task: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     seen: set[tuple[str, str]] = set()
-    for grid, rid in zip(members["grid"].to_pylist(), members["run_id"].to_pylist(), strict=True):
+    columns = (members[c].to_pylist() for c in ("grid", "task", "run_id"))
+    for grid, task, rid in zip(*columns, strict=True):
         if (grid, rid) in seen:
             continue
         seen.add((grid, rid))
         by_grid[grid][latest.get(rid, "missing")] += 1
-    report.by_task, report.by_grid = dict(by_task), dict(by_grid)
+        by_grid_task[grid, task][latest.get(rid, "missing")] += 1
+    report.by_task, report.by_grid, report.by_grid_task = dict(by_task), dict(by_grid), dict(by_grid_task)
     return report
