@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RESULTS ?= results/demo
 
-.PHONY: install demo test lint bench clean-demo
+.PHONY: install demo test lint faults bench clean-demo
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,6 +28,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The whole fault matrix of docs/reliability.md (real signals at 20 random moments per row; ~30 min).
+faults: $(STAMP)
+	$(PY) -m tests.fault_matrix --moments 20
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

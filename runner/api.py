@@ -19,6 +19,7 @@ from typing import Any
 from runner.errors import ConfigError, redact
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.progress import Progress
+from runner.execute.unwritable import write_isolated
 from runner.grid.schema import task_schemas
 from runner.grid.spec import Cell, Grid, load_grid
 from runner.store import ResultStore, RunRecord
@@ -118,7 +119,10 @@ def execute_cells(
     def flush() -> None:
         nonlocal last_flush
         if buffer:
-            store.write_records(buffer, task_schemas)
+            for failed in write_isolated(store, buffer, task_schemas):
+                was = next(r.status for r in buffer if r.run_id == failed.run_id)
+                bar.counts[was] -= 1  # counted as it arrived; stored as failed (the store refused it)
+                bar.counts[failed.status] += 1
             buffer.clear()
         last_flush = time.monotonic()
 

@@ -70,5 +70,11 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+# The last signal raise_terminated saw: a library that catches the KeyboardInterrupt and raises a
+# plain one of its own (Ray does, from inside a blocking call) must not turn SIGTERM into "Ctrl-C".
+received: list[int] = []
+
+
 def raise_terminated(signum: int, _frame: object) -> None:
+    received.append(signum)
     raise Terminated(signum)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner import errors
 from runner.cli.options import add_execution_options, check_results_root, executor_options, positive_int
 from runner.errors import ConfigError, Terminated, raise_terminated, redact
 
@@ -197,17 +198,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
-    except Terminated as exc:
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else (errors.received[-1] if errors.received else None)
+        if signum is None:
+            print(
+                "convgrid: interrupted; finished runs are in the store, rerun the same command to resume",
+                file=sys.stderr,
+            )
+            return 130
+        name = signal.Signals(signum).name
         print(
-            f"convgrid: stopped by {exc}; finished runs are in the store, rerun the same command to resume",
+            f"convgrid: stopped by {name}; finished runs are in the store, rerun the same command to resume",
             file=sys.stderr,
         )
-        return 128 + exc.signum
-    except KeyboardInterrupt:
-        print(
-            "convgrid: interrupted; finished runs are in the store, rerun the same command to resume", file=sys.stderr
-        )
-        return 130
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -30,16 +31,17 @@ class _ChunkActor:
 
     def run_chunk(
         self, items: list[WorkItem], timeout_s: float | None, reporters: ReporterFactory | None = None
-    ) -> list[RunRecord]:
-        out = []
+    ) -> Iterator[RunRecord]:
+        """A Ray streaming generator: each record reaches the driver as its run finishes, not when the
+        chunk does, so a driver killed mid-chunk has already flushed what finished (the results root
+        stays with the driver)."""
         for item in items:
             with self._lock:
                 self._current = (item.run_id, time.monotonic())
             reporter = reporters(item) if reporters else None
-            out.append(run_item(item, device=self.device, threads=self.threads, timeout_s=timeout_s, reporter=reporter))
+            yield run_item(item, device=self.device, threads=self.threads, timeout_s=timeout_s, reporter=reporter)
         with self._lock:
             self._current = None
-        return out
 
     @ray.method(concurrency_group="control")
     def current(self) -> tuple[str, float] | None:

@@ -68,6 +68,8 @@ class Executor(Protocol):
     complete: completion order, not submission order; every item is yielded exactly once (a run lost
     with its worker is run again, never yielded twice; a run killed for its timeout is yielded as a
     `timeout` record). A task's exception is a `failed` record, never an exception out of `execute`.
+    An executor that runs elsewhere yields each record as soon as its run finishes (not when its chunk
+    does) and yields an empty list when nothing finished for a while, so the caller can flush on time.
     The caller persists what is yielded; an executor writes nothing and never sees the results root.
     With a `channel` (made by this executor's `report_channel`), runs report through it.
 

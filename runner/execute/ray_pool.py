@@ -16,6 +16,15 @@ from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
 from runner.store.records import RunRecord
 
 
+@dataclass
+class _Chunk:
+    """A chunk in flight: the actor it went to, its items, and the runs whose records came back."""
+
+    actor: int
+    items: list[WorkItem]
+    finished: set[str] = field(default_factory=set)
+
+
 class ChunkSizer:
     """Chunk sizes from measured per-run seconds: aim at `target_s` of work per chunk, but never so big
     that the last chunks leave actors idle (at most the remaining work split over every chunk slot,
@@ -85,36 +94,45 @@ class RayExecutor:
         lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
         queue: deque[WorkItem] = deque(items)
         sizer = ChunkSizer(self.target_chunk_s)
-        pending: dict[Any, tuple[int, list[WorkItem]]] = {}
+        pending: dict[Any, _Chunk] = {}  # a chunk's streaming generator -> what it was given
         load = [0] * len(self.actors)
         killed: set[str] = set()  # run ids recorded as hard timeouts; dropped when their chunk is requeued
         last_check = time.monotonic()
         while queue or pending:
             self._fill(queue, pending, load, sizer, channel.reporters if channel is not None else None)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=self._poll_s())
-            for ref in ready:
-                idx, chunk = pending.pop(ref)
-                load[idx] -= 1
+            if not ready:
+                yield []  # nothing finished for a while: the caller's chance to flush on time
+            for gen in ready:
+                chunk = pending[gen]
                 try:
-                    records = ray.get(ref)
+                    record = ray.get(next(gen))
+                except StopIteration:
+                    pending.pop(gen)
+                    load[chunk.actor] -= 1
+                    continue
                 except lost:
                     # The actor died with the chunk (a killed worker, a lost node, or our hard timeout).
-                    # Ray restarts the actor; the chunk's unfinished runs go back to the front of the queue.
-                    # Nothing of a lost chunk was written, so nothing is written twice.
-                    queue.extendleft(reversed([i for i in chunk if i.run_id not in killed]))
+                    # Ray restarts the actor; the runs it had not finished go back to the front of the
+                    # queue. What it finished already reached the caller, so nothing runs twice.
+                    pending.pop(gen)
+                    load[chunk.actor] -= 1
+                    rest = [i for i in chunk.items if i.run_id not in chunk.finished and i.run_id not in killed]
+                    queue.extendleft(reversed(rest))
                     self.chunks_resubmitted += 1
                     continue
-                sizer.observe(records)
-                yield records
+                chunk.finished.add(record.run_id)
+                sizer.observe([record])
+                yield [record]
             poll = self._poll_s()
-            if poll is not None and time.monotonic() - last_check >= poll:
+            if self.timeout_s is not None and time.monotonic() - last_check >= poll:
                 last_check = time.monotonic()
                 yield from self._enforce_hard_timeout(pending, killed)
 
     def _fill(
         self,
         queue: deque[WorkItem],
-        pending: dict[Any, tuple[int, list[WorkItem]]],
+        pending: dict[Any, _Chunk],
         load: list[int],
         sizer: ChunkSizer,
         reporters: Any,
@@ -123,16 +141,16 @@ class RayExecutor:
             while queue and load[idx] < self.in_flight_per_worker:
                 n = sizer.size(len(queue), len(self.actors) * self.in_flight_per_worker)
                 chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
-                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = (idx, chunk)
+                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = _Chunk(idx, chunk)
                 load[idx] += 1
                 self.chunks_submitted += 1
 
-    def _poll_s(self) -> float | None:
-        return None if self.timeout_s is None else min(1.0, max(0.05, self.timeout_s / 4))
+    def _poll_s(self) -> float:
+        """How long to wait for a record before yielding control: short enough for the caller's flush
+        window and for the hard timeout's checks, long enough not to spin."""
+        return 0.25 if self.timeout_s is None else min(0.25, max(0.05, self.timeout_s / 4))
 
-    def _enforce_hard_timeout(
-        self, pending: dict[Any, tuple[int, list[WorkItem]]], killed: set[str]
-    ) -> Iterator[list[RunRecord]]:
+    def _enforce_hard_timeout(self, pending: dict[Any, _Chunk], killed: set[str]) -> Iterator[list[RunRecord]]:
         """Kill actors whose current run is past its deadline plus the grace period; record it as timeout."""
         import ray
 
@@ -140,12 +158,12 @@ class RayExecutor:
 
         assert self.timeout_s is not None
         limit = self.timeout_s + self.grace_s
-        busy = sorted({idx for idx, _ in pending.values()})
+        busy = sorted({c.actor for c in pending.values()})
         try:
             states = ray.get([self.actors[i].current.remote() for i in busy], timeout=10)
         except Exception:  # noqa: BLE001 - an actor that cannot even answer is handled when its chunk fails
             return
-        items = {i.run_id: i for _, chunk in pending.values() for i in chunk}
+        items = {i.run_id: i for c in pending.values() for i in c.items}
         for idx, state in zip(busy, states, strict=True):
             if state is None or state[1] < limit or state[0] in killed:
                 continue

@@ -17,6 +17,7 @@ class FaultyParams(TaskParams):
     sleep_s: float = Field(0.0, ge=0.0, description="cooperative work time (reports every 10 ms)")
     hang_s: float = Field(0.0, ge=0.0, description="time spent ignoring the deadline")
     weights: list[float] | None = Field(None, description="if set, the result adds sum((w - 1)^2): a vector to tune")
+    poison: bool = Field(False, description="return a summary value the store cannot take (a string for a float)")
     probe_dir: str | None = Field(None, description="if set, each finished run touches probe_dir/<run x> (fault tests)")
 
 
@@ -44,7 +45,9 @@ class FaultyTask:
         time.sleep(p.hang_s)
         if p.probe_dir is not None:  # the fault tests' witness of when a run finished, outside the store
             Path(p.probe_dir, f"{p.x:g}").write_text(f"{time.time()}\n")
-        square = p.x * p.x + sum((w - 1.0) ** 2 for w in p.weights or [])
+        square: Any = p.x * p.x + sum((w - 1.0) ** 2 for w in p.weights or [])
+        if p.poison:
+            square = f"not a number: {square}"  # passes the protocol, fails the float column
         return Result(status="ok", summary={"square": square}, curve={"step": [0], "value": [p.x]}, n_steps=1)
 
 
