@@ -199,7 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Terminated) else (errors.received[-1] if errors.received else None)
+        signum: int | None = exc.signum if isinstance(exc, Terminated) else None
+        if signum is None and errors.received:
+            signum = errors.received[-1]
         if signum is None:
             print(
                 "convgrid: interrupted; finished runs are in the store, rerun the same command to resume",

@@ -105,8 +105,9 @@ class RayExecutor:
                 yield []  # nothing finished for a while: the caller's chance to flush on time
             for gen in ready:
                 chunk = pending[gen]
+                stream: Iterator[Any] = gen  # an ObjectRefGenerator: one ObjectRef per finished run
                 try:
-                    record = ray.get(next(gen))
+                    record: RunRecord = ray.get(next(stream))
                 except StopIteration:
                     pending.pop(gen)
                     load[chunk.actor] -= 1
