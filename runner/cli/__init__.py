@@ -188,8 +188,8 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM (schedulers, `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C: flush, stop workers.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, raise_terminated)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, raise_terminated)
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
 from runner.store.records import RunRecord
@@ -105,7 +105,7 @@ class RayExecutor:
                 yield []  # nothing finished for a while: the caller's chance to flush on time
             for gen in ready:
                 chunk = pending[gen]
-                stream: Iterator[Any] = gen  # an ObjectRefGenerator: one ObjectRef per finished run
+                stream = cast(Iterator[Any], gen)  # an ObjectRefGenerator: one ObjectRef per finished run
                 try:
                     record: RunRecord = ray.get(next(stream))
                 except StopIteration:
