@@ -3,15 +3,14 @@ qualitative claims in miniature, and draw their figures from frames built from r
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pandas as pd
 import pydantic
 import pytest
-import yaml
 
 import analysis.deep_linear.figures as figs
+from runner.grid.spec import load_grid
 from tasks.base import RunContext
 from tasks.deep_linear.task import DeepLinearTask
 
@@ -23,24 +22,10 @@ REAL = ("fig7", "fig8", "fig9")
 
 
 def expand(path: Path) -> tuple[str, list[dict]]:
-    """The grid format of the runner (blocks of product / zip axes / repeat), expanded here so that
-    these tests do not depend on the runner."""
-    spec = yaml.safe_load(path.read_text())
-    configs = []
-    for block in spec["blocks"]:
-        assert block["task"] == "deep_linear"
-        zips = block.get("zip") or []
-        zips = [zips] if isinstance(zips, dict) else zips
-        axes = [[dict(zip(z, vals, strict=True)) for vals in zip(*z.values(), strict=True)] for z in zips]
-        prod = block.get("product") or {}
-        axes += [[{k: v} for v in vals] for k, vals in prod.items()]
-        for combo in itertools.product(*axes) if axes else [()]:
-            cfg = dict(block.get("params") or {})
-            for part in combo:
-                cfg.update(part)
-            for r in range(block.get("repeat", 1)):
-                configs.append({**cfg, "seed": cfg.get("seed", 0) + r})
-    return spec.get("name", path.stem), configs
+    """The shipped grid file as the runner reads it (its own loader: validation and all)."""
+    grid = load_grid(path)
+    assert grid.tasks() == ["deep_linear"]
+    return grid.name, [c.params_json() for c in grid.cells]
 
 
 @pytest.mark.parametrize("path", GRIDS, ids=[str(p.relative_to(ROOT / "grids")) for p in GRIDS])

@@ -3,7 +3,6 @@ actually running the task on the small grids (the store's runs/curves layout, no
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,10 +10,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 from pydantic import TypeAdapter
 
 from analysis.linear_resnet.figures import FIGURES
+from runner.grid.spec import load_grid
 from tasks.base import RunContext
 from tasks.linear_resnet.task import LinearResNetTask
 
@@ -25,23 +24,11 @@ ADAPTER = TypeAdapter(TASK.Params)
 
 
 def expand(path: Path) -> Iterator[Any]:
-    """The grid format (blocks of product x zip x repeat), expanded and validated cell by cell."""
-    grid = yaml.safe_load(path.read_text())
-    for block in grid["blocks"]:
-        assert block["task"] == "linear_resnet"
-        zips = block.get("zip") or []
-        zips = zips if isinstance(zips, list) else [zips]
-        axes = [[{k: val} for val in vals] for k, vals in block.get("product", {}).items()]
-        for group in zips:
-            (length,) = {len(vals) for vals in group.values()}
-            axes.append([{k: vals[i] for k, vals in group.items()} for i in range(length)])
-        for combo in itertools.product(*axes):
-            raw = dict(block.get("params", {}))
-            for part in combo:
-                raw.update(part)
-            seed = int(raw.get("seed", 0))
-            for r in range(block.get("repeat", 1)):
-                yield ADAPTER.validate_python({**raw, "seed": seed + r})
+    """The shipped grid file as the runner reads it (its own loader), cell by cell."""
+    grid = load_grid(path)
+    assert grid.tasks() == ["linear_resnet"]
+    for cell in grid.cells:
+        yield cell.params
 
 
 def frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -70,7 +57,7 @@ def frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def grid_name(path: Path) -> str:
-    return yaml.safe_load(path.read_text()).get("name") or path.stem
+    return load_grid(path).name
 
 
 ALL = sorted(GRIDS.rglob("*.yaml"))
