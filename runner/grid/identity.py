@@ -40,11 +40,12 @@ def variants(task: Task) -> list[type[BaseModel]]:
     raise TypeError(f"{task.name}: Params must be a pydantic model or a union of models, not {params!r}")
 
 
-def discriminators(task: Task) -> set[str]:
+@cache
+def discriminators(task: Task) -> frozenset[str]:
     """Fields whose type is a single Literal in every variant (the union's tag): always part of the id."""
     models = variants(task)
     if len(models) < 2:
-        return set()
+        return frozenset()
     tags: set[str] | None = None
     for model in models:
         mine = {
@@ -53,7 +54,7 @@ def discriminators(task: Task) -> set[str]:
             if get_origin(f.annotation) is Literal and len(get_args(f.annotation)) == 1
         }
         tags = mine if tags is None else tags & mine
-    return tags or set()
+    return frozenset(tags or ())
 
 
 def tag_value(model: type[BaseModel], tag: str) -> str:
@@ -61,20 +62,31 @@ def tag_value(model: type[BaseModel], tag: str) -> str:
     return str(get_args(model.model_fields[tag].annotation)[0])
 
 
+_REQUIRED = object()  # marks a field without a default: always part of the id
+
+
+@cache
+def _default_json(model: type[BaseModel]) -> dict[str, Any]:
+    """Each field's default as JSON (what model_dump(mode="json") would give it), once per model:
+    building a TypeAdapter per field per cell made identity the cost of a million-cell grid."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if field.is_required():
+            out[name] = _REQUIRED
+            continue
+        annotation: Any = field.annotation
+        out[name] = TypeAdapter(annotation).dump_python(field.get_default(call_default_factory=True), mode="json")
+    return out
+
+
 def canonical_params(task: Task, params: BaseModel) -> dict[str, Any]:
     """Params that differ from their defaults (plus the union tag), as JSON-ready values."""
     full = params.model_dump(mode="json")
     keep = discriminators(task)
     out: dict[str, Any] = {}
-    for name, field in type(params).model_fields.items():
+    for name, default_json in _default_json(type(params)).items():
         value = full[name]
-        if name in keep or field.is_required():
-            out[name] = value
-            continue
-        default = field.get_default(call_default_factory=True)
-        annotation: Any = field.annotation
-        default_json = TypeAdapter(annotation).dump_python(default, mode="json")
-        if value != default_json or type(value) is not type(default_json):
+        if name in keep or default_json is _REQUIRED or value != default_json or type(value) is not type(default_json):
             out[name] = value
     return out
 
