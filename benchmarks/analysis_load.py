@@ -94,7 +94,7 @@ def generate(root: Path, runs: int, steps: int, parts: int, seed: int = 0) -> No
     store.write_part(members, "members")
 
 
-def timed(label: str, fn, baseline=None) -> None:  # type: ignore[no-untyped-def]
+def timed(label: str, fn, baseline=None) -> None:
     t0 = time.perf_counter()
     out = fn()
     dt = time.perf_counter() - t0

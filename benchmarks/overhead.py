@@ -22,10 +22,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner.execute.base import WorkItem  # noqa: E402
-from runner.execute.ray_pool import RayExecutor  # noqa: E402
-from runner.execute.worker import configure_threads, run_item  # noqa: E402
-from runner.grid.spec import load_grid  # noqa: E402
+from runner.execute.base import WorkItem
+from runner.execute.ray_pool import RayExecutor
+from runner.execute.worker import configure_threads, run_item
+from runner.grid.spec import load_grid
 
 
 def learner_grid(runs: int, n_iters: int) -> dict:

@@ -12,15 +12,15 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
+from collections.abc import Iterator
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # The fault-injection task lives in tests/; Ray workers and driver subprocesses inherit these.
 os.environ["CONVGRID_LEARNERS"] = "faulty=tests.toy_learner"
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="module")

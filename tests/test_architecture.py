@@ -55,7 +55,7 @@ def _layer(module: str) -> int | None:
     return RUNNER_LAYERS.index(parts[1]) if parts[1] in RUNNER_LAYERS else None
 
 
-def _violations(package: str, allowed: callable) -> list[str]:  # type: ignore[valid-type]
+def _violations(package: str, allowed: callable) -> list[str]:
     bad = []
     for path in _modules(package):
         for imported in sorted(_imports(path)):

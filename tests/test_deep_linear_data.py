@@ -60,7 +60,7 @@ def test_rank_constrained_optimum():
     x = torch.randn(6, 30, generator=g, dtype=torch.float64) * torch.tensor([3, 2, 1, 0.5, 0.2, 0.1])[:, None]
     y = torch.randn(4, 30, generator=g, dtype=torch.float64)
     sv, xh, w_ls, r_x, w_star, offset = optimum(x, y, 2)
-    loss = lambda w: float(((w @ x - y) ** 2).sum())  # noqa: E731
+    loss = lambda w: float(((w @ x - y) ** 2).sum())  # noqa: E731 - a one-line objective reads best as a lambda here
     assert torch.linalg.matrix_rank(w_star) == 2 and offset > 0
     assert loss(w_star) - loss(w_ls) == pytest.approx(offset * 30, rel=1e-9)
     u, s, vh = torch.linalg.svd(w_ls)

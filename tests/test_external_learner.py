@@ -102,7 +102,7 @@ CLAIMS = [Claim("quad.best_step", "-", "quad", ("quad_sweep",), "the step 1/a is
 
 
 @pytest.fixture(scope="module")
-def two_nodes():  # type: ignore[no-untyped-def]
+def two_nodes():
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -132,7 +132,7 @@ class _Tags(HTMLParser):
         self.tags.append(tag)
 
 
-def test_an_external_learner_runs_tunes_checks_and_reports_on_two_nodes(tmp_path: Path, two_nodes) -> None:  # type: ignore[no-untyped-def]
+def test_an_external_learner_runs_tunes_checks_and_reports_on_two_nodes(tmp_path: Path, two_nodes) -> None:
     pkgs = _learner_package(tmp_path)
     grid = tmp_path / "quad_sweep.yaml"
     grid.write_text(

@@ -23,7 +23,7 @@ from tests.fault_matrix import trial
 def test_driver_killed_at_a_random_moment_loses_and_doubles_nothing(
     run_s: float, n: int, signum: int, seed: int, ray_local: object
 ) -> None:
-    address = ray_local.get_runtime_context().gcs_address  # type: ignore[attr-defined]
+    address = ray_local.get_runtime_context().gcs_address
     outcome = trial(address, run_s, n, signum, seed)
     assert outcome.lost == 0, outcome
     assert outcome.duplicated == 0 and outcome.corrupt == 0, outcome

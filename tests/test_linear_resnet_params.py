@@ -4,7 +4,6 @@ variant does not use, and the column-type rules the store relies on."""
 from __future__ import annotations
 
 import types
-import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
 import pytest
@@ -84,7 +83,7 @@ def _scalar_ok(annotation: Any) -> bool:
         return len(inner) == 1 and _scalar_ok(inner[0])
     if origin is Literal:
         return len({type(a) for a in get_args(annotation)}) == 1
-    if origin in (list, typing.List):  # noqa: UP006
+    if origin is list:  # list[X] and typing.List[X] both have the origin list
         return get_args(annotation)[0] in (int, float)
     return annotation in (int, float, bool, str)
 

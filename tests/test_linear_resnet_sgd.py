@@ -17,7 +17,7 @@ TASK = LinearResNetTask()
 ADAPTER = TypeAdapter(TASK.Params)
 
 
-def run(**cfg: object):  # noqa: ANN201
+def run(**cfg: object):
     result = TASK.run(ADAPTER.validate_python({"algo": "sgd", **cfg}), RunContext())
     result.validate(TASK)
     return result

@@ -20,7 +20,7 @@ TASK = LinearResNetTask()
 ADAPTER = TypeAdapter(TASK.Params)
 
 
-def run(cfg: dict, ctx: RunContext | None = None):  # noqa: ANN201
+def run(cfg: dict, ctx: RunContext | None = None):
     result = TASK.run(ADAPTER.validate_python(cfg), ctx or RunContext())
     result.validate(TASK)
     return result
@@ -99,7 +99,7 @@ def test_report_false_stops_the_run(algo: str) -> None:
     assert late.status == "timeout" and late.n_steps == 0
 
 
-def _counted(fn, *args) -> int:  # noqa: ANN001
+def _counted(fn, *args) -> int:
     with FlopCounterMode(display=False) as counter:
         fn(*args)
     return counter.get_total_flops()

@@ -60,7 +60,7 @@ def test_chunks_grow_once_run_times_are_known(ray_local: object) -> None:
     assert executor.chunks_submitted < 40
 
 
-def test_cli_driver_joins_an_existing_cluster_by_address(tmp_path: Path, ray_local) -> None:  # type: ignore[no-untyped-def]
+def test_cli_driver_joins_an_existing_cluster_by_address(tmp_path: Path, ray_local) -> None:
     import subprocess
     import sys
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
 
-from analysis.claims import HOLDS, Claim, Verdict  # noqa: E402
-from analysis.figures import save_figure  # noqa: E402
-from analysis.report import Report, build_report, escape_md  # noqa: E402
-from runner import run_grid  # noqa: E402
+from analysis.claims import HOLDS, Claim, Verdict
+from analysis.figures import save_figure
+from analysis.report import Report, build_report, escape_md
+from runner import run_grid
 
 TEX = r"$\|W\|_F$ = 0.25 after one sweep"
 NORM = "identity final loss / (||Y||^2/2) = 1.07; <b>not bold</b> & iters_rel_1e6 *not em* [not a link](x)"

@@ -37,7 +37,7 @@ def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
-def test_no_command_prints_or_writes_a_secret(tmp_path: Path, s3_root: str) -> None:  # noqa: F811
+def test_no_command_prints_or_writes_a_secret(tmp_path: Path, s3_root: str) -> None:  # noqa: F811 - the imported fixture, requested by name
     root = s3_root.replace("s3://", f"s3://AKIDEXAMPLE:{SECRET}@")
     pg = os.environ.get("CONVGRID_TEST_PG_URL")
     if pg is None:

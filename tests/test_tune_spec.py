@@ -146,7 +146,7 @@ def test_sweep_makes_one_study_per_value_and_baselines_merge() -> None:
     assert all(p.n_trials == 3 for p in plans)  # a grid study's default budget is its grid
     assert [round(v, 12) for v in plans[0].grid()["lr"]] == [0.1, 0.2, 0.3]
     base = plans[1].baselines[0]
-    assert base.params.model_dump()["lr_rule"] == "optimal" and base.params.model_dump()["n_iters"] == 20  # type: ignore[attr-defined]
+    assert base.params.model_dump()["lr_rule"] == "optimal" and base.params.model_dump()["n_iters"] == 20
     assert plans[0].baselines[0].run_id != base.run_id
     assert (
         plans[0].cell({"lr": 0.2}).run_id

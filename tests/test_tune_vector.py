@@ -32,7 +32,7 @@ def test_a_vector_is_sampled_as_elements_and_run_as_one_list(tmp_path: Path) -> 
     assert sorted(distributions(plan)) == ["weights[0]", "weights[1]", "weights[2]"]
     assert make_sampler(plan)._x0 == {"weights[0]": 0.0, "weights[1]": 0.0, "weights[2]": 0.0}
     cell = plan.cell({"weights[0]": 0.5, "weights[1]": 1.0, "weights[2]": 2.0})
-    assert cell.params.weights == [0.5, 1.0, 2.0]  # type: ignore[attr-defined]
+    assert cell.params.weights == [0.5, 1.0, 2.0]
 
     [report] = tune(STUDY, tmp_path, "local", progress=False)
     trials = read_trials(ResultStore(tmp_path), "vec").to_pylist()
@@ -58,7 +58,7 @@ def test_a_vector_is_sampled_as_elements_and_run_as_one_list(tmp_path: Path) -> 
     ],
 )
 def test_bad_vectors_are_refused_with_the_key(change: dict[str, object], key: str, text: str) -> None:
-    raw = {**STUDY, "space": {"weights": {**STUDY["space"]["weights"], **change}}}  # type: ignore[dict-item]
+    raw = {**STUDY, "space": {"weights": {**STUDY["space"]["weights"], **change}}}
     with pytest.raises(ConfigError) as err:
         load_plans(raw)
     assert err.value.key == key and text in str(err.value)

@@ -18,13 +18,13 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from analysis.aggregate import band  # noqa: E402
-from analysis.aggregate import median_table as _median_table  # noqa: E402
-from analysis.figures import Figure, save_figure  # noqa: E402
+from analysis.aggregate import band
+from analysis.aggregate import median_table as _median_table
+from analysis.figures import Figure, save_figure
 
 FLOOR = 1e-10  # "if the error is less than 1e-10, we simply set 1e-10" (Sec. 4)
 XLABEL = {"sweep": "number of sweeps", "step": "number of iterations", "flops": "flops (learner, covariance form)"}

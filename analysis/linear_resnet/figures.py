@@ -15,12 +15,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from analysis.aggregate import band, median, medians, never_as_inf, quartiles, seed_quartiles  # noqa: E402
-from analysis.figures import Figure, save_figure  # noqa: E402
+from analysis.aggregate import band, median, medians, never_as_inf, quartiles, seed_quartiles
+from analysis.figures import Figure, save_figure
 
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 ITER_COLUMNS = {"iters_rel_1e2": "1e-2", "iters_rel_1e4": "1e-4", "iters_rel_1e6": "1e-6"}
@@ -46,7 +46,7 @@ def _band(ax: plt.Axes, q: pd.DataFrame, label: str, color: str, **kw: object) -
     q = q.sort_values("step")
     positive = q["median"] > 0  # log axes: a loss of exactly 0 (float floor) cannot be drawn
     q = q[positive]
-    ax.plot(q["step"], q["median"], label=label, color=color, **kw)  # type: ignore[arg-type]
+    ax.plot(q["step"], q["median"], label=label, color=color, **kw)  # type: ignore[arg-type]  # matplotlib's stubs type **kwargs narrowly
     ax.fill_between(q["step"], q["q25"].clip(lower=1e-300), q["q75"], color=color, alpha=0.2, linewidth=0)
 
 

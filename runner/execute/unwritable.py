@@ -17,9 +17,18 @@ from tasks.status import FAILED
 
 # Columns a failed record keeps: what identifies the run and how it ran (params, provenance).
 _KEPT = (
-    "run_id", "task", "version", "params_json", "wall_s", "started", "finished",
-    "host", "device", "code_version", "packages",
-)  # fmt: skip
+    "run_id",
+    "task",
+    "version",
+    "params_json",
+    "wall_s",
+    "started",
+    "finished",
+    "host",
+    "device",
+    "code_version",
+    "packages",
+)  # fmt: skip - one tuple of names, kept short
 
 
 def as_unwritable(record: RunRecord, reason: str) -> RunRecord:

@@ -8,7 +8,6 @@ and set in later ones keeps its column and type.
 from __future__ import annotations
 
 import types
-import typing
 from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -33,7 +32,7 @@ def arrow_type(annotation: Any) -> pa.DataType:
     if origin is Literal:
         kinds = {type(a) for a in get_args(annotation)}
         return arrow_type(kinds.pop()) if len(kinds) == 1 else pa.string()
-    if origin in (list, typing.List):  # noqa: UP006
+    if origin is list:  # list[X] and typing.List[X] both have the origin list
         return pa.list_(arrow_type(get_args(annotation)[0]))
     scalar = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
     if annotation in scalar:

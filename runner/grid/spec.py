@@ -102,7 +102,9 @@ def tagged_variants(task: Task) -> dict[str, type[BaseModel]]:
     return {tag_value(m, tag): m for m in variants(task)}
 
 
-def params_error(exc: ValidationError, task: Task, file: str, block: int, cell: Mapping[str, Any]) -> ConfigError:
+def params_error(
+    exc: ValidationError, task: Task, file: str, block: int | None, cell: Mapping[str, Any]
+) -> ConfigError:
     """Turn the first pydantic error of a task's params into a message with the valid choices."""
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]

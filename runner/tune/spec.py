@@ -255,7 +255,7 @@ def _check_params(
     try:
         validate_params(task, raw)
     except ValidationError as exc:
-        error = params_error(exc, task, file, None, varied)  # type: ignore[arg-type]
+        error = params_error(exc, task, file, None, varied)
         if error.key:
             error.key = f"{'space' if error.key in space else where}.{error.key}"
         raise error from None

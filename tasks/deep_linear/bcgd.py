@@ -120,11 +120,11 @@ def bcgd(prob: Problem, ws: list[torch.Tensor], p: BCGDParams, counter: FlopCoun
             curv = 1.0 if p.loss == "l2" else 3.0 * float(delta.abs().max()) ** 2
             eta = g2 / (curv * q) if q * curv > 0 else 0.0  # G10: 0/0 means nothing to do
         elif p.lr_rule == "thm32":
-            eta = _thm32_eta(slot, prob, p.eta_bar, counter)  # type: ignore[arg-type]
+            eta = _thm32_eta(slot, prob, p.eta_bar, counter)  # type: ignore[arg-type]  # set for thm32 (validator)
         else:
-            eta = float(p.lr)  # type: ignore[arg-type]
+            eta = float(p.lr)  # type: ignore[arg-type]  # set for const (validator)
         if p.check_thm32:
-            gamma2 = _thm32_gamma2(slot, prob, p.eta_bar if p.lr_rule == "thm32" else 1.0, counter)  # type: ignore[arg-type]
+            gamma2 = _thm32_gamma2(slot, prob, p.eta_bar if p.lr_rule == "thm32" else 1.0, counter)  # type: ignore[arg-type]  # see above
         if p.loss == "l4" and p.l4_backtrack and eta > 0:
             eta = _backtrack_l4(delta, counter.mm(d, x), eta * s, counter) / s
         m_new = apply_update(ws, slot, eta * s, g, ag, d, p.order, counter)

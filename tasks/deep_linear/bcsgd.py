@@ -45,7 +45,7 @@ def bcsgd(
 ) -> Iterator[Update]:
     x, y, sxx = prob.x, prob.y, prob.sxx
     d_out, d_in = prob.w_ls.shape
-    eta_bar = float(p.eta_bar)  # type: ignore[arg-type]
+    eta_bar = float(p.eta_bar)  # type: ignore[arg-type]  # bcsgd requires eta_bar (validator)
     gen = generator(p.seed, "deep_linear", "bcsgd_sample")
     for slot in gauss_seidel_slots(ws, p.order, counter):
         a, pm = slot.a, slot.p

@@ -29,8 +29,8 @@ def _prefixes(ws: list[torch.Tensor], counter: FlopCounter) -> tuple[list[torch.
     if depth >= 2:
         pref[1] = ws[0]
     for j in range(2, depth):
-        pref[j] = counter.mm(ws[j - 1], pref[j - 1])  # type: ignore[arg-type]
-    m = ws[0] if depth == 1 else counter.mm(ws[depth - 1], pref[depth - 1])  # type: ignore[arg-type]
+        pref[j] = counter.mm(ws[j - 1], pref[j - 1])  # type: ignore[arg-type]  # the products are filled before use
+    m = ws[0] if depth == 1 else counter.mm(ws[depth - 1], pref[depth - 1])  # type: ignore[arg-type]  # the products are filled before use
     return pref, m
 
 
@@ -47,12 +47,12 @@ def gd(prob: Problem, ws: list[torch.Tensor], lr: float, grad_scale: int, counte
         if depth >= 2:
             suf[depth - 1] = ws[depth - 1]
         for j in range(depth - 2, 0, -1):
-            suf[j] = counter.mm(suf[j + 1], ws[j])  # type: ignore[arg-type]
+            suf[j] = counter.mm(suf[j + 1], ws[j])  # type: ignore[arg-type]  # the products are filled before use
         grads = []
         for j in range(1, depth + 1):
             pj = pref[j - 1]
             rp = r if pj is None else counter.mm(r, pj.T)
-            grads.append(rp if suf[j] is None else counter.mm(suf[j].T, rp))  # type: ignore[union-attr]
+            grads.append(rp if suf[j] is None else counter.mm(suf[j].T, rp))  # type: ignore[union-attr]  # the products are filled before use
         for j, g in enumerate(grads):  # simultaneous (Jacobi) update from the same weights
             ws[j] = ws[j] - step * g
             counter.add(2.0 * g.numel())

@@ -41,7 +41,7 @@ def gauss_seidel_slots(ws: list[torch.Tensor], order: str, counter: FlopCounter)
             if depth >= 2:
                 pref[1] = ws[0]
             for j in range(2, depth):
-                pref[j] = counter.mm(ws[j - 1], pref[j - 1])  # type: ignore[arg-type]
+                pref[j] = counter.mm(ws[j - 1], pref[j - 1])  # type: ignore[arg-type]  # the products are filled before use
             a: torch.Tensor | None = None
             for i in range(depth, 0, -1):
                 w, pm = ws[i - 1], pref[i - 1]
@@ -60,7 +60,7 @@ def gauss_seidel_slots(ws: list[torch.Tensor], order: str, counter: FlopCounter)
             if depth >= 2:
                 suf[depth - 1] = ws[depth - 1]
             for j in range(depth - 2, 0, -1):
-                suf[j] = counter.mm(suf[j + 1], ws[j])  # type: ignore[arg-type]
+                suf[j] = counter.mm(suf[j + 1], ws[j])  # type: ignore[arg-type]  # the products are filled before use
             b: torch.Tensor | None = None
             for i in range(1, depth + 1):
                 w, a = ws[i - 1], suf[i]

@@ -38,7 +38,7 @@ def theory_summary(p: AnyParams, prob: Problem, w0: torch.Tensor) -> dict[str, A
     widths = p.layer_widths()
     eta_bar = 1.0
     if isinstance(p, BCGDParams) and p.lr_rule == "thm32":
-        eta_bar = float(p.eta_bar)  # type: ignore[arg-type]
+        eta_bar = float(p.eta_bar)  # type: ignore[arg-type]  # set for thm32 (validator)
     theory_rule = isinstance(p, BCGDParams) and p.loss == "l2" and p.lr_rule != "const"
     wx = (prob.w_star @ prob.xh).double()
     sig_wx = torch.linalg.svdvals(wx)
@@ -168,12 +168,12 @@ class DeepLinearTask:
         stats = BCSGDStats()
         lr_const = NAN
         if isinstance(p, GDParams):
-            lr_const = du_hu_lr(prob, p.L) if p.lr_rule == "du_hu" else float(p.lr)  # type: ignore[arg-type]
+            lr_const = du_hu_lr(prob, p.L) if p.lr_rule == "du_hu" else float(p.lr)  # type: ignore[arg-type]  # set for const (validator)
             updates = gd(prob, ws, lr_const, p.grad_scale, counter)
         elif isinstance(p, BCSGDParams):
             updates = bcsgd(prob, ws, p, counter, stats)
         else:
-            lr_const = float(p.lr) if p.lr_rule == "const" else NAN  # type: ignore[arg-type]
+            lr_const = float(p.lr) if p.lr_rule == "const" else NAN  # type: ignore[arg-type]  # set for const
             updates = bcgd(prob, ws, p, counter)
         per_sweep = 1 if isinstance(p, GDParams) else p.L
 

@@ -157,38 +157,104 @@ class LinearResNetTask:
     version: ClassVar[str] = "1"
     Params: ClassVar[Any] = LinearResNetParams
     summary_fields: ClassVar[dict[str, FieldType]] = {
-        "loss_0": "float", "loss_star": "float", "y_sq_half": "float",
-        "loss_final": "float", "subopt_final": "float", "rel_subopt_final": "float",
-        "best_loss": "float", "rel_subopt_best": "float", "subopt_tail": "float",
-        "iters_rel_1e2": "int", "iters_rel_1e4": "int", "iters_rel_1e6": "int",
-        "diverged": "bool", "rate_measured": "float",
-        "eta_used": "float", "c_used": "float", "theorem": "str", "eta_theory": "float", "eta_ratio": "float",
-        "eta_bound_thm31": "float", "rate_theory": "float",
-        "margin": "float", "margin_required": "float", "condition_holds": "bool", "alpha_min_theory": "float",
-        "pl_lower_bound": "float", "grad_upper_bound": "float",
-        "lam_a": "float", "mu_a": "float", "lam_b": "float", "mu_b": "float",
-        "norm_x": "float", "sigma_r": "float", "kappa_x": "float", "rank_x": "int", "norm_xf": "float",
+        "loss_0": "float",
+        "loss_star": "float",
+        "y_sq_half": "float",
+        "loss_final": "float",
+        "subopt_final": "float",
+        "rel_subopt_final": "float",
+        "best_loss": "float",
+        "rel_subopt_best": "float",
+        "subopt_tail": "float",
+        "iters_rel_1e2": "int",
+        "iters_rel_1e4": "int",
+        "iters_rel_1e6": "int",
+        "diverged": "bool",
+        "rate_measured": "float",
+        "eta_used": "float",
+        "c_used": "float",
+        "theorem": "str",
+        "eta_theory": "float",
+        "eta_ratio": "float",
+        "eta_bound_thm31": "float",
+        "rate_theory": "float",
+        "margin": "float",
+        "margin_required": "float",
+        "condition_holds": "bool",
+        "alpha_min_theory": "float",
+        "pl_lower_bound": "float",
+        "grad_upper_bound": "float",
+        "lam_a": "float",
+        "mu_a": "float",
+        "lam_b": "float",
+        "mu_b": "float",
+        "norm_x": "float",
+        "sigma_r": "float",
+        "kappa_x": "float",
+        "rank_x": "int",
+        "norm_xf": "float",
         "norm_x2inf": "float",
-        "w_dist_final": "float", "active_width": "int", "flops_per_step": "float",
-    }  # fmt: skip
+        "w_dist_final": "float",
+        "active_width": "int",
+        "flops_per_step": "float",
+    }  # fmt: skip - one example per line reads as a table
     curve_fields: ClassVar[dict[str, FieldType]] = {
-        "loss": "float", "subopt": "float", "rel_subopt": "float", "best_loss": "float",
-        "grad_norm": "float", "pl_ratio": "float", "w_dist": "float",
-    }  # fmt: skip
+        "loss": "float",
+        "subopt": "float",
+        "rel_subopt": "float",
+        "best_loss": "float",
+        "grad_norm": "float",
+        "pl_ratio": "float",
+        "w_dist": "float",
+    }  # fmt: skip - one example per line reads as a table
     examples: ClassVar[list[dict[str, Any]]] = [
         {"algo": "gd", "m": 20, "depth": 3, "n": 100, "n_iters": 60, "log_every": 5},
-        {"algo": "gd", "model": "standard", "form": "direct", "m": 16, "depth": 4, "n": 80, "n_iters": 40,
-         "c": 0.3, "seed": 2},
-        {"algo": "sgd", "transform": "modified_identity", "alpha": 2.0, "m": 20, "depth": 3, "n": 100,
-         "batch_size": 20, "sampling": "reshuffle", "n_iters": 60, "log_every": 5},
-        {"algo": "sgd", "transform": "identity", "form": "direct", "m": 12, "depth": 2, "n": 60, "batch_size": 15,
-         "n_iters": 40, "step_rule": "theory", "seed": 1},
-    ]  # fmt: skip
+        {
+            "algo": "gd",
+            "model": "standard",
+            "form": "direct",
+            "m": 16,
+            "depth": 4,
+            "n": 80,
+            "n_iters": 40,
+            "c": 0.3,
+            "seed": 2,
+        },
+        {
+            "algo": "sgd",
+            "transform": "modified_identity",
+            "alpha": 2.0,
+            "m": 20,
+            "depth": 3,
+            "n": 100,
+            "batch_size": 20,
+            "sampling": "reshuffle",
+            "n_iters": 60,
+            "log_every": 5,
+        },
+        {
+            "algo": "sgd",
+            "transform": "identity",
+            "form": "direct",
+            "m": 12,
+            "depth": 2,
+            "n": 60,
+            "batch_size": 15,
+            "n_iters": 40,
+            "step_rule": "theory",
+            "seed": 1,
+        },
+    ]  # fmt: skip - one example per line reads as a table
     # eta = 0.005 is c ~ 27 in normalised units; GD on this problem is stable up to c ~ 6 and diverges
     # from c ~ 10 (the loss passes 1e150 within a few steps).
     diverging_example: ClassVar[dict[str, Any] | None] = {
-        "algo": "gd", "m": 20, "depth": 3, "n": 100, "eta": 0.005, "n_iters": 200,
-    }  # fmt: skip
+        "algo": "gd",
+        "m": 20,
+        "depth": 3,
+        "n": 100,
+        "eta": 0.005,
+        "n_iters": 200,
+    }  # fmt: skip - one example per line reads as a table
 
     def run(self, p: GDParams | SGDParams, ctx: RunContext) -> Result:
         setup, theory = build(p)
@@ -200,7 +266,7 @@ class LinearResNetTask:
             out = run_gd(p, setup, ctx)
             per_step = F.gd_step(p.m, p.d, p.k, p.depth, p.n, p.form, resnet).total
         return Result(
-            status=out.status,  # type: ignore[arg-type]
+            status=out.status,  # type: ignore[arg-type]  # Outcome.status holds a Status, typed as str
             summary=summarize(out, theory, per_step, setup),
             curve={k: list(v) for k, v in out.trace.curve.items()},
             flops=out.flops,
