@@ -20,6 +20,7 @@ from analysis.learners import learners
 from analysis.learners import module as learner_module
 from analysis.load import curves as load_curves
 from analysis.load import load, members
+from tasks.status import FINAL_STATUSES
 
 __all__ = [
     "FAILS",
@@ -156,7 +157,7 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
             runs = load(root, claim.task, grid=grid)
         except FileNotFoundError:
             runs = pd.DataFrame(columns=["run_id", "status"])
-        finished = runs[runs["status"].isin(["ok", "diverged"])]
+        finished = runs[runs["status"].isin(sorted(FINAL_STATUSES))]
         complete = wanted <= set(finished["run_id"])
         curves = load_curves(root, claim.task, runs=finished) if claim.needs_curves and not finished.empty else None
         verdict = claim.check(finished, curves) if not finished.empty else Verdict(NO_DATA, "no finished runs")

@@ -29,9 +29,10 @@ from analysis.load import curves, load, members
 from runner.errors import redact
 from runner.store import ResultStore
 from runner.store.status import store_status
+from tasks.status import ALL_STATUSES
 
 MARKDOWN_EXTENSIONS = ("tables", "fenced_code")
-STATUS_COLUMNS = ("ok", "diverged", "failed", "timeout", "pruned", "missing")
+STATUS_COLUMNS = (*ALL_STATUSES, "missing")
 
 # Markdown syntax that may appear in free text: backslash, code spans, emphasis, links, table pipes.
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")

@@ -25,10 +25,11 @@ import pandas as pd
 from analysis.aggregate import band
 from analysis.aggregate import median_table as _median_table
 from analysis.figures import Figure, save_figure
+from tasks.status import FINAL_STATUSES
 
 FLOOR = 1e-10  # "if the error is less than 1e-10, we simply set 1e-10" (Sec. 4)
 XLABEL = {"sweep": "number of sweeps", "step": "number of iterations", "flops": "flops (learner, covariance form)"}
-DONE = ("ok", "diverged")
+DONE = tuple(sorted(FINAL_STATUSES))
 
 
 def _hashable(v: Any) -> Any:

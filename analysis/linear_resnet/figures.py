@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis.aggregate import band, median, medians, never_as_inf, quartiles, seed_quartiles
 from analysis.figures import Figure, save_figure
+from tasks.status import FINAL_STATUSES
 
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 ITER_COLUMNS = {"iters_rel_1e2": "1e-2", "iters_rel_1e4": "1e-4", "iters_rel_1e6": "1e-6"}
@@ -29,7 +30,7 @@ ITER_COLUMNS = {"iters_rel_1e2": "1e-2", "iters_rel_1e4": "1e-4", "iters_rel_1e6
 # --------------------------------------------------------------------------------------- helpers
 def _done(runs: pd.DataFrame) -> pd.DataFrame:
     """Final runs only (ok or diverged): pruned/failed/timeout runs are not results."""
-    return runs[runs["status"].isin(["ok", "diverged"])] if "status" in runs else runs
+    return runs[runs["status"].isin(sorted(FINAL_STATUSES))] if "status" in runs else runs
 
 
 def _curve_quantiles(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:

@@ -9,6 +9,8 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from tasks.status import ALL_STATUSES
+
 
 class Progress:
     def __init__(
@@ -43,9 +45,7 @@ class Progress:
             print(self.line(), file=self.stream, flush=True)
 
     def _counts(self) -> str:
-        return " ".join(
-            f"{k}={self.counts[k]}" for k in ("ok", "diverged", "failed", "timeout", "pruned") if self.counts[k]
-        )
+        return " ".join(f"{k}={self.counts[k]}" for k in ALL_STATUSES if self.counts[k])
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.t0

@@ -54,7 +54,7 @@ from runner.tune.optuna_adapter import (
 from runner.tune.pruning import PruningHub
 from runner.tune.spec import StudyPlan
 from runner.tune.trials import TuneReport, missing_rows, trial_row, verdict
-from tasks.status import is_settled
+from tasks.status import FAILED, is_settled
 
 __all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "tune", "with_overrides"]
 
@@ -197,7 +197,7 @@ class StudyDriver:
                 numbers = {t.number for t, _ in asked}
                 told = [t for t in study.get_trials(deepcopy=False) if t.number in numbers]
                 self.rows.extend(trial_row(p.name, self.label, p.task, t) for t in told)
-                bar.update([t.user_attrs.get("run_status", "failed") for t in told] + ["failed"] * rejected)
+                bar.update([t.user_attrs.get("run_status", FAILED) for t in told] + [FAILED] * rejected)
                 if time.monotonic() - last_flush >= flush_s:
                     self.flush()
                     last_flush = time.monotonic()

@@ -22,6 +22,7 @@ from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.optuna_adapter import trial_states
 from runner.tune.spec import StudyPlan
+from tasks.status import DIVERGED, OK, PRUNED
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -120,13 +121,13 @@ def verdict(p: StudyPlan, row: dict[str, Any]) -> tuple[Any, list[float] | None,
     TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
 
     status = row["status"]
-    if status == "ok":
+    if status == OK:
         values = objective_values(p, row)
         return (
             (TrialState.COMPLETE, values, None)
             if values is not None
             else (TrialState.FAIL, None, "objective metric is NaN")
         )
-    if status in ("diverged", "pruned"):
-        return TrialState.PRUNED, None, "run diverged" if status == "diverged" else None
+    if status in (DIVERGED, PRUNED):
+        return TrialState.PRUNED, None, "run diverged" if status == DIVERGED else None
     return TrialState.FAIL, None, f"run {status}"
