@@ -165,11 +165,14 @@ def run_grid(
         todo, done, skipped = cells, 0, 0
     else:
         todo, done, skipped = plan(cells, store, retry_failed)
-    store.write_members(member_rows(grid))
     report = RunReport(grid.name, store.root, len(cells), done, skipped, len(todo))
-    if not todo:
+    runner = make_executor(executor, **executor_options) if todo else None
+    if runner is not None:
+        # Workers first: a cluster that cannot be reached fails the command before anything is written.
+        runner.start()
+    store.write_members(member_rows(grid))
+    if runner is None:
         return report
-    runner = make_executor(executor, **executor_options)
     t0 = time.monotonic()
     try:
         report.counts = execute_cells(

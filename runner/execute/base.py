@@ -76,10 +76,14 @@ class Executor(Protocol):
     `report_channel(judge, spec)` builds the channel that fits this executor (a direct call in
     process, an actor on Ray); the caller owns it and closes it.
 
+    `start()` acquires the workers (joins or starts Ray); `execute` starts them if needed, and a
+    caller that must fail before writing anything (an unreachable cluster) calls it first.
     `close()` releases workers; an executor may be used for several `execute` calls before it.
     """
 
     name: str
+
+    def start(self) -> None: ...
 
     def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]: ...
 

@@ -27,6 +27,9 @@ class LocalExecutor:
             reporter = channel.reporters(item) if channel is not None else None
             yield [run_item(item, threads=self.threads, timeout_s=self.timeout_s, reporter=reporter)]
 
+    def start(self) -> None:
+        pass  # nothing to acquire: runs execute in this process
+
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
         return LocalChannel(judge, spec)
 
