@@ -33,7 +33,7 @@ def init_weights(widths: list[int], e: float, seed: int, dtype: torch.dtype, dev
         g = generator(seed, "l2o_gd", "W", layer + 1)
         ws.append(orthogonal(widths[layer + 1], widths[layer], g, e))
     ws.append(torch.zeros(1, widths[-2], dtype=torch.float64))
-    return [w.to(device=device, dtype=dtype).requires_grad_(True) for w in ws]
+    return [w.to(device=device, dtype=dtype).contiguous().requires_grad_(True) for w in ws]
 
 
 def last_hidden(ws: list[torch.Tensor], z: torch.Tensor) -> torch.Tensor:
