@@ -3,6 +3,7 @@ and the params' validation."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pydantic
@@ -84,7 +85,10 @@ def test_run_summary_carries_the_section4_checks() -> None:
     assert s["th_margin_13a"] < 0 and s["th_margin_13b"] < 0  # ... and (13a-b) fail by a huge margin
     assert s["eta_eff"] == pytest.approx(1e-6 * 100.0**4, rel=1e-12)
     assert r.curve["step"][0] == 0 and r.curve["imp_last"][0] == 0.0
-    assert r.curve["traj"][0] and r.curve["rank_g"][0] >= 1
+    assert r.curve["rank_g"][0] >= 1
+    trajs = json.loads(s["traj_checkpoints"])
+    assert set(trajs) == {"0", "1", "2", "5", "6"} and len(trajs["0"]) == 31
+    assert trajs["0"] == json.loads(s["traj_gd"])  # epoch 0 is GD exactly
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 Training curves are per epoch (the curve's `step` is the training step k of an `l2o` run): the last
 objective F(X_T^k) against k with GD's value dashed (Fig. 3, 6a-9a), the objective trajectory F(X_t) over
-t = 0..T at logged epochs (Figs. 4, 6b-9b, from the JSON `traj` column), the improvement ratios against k
+t = 0..T at logged epochs (Figs. 4, 6b-9b, from the JSON summary field `traj_checkpoints`), the improvement ratios against k
 (Fig. 5), and the final ratios against e (Fig. 10) and the learning rate (Fig. 11). Every improvement panel
 also draws the constant-step baselines stored in each run: 2/(beta+beta_0) and the best scanned c/beta.
 Medians over seeds, interquartile bands. pandas, numpy and matplotlib only.
@@ -111,19 +111,19 @@ def trajectories(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: 
     """Figs. 4 and 6b-9b: F(X_t), t = 0..T, of the learner at logged epochs k, beside GD's (first seed of
     each configuration: trajectories are not averaged across different problem draws)."""
     runs = _done(runs)
-    if runs.empty or "traj" not in curves:
+    if runs.empty or "traj_checkpoints" not in runs:
         return []
     keys = _varying(runs, GROUP_CANDIDATES)
     groups = list(runs.sort_values("seed").groupby(keys))[:6]
     fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4.2), squeeze=False)
     for ax, (key, part) in zip(axes[0], groups, strict=True):
         run = part.iloc[0]
-        c = curves[(curves["run_id"] == run["run_id"]) & (curves["traj"].astype(str) != "")].sort_values("step")
-        cmap = plt.get_cmap("viridis", max(len(c), 2))
-        for j, (_, row) in enumerate(c.iterrows()):
-            tr = _traj(row["traj"])
-            if tr is not None:
-                ax.plot(np.arange(tr.size), tr, color=cmap(j), lw=1, label=f"k={int(row['step'])}")
+        text = run["traj_checkpoints"]
+        saved = json.loads(text) if isinstance(text, str) and text else {}
+        cmap = plt.get_cmap("viridis", max(len(saved), 2))
+        for j, k in enumerate(sorted(saved, key=int)):
+            tr = np.array([np.nan if v is None else v for v in saved[k]], dtype=float)
+            ax.plot(np.arange(tr.size), tr, color=cmap(j), lw=1, label=f"k={k}")
         for col, ls, name in (("traj_gd", "--", "GD 1/beta"), ("traj_opt", ":", "GD 2/(b+b0)")):
             tr = _traj(run.get(col))
             if tr is not None:

@@ -96,7 +96,7 @@ class L2OGDTask:
         # the learner (or the GD run) at the end
         "F_T_final": _F, "imp_last": _F, "imp_mean": _F, "imp_last_inst": _S, "imp_mean_inst": _S,
         "imp_last_inst_min": _F, "imp_last_inst_median": _F, "imp_last_inst_max": _F, "imp_mean_inst_median": _F,
-        "traj_l2o_final": _S, "p_mean_t_final": _S, "p_min_final": _F, "p_max_final": _F, "p_mean_final": _F,
+        "traj_l2o_final": _S, "traj_checkpoints": _S, "p_mean_t_final": _S, "p_min_final": _F, "p_max_final": _F, "p_mean_final": _F,
         "p_sat_final": _F, "best_imp_last": _F, "best_imp_mean": _F, "best_imp_mean_epoch": _I,
         # training dynamics (C2) and invariants (C3-C7, C10)
         "non_monotone": _I, "rate_fit": _F, "log10_ft_ratio": _F,
@@ -108,12 +108,10 @@ class L2OGDTask:
         "th_margin_13a": _F, "th_margin_13b": _F, "th_margin_13c": _F, "th_margin_13d": _F,
         "th_log10_eta_max_14a": _F, "th_log10_eta_max_14b": _F, "th_log10_rate_deficit": _F,
         "lam_bar_1": _F, "u_mty": _F, "y_norm": _F, "eta_eff": _F,
-        # cost
-        "epoch_s": _F, "peak_mem_mb": _F,
     }  # fmt: skip
     curve_fields: ClassVar[dict[str, FieldType]] = {
         "loss": _F, "imp_last": _F, "imp_mean": _F, "imp_t": _F, "p_min": _F, "p_max": _F, "p_mean": _F,
-        "p_sat": _F, "epoch_s": _F, "traj": _S, "alpha_thin": _F, "rank_g": _I, "w_ratio_max": _F,
+        "p_sat": _F, "alpha_thin": _F, "rank_g": _I, "w_ratio_max": _F,
         "w_last_norm": _F, "lemma42_ratio": _F, "a3_norm": _F, "grad_bound_ratio": _F,
     }  # fmt: skip
     examples: ClassVar[list[dict[str, Any]]] = [

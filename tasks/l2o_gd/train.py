@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,17 +118,16 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
     traj_at = checkpoints(p.epochs, p.traj_every)
     diag_at = checkpoints(p.epochs, p.diag_every) if p.diag_every > 0 else {0, p.epochs}
     curve: dict[str, list[Any]] = {k: [] for k in ("step", "loss", "imp_last", "imp_mean", "p_min", "p_max",
-                                                    "p_mean", "p_sat", "epoch_s", "traj", *DIAG_COLUMNS)}  # fmt: skip
+                                                    "p_mean", "p_sat", *DIAG_COLUMNS)}  # fmt: skip
     losses: list[float] = []
+    trajs: dict[int, list[float]] = {}
     summary: dict[str, Any] = {}
     w_ratio_max, lemma42_max, a3_max, grad_ratio_max = 0.0, 0.0, 0.0, 0.0
-    epoch_times: list[float] = []
     status, diverged_step, k = "ok", None, 0
     best_last, best_mean, best_mean_epoch = -math.inf, -math.inf, 0
     alpha0 = NAN
     last: Unrolled | None = None
     for k in range(p.epochs + 1):
-        t0 = time.perf_counter()
         diag, log = k in diag_at, k in logged
         out = unroll(ws, m, y, prob.beta, p.T, mode=mode, keep=diag)
         loss = float(out.loss.detach())
@@ -145,7 +142,6 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
             with torch.no_grad():
                 for w, g in zip(ws, grads or [], strict=True):
                     w -= p.lr * g
-        epoch_times.append(time.perf_counter() - t0)
         if not (log or diag or k in traj_at or k == p.epochs):
             continue
         # evaluation in float64 (spec G14): the training pass itself when it already is float64
@@ -157,7 +153,6 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
         ev_loss = float(ev.f_inst[-1].sum())
         row: dict[str, Any] = {"step": k, "loss": ev_loss, "imp_last": imp.last, "imp_mean": imp.mean,
                "p_min": out.p_min, "p_max": out.p_max, "p_mean": out.p_mean, "p_sat": out.p_sat,
-               "epoch_s": epoch_times[-1], "traj": as_json(ev.f_inst.sum(-1)) if k in traj_at else "",
                **dict.fromkeys(DIAG_COLUMNS, NAN), "rank_g": -1}  # fmt: skip
         if diag:
             ws_k = ws_before(ws, grads, p.lr, k < p.epochs)
@@ -181,13 +176,16 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
             a3_max, grad_ratio_max = max(a3_max, a3), max(grad_ratio_max, g_ratio)
         for key, val in row.items():
             curve[key].append(val)
+        if k in traj_at:  # the curve holds numbers only: trajectories go to one JSON summary field
+            trajs[k] = [float(v) for v in ev.f_inst.sum(-1)]
         last = ev
         summary["_last_imp"] = imp
         summary["_last_out"] = out
         if log and not ctx.report(k, loss=ev_loss, imp_last=imp.last, imp_mean=imp.mean):
             status = ctx.stop_status()
             break
-    summary.update(_final(summary, curve, losses, last, lam_bar, prob, u, y_norm, p, alpha0, epoch_times, dev))
+    summary["traj_checkpoints"] = json.dumps({str(k): v for k, v in trajs.items()})
+    summary.update(_final(summary, curve, losses, last, lam_bar, prob, u, y_norm, p, alpha0))
     summary.update({"w_ratio_max": w_ratio_max, "lemma42_ratio_max": lemma42_max, "a3_norm_max": a3_max,
                     "grad_bound_ratio_max": grad_ratio_max, "best_imp_last": best_last, "best_imp_mean": best_mean,
                     "best_imp_mean_epoch": best_mean_epoch})  # fmt: skip
@@ -211,7 +209,6 @@ def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: 
 def _final(
     summary: dict[str, Any], curve: dict[str, list[Any]], losses: list[float], last: Unrolled | None,
     lam_bar: list[float], prob: Problem, u: float, y_norm: float, p: L2OParams, alpha0: float,
-    epoch_times: list[float], dev: str,
 ) -> dict[str, Any]:  # fmt: skip
     imp = summary.pop("_last_imp", None)
     out: Unrolled | None = summary.pop("_last_out", None)
@@ -241,12 +238,5 @@ def _final(
     res.update(TH.thm47(prob.beta, prob.beta0, u, y_norm, p.T, lam_bar, alpha0, p.lr))
     res.update({"lam_bar_1": lam_bar[0], "u_mty": u, "y_norm": y_norm,
                 "eta_eff": p.lr * p.e ** (2 * (p.depth - 1)),
-                "epoch_s": float(np.median(epoch_times)) if epoch_times else NAN,
-                "peak_mem_mb": _peak_mb(dev)})  # fmt: skip
+                })  # fmt: skip
     return res
-
-
-def _peak_mb(dev: str) -> float:
-    if dev.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated(dev) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB; the process's peak
