@@ -59,6 +59,22 @@ def test_alpha0_scales_exactly_as_e_to_the_depth_minus_one_and_x0_ignores_e() ->
     assert spectrum(out[10.0][1]).sigma_max == pytest.approx(100 * spectrum(out[1.0][1]).sigma_max, rel=1e-12)
 
 
+def test_delta7_is_zero_for_the_instance_attaining_beta_only() -> None:
+    """C9 on an explicit matrix: sigma_min(sum_{t<T} (I - H/beta)^{T-t}) for one instance's H = M^T M."""
+    prob = make_problem(2, 6, 4, "gauss", 3)
+    T = 9
+    for i in range(2):
+        h = prob.m[i].T @ prob.m[i]
+        a = torch.eye(6, dtype=F64) - h / prob.beta
+        total = sum(torch.linalg.matrix_power(a, T - t) for t in range(1, T))
+        direct = float(torch.linalg.svdvals(total).min())
+        via = TH.delta7(torch.linalg.svdvals(prob.m[i : i + 1]).numpy(), prob.beta, T)
+        # the null space (mu = 1) contributes T - 1; the delta7 helper sees only the b nonzero modes
+        assert via == pytest.approx(min(direct, T - 1.0), abs=1e-9)
+        attains = float(torch.linalg.svdvals(prob.m[i])[0] ** 2) == prob.beta
+        assert (direct < 1e-9) == attains
+
+
 def test_alpha0_is_numerically_zero_at_width_nd() -> None:
     """C6 / G8: with no biases and 2-D inputs, G_{L-1,T} is rank deficient even at n_{L-1} = N*d."""
     prob = make_problem(4, 16, 10, "gauss", 0)
@@ -83,6 +99,7 @@ def test_run_summary_carries_the_section4_checks() -> None:
     assert s["a3_norm_max"] >= 1.0 - 1e-12  # C4
     assert s["th_log10_delta4"] < -300  # C12: delta_4 underflows float64 ...
     assert s["th_margin_13a"] < 0 and s["th_margin_13b"] < 0  # ... and (13a-b) fail by a huge margin
+    assert s["th_delta7"] < 1e-12 * p.T  # C9: App. B's delta_7 is 0, its explicit e bounds are infinite
     assert s["eta_eff"] == pytest.approx(1e-6 * 100.0**4, rel=1e-12)
     assert r.curve["step"][0] == 0 and r.curve["imp_last"][0] == 0.0
     assert r.curve["rank_g"][0] >= 1

@@ -106,7 +106,7 @@ class L2OGDTask:
         # Thm 4.7 in log space (C12) and its constants
         "th_sum_lambda": _F, "th_log10_delta2": _F, "th_delta3_theta": _F, "th_log10_delta4": _F,
         "th_margin_13a": _F, "th_margin_13b": _F, "th_margin_13c": _F, "th_margin_13d": _F,
-        "th_log10_eta_max_14a": _F, "th_log10_eta_max_14b": _F, "th_log10_rate_deficit": _F,
+        "th_log10_eta_max_14a": _F, "th_log10_eta_max_14b": _F, "th_log10_rate_deficit": _F, "th_delta7": _F,
         "lam_bar_1": _F, "u_mty": _F, "y_norm": _F, "eta_eff": _F,
     }  # fmt: skip
     curve_fields: ClassVar[dict[str, FieldType]] = {

@@ -120,3 +120,16 @@ def lemma43_bound(beta: float, lam_bar: list[float], sum_lam: float, res_norm: f
     """Lemma 4.3: ||dF/dW_l||_2 <= sqrt(beta) Theta_L / (2 lam_bar_l) (sum_t Lambda_t) ||M X_T - Y||."""
     theta = float(np.prod(lam_bar))
     return [math.sqrt(beta) * theta / (2 * lb) * sum_lam * res_norm for lb in lam_bar]
+
+
+def delta7(sv: np.ndarray, beta: float, T: int) -> float:
+    """App. B's delta_7 = sigma_min(sum_{t=1}^{T-1} (I - M^T M/beta)^{T-t}) of the block-diagonal problem.
+
+    The matrix is symmetric with eigenvalues sum_{s=1}^{T-1} mu^s, mu = 1 - lambda/beta over the
+    nonzero eigenvalues lambda of each M_i^T M_i (its squared singular values `sv`); the null space
+    (mu = 1) gives T - 1, the largest possible value, so it never sets the minimum. The instance attaining beta has mu = 0, so delta_7 = 0 and App. B's explicit
+    bounds on e are infinite (spec C9)."""
+    mu = 1.0 - np.asarray(sv, dtype=np.float64) ** 2 / beta
+    s = np.arange(1, T, dtype=np.float64)
+    sums = np.abs((mu[..., None] ** s).sum(-1)) if T > 1 else np.zeros_like(mu)
+    return float(sums.min())

@@ -236,6 +236,8 @@ def _final(
         res["rate_fit"] = float(math.exp(np.polyfit(np.arange(arr.size), np.log(arr), 1)[0]))
         res["log10_ft_ratio"] = float(math.log10(arr[-1] / arr[0]))
     res.update(TH.thm47(prob.beta, prob.beta0, u, y_norm, p.T, lam_bar, alpha0, p.lr))
+    sv = torch.linalg.svdvals(prob.m).numpy()
+    res["th_delta7"] = TH.delta7(sv, prob.beta, p.T)
     res.update({"lam_bar_1": lam_bar[0], "u_mty": u, "y_norm": y_norm,
                 "eta_eff": p.lr * p.e ** (2 * (p.depth - 1)),
                 })  # fmt: skip
