@@ -192,8 +192,37 @@ def e_threshold(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     return _save(fig, out_dir, f"{stem}_e_threshold")
 
 
+def learned_steps(runs: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
+    """The learned multiplier P_t (mean over coordinates, final epoch) against t, beside the constant
+    multipliers: 1 (GD with 1/beta), 2 beta/(beta+beta0) and the best scanned c."""
+    runs = _done(runs)
+    if runs.empty or "p_mean_t_final" not in runs:
+        return []
+    keys = _varying(runs, GROUP_CANDIDATES)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, (key, part) in enumerate(runs.groupby(keys)):
+        rows = [json.loads(t) for t in part["p_mean_t_final"] if isinstance(t, str) and t]
+        if not rows:
+            continue
+        med = np.nanmedian(np.array([[np.nan if v is None else v for v in r] for r in rows], dtype=float), axis=0)
+        color = COLORS[i % len(COLORS)]
+        ax.plot(np.arange(1, med.size + 1), med, color=color, label=_label(key, keys))
+        ax.axhline(part["c_opt"].median(), color=color, ls=":", lw=1)
+        if "c_best" in part and part["c_best"].notna().any():
+            ax.axhline(part["c_best"].median(), color=color, ls="-.", lw=1)
+    ax.axhline(1.0, color="black", ls="--", lw=1, label="GD 1/beta")
+    ax.set(xlabel="GD iteration t", ylabel="mean_j P_t (step x beta)", ylim=(0, 2.05),
+           title="learned multipliers (dotted: 2 beta/(beta+beta0), dash-dot: best c)")  # fmt: skip
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir, f"{stem}_steps")
+
+
 def main_fig(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
-    return training(runs, curves, out_dir, stem) + trajectories(runs, curves, out_dir, stem)
+    return (
+        training(runs, curves, out_dir, stem)
+        + trajectories(runs, curves, out_dir, stem)
+        + learned_steps(runs, out_dir, stem)
+    )
 
 
 def ablation(x: str, title: str) -> Callable[[pd.DataFrame, pd.DataFrame, Path, str], list[Path]]:
