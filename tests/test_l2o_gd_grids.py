@@ -17,6 +17,7 @@ from analysis.l2o_gd.figures import FIGURES
 from runner.cli import main
 from runner.spec import load_grid
 from tasks.base import RunContext
+from tasks.l2o_gd.params import GDParams, L2OParams
 from tasks.l2o_gd.task import L2OGDTask
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +45,12 @@ def test_every_full_grid_has_a_small_twin() -> None:
 def test_main_grid_is_the_paper_run_and_a_shrunken_copy_runs_one_epoch() -> None:
     grid = load_grid(GRIDS / "main.yaml")
     first = grid.cells[0].params
+    assert isinstance(first, L2OParams)
     assert (first.d, first.b, first.n_problems, first.n2, first.n1) == (512, 400, 10, 5120, 5120)
     assert (first.T, first.e, first.lr, first.epochs, first.depth) == (100, 100.0, 1e-7, 50_000, 3)
     for cell in grid.cells[:1] + grid.cells[-1:]:
-        p = cell.params.model_copy(update={"d": 16, "b": 10, "n_problems": 2, "n2": 32, "n1": 8, "epochs": 1})
-        r = TASK.run(type(cell.params).model_validate(p.model_dump()), RunContext())
+        shrunk = {**cell.params.model_dump(), "d": 16, "b": 10, "n_problems": 2, "n2": 32, "n1": 8, "epochs": 1}
+        r = TASK.run(L2OParams.model_validate(shrunk), RunContext())
         r.validate(TASK)
         assert r.status == "ok" and r.curve["step"] == [0, 1]
         assert r.curve["imp_last"][0] == 0.0 and r.curve["imp_last"][1] != 0.0
@@ -59,6 +61,7 @@ def _frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     curves = []
     for i, cell in enumerate(load_grid(path).cells):
         t0 = time.perf_counter()
+        assert isinstance(cell.params, L2OParams | GDParams)
         res = TASK.run(cell.params, RunContext())
         res.validate(TASK)
         run_id = f"{path.stem}-{i}"

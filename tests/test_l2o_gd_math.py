@@ -6,19 +6,22 @@ improvement ratios on a hand-made example."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from tasks.l2o_gd.metrics import improvement, ratios
 from tasks.l2o_gd.model import init_weights, last_hidden
-from tasks.l2o_gd.problem import gd_trajectory, grad, make_problem
+from tasks.l2o_gd.problem import Problem, gd_trajectory, grad, make_problem
 from tasks.l2o_gd.unroll import unroll
 
 F64 = torch.float64
 
 
-def _setup(n: int = 3, d: int = 6, b: int = 4, widths: tuple[int, ...] = (2, 5, 7, 1), e: float = 1.5, seed: int = 0):
+def _setup(
+    n: int = 3, d: int = 6, b: int = 4, widths: tuple[int, ...] = (2, 5, 7, 1), e: float = 1.5, seed: int = 0
+) -> tuple[Problem, list[torch.Tensor]]:
     prob = make_problem(n, d, b, "gauss", seed)
     ws = init_weights(list(widths), e, seed, F64, "cpu")
     return prob, ws
@@ -48,7 +51,7 @@ def test_initialisation_is_gd_exactly_every_iterate(depth_widths: tuple[int, ...
     assert out.p_min == out.p_max == 1.0
 
 
-def _fd(fn, ws: list[torch.Tensor], h: float) -> list[torch.Tensor]:
+def _fd(fn: Callable[[list[torch.Tensor]], float], ws: list[torch.Tensor], h: float) -> list[torch.Tensor]:
     """Central differences of fn(ws) in every weight entry."""
     grads = []
     for i, w in enumerate(ws):

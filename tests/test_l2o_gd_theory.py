@@ -49,10 +49,11 @@ def test_alpha0_scales_exactly_as_e_to_the_depth_minus_one_and_x0_ignores_e() ->
     """C7: with W_L = 0 the trajectory does not depend on e, and ReLU without bias is positively
     homogeneous: G_{L-1,T}(e) = e^{L-1} G_{L-1,T}(1) (Eq. 60's e^{TL-1} is wrong for this init)."""
     prob = make_problem(2, 8, 5, "gauss", 0)
-    out = {}
+    out: dict[float, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for e in (1.0, 10.0):
         ws = init_weights([2, 6, 9, 1], e, 0, F64, "cpu")
         u = unroll(ws, prob.m, prob.y, prob.beta, 12, keep=True)
+        assert u.hidden_last is not None
         out[e] = (u.f_inst, u.hidden_last, last_hidden(ws, u.features[-1]))
     assert torch.equal(out[1.0][0], out[10.0][0])
     assert torch.allclose(out[10.0][1], 100.0 * out[1.0][1], rtol=1e-12, atol=0)
@@ -79,7 +80,9 @@ def test_alpha0_is_numerically_zero_at_width_nd() -> None:
     """C6 / G8: with no biases and 2-D inputs, G_{L-1,T} is rank deficient even at n_{L-1} = N*d."""
     prob = make_problem(4, 16, 10, "gauss", 0)
     ws = init_weights([2, 16, 64, 1], 100.0, 0, F64, "cpu")
-    s = spectrum(unroll(ws, prob.m, prob.y, prob.beta, 30, keep=True).hidden_last)
+    hidden = unroll(ws, prob.m, prob.y, prob.beta, 30, keep=True).hidden_last
+    assert hidden is not None
+    s = spectrum(hidden)
     assert s.rank < 64 and s.alpha_gram < 1e-12 * s.sigma_max
 
 
@@ -119,7 +122,7 @@ def test_run_summary_carries_the_section4_checks() -> None:
         ({"e": 0.0}, "greater than 0"),
     ],
 )
-def test_bad_params_are_rejected(raw: dict, needle: str) -> None:
+def test_bad_params_are_rejected(raw: dict[str, object], needle: str) -> None:
     with pytest.raises(pydantic.ValidationError, match=needle):
         ADAPTER.validate_python(raw)
 
