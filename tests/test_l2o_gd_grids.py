@@ -39,7 +39,7 @@ def test_grid_loads_and_has_a_figure(path: Path) -> None:
 def test_every_full_grid_has_a_small_twin() -> None:
     full = {p.stem for p in GRIDS.glob("*.yaml")}
     assert full == {p.stem for p in SMALL}
-    assert {"main", "scales", "ablation_e", "ablation_lr", "theory_width", "theory_e"} <= full
+    assert {"main", "scales", "scales_cpu", "ablation_e", "ablation_lr", "theory_width", "theory_e", "reference"} <= full
 
 
 def test_main_grid_is_the_paper_run_and_a_shrunken_copy_runs_one_epoch() -> None:

@@ -252,7 +252,7 @@ CLAIMS = [
     _c("sec51.alignment", ("main", "reference", "small_main", "small_reference"),
        "at initialisation the learner is GD with step 1/beta: every improvement ratio is exactly 0 at k = 0",
        alignment, needs_curves=True),
-    _c("abstract.over_50pct", ("main", "reference", "small_main", "small_reference"),
+    _c("abstract.over_50pct", ("main", "scales", "reference", "small_main", "small_reference"),
        "Math-L2O improves on GD by more than 50% (r_T, median over seeds, paper's e and lr)", headline),
     _c("g4.beats_constant_steps", ("main", "reference", "small_main", "small_reference"),
        "the learned steps beat GD with the constant step 2/(beta+beta0) (last iterate and trajectory mean)",

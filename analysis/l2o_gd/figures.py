@@ -243,6 +243,7 @@ def _named(fn: Callable[[pd.DataFrame, pd.DataFrame, Path, str], list[Path]], st
 _BY_GRID: dict[str, Callable[[pd.DataFrame, pd.DataFrame, Path, str], list[Path]]] = {
     "main": main_fig,
     "scales": main_fig,
+    "scales_cpu": main_fig,
     "reference": main_fig,
     "ablation_e": ablation("e", "Fig. 10, ablation over e"),
     "ablation_lr": ablation("lr", "Fig. 11, ablation over the learning rate"),
