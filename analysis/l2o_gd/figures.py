@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
-COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+COLORS = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors]  # 18 distinguishable lines
 
 
 def _done(runs: pd.DataFrame) -> pd.DataFrame:
