@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
-COLORS = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors]  # 18 distinguishable lines
+COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + [plt.get_cmap("Dark2")(i) for i in range(8)]  # 18 lines
 
 
 def _done(runs: pd.DataFrame) -> pd.DataFrame:
@@ -125,9 +125,9 @@ def trajectories(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: 
             tr = np.array([np.nan if v is None else v for v in saved[k]], dtype=float)
             ax.plot(np.arange(tr.size), tr, color=cmap(j), lw=1, label=f"k={k}")
         for col, ls, name in (("traj_gd", "--", "GD 1/beta"), ("traj_opt", ":", "GD 2/(b+b0)")):
-            tr = _traj(run.get(col))
-            if tr is not None:
-                ax.plot(np.arange(tr.size), tr, color="black", ls=ls, lw=1.2, label=name)
+            base = _traj(run.get(col))
+            if base is not None:
+                ax.plot(np.arange(base.size), base, color="black", ls=ls, lw=1.2, label=name)
         ax.set(yscale="log", xlabel="GD iteration t", ylabel="F(X_t)", title=_label(key, keys))
         ax.legend(fontsize=6, ncol=2)
     return _save(fig, out_dir, f"{stem}_trajectories")
