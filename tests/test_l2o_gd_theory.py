@@ -131,3 +131,15 @@ def test_defaults_resolve_to_one_cell() -> None:
     assert ADAPTER.validate_python({"n2": 64}) == ADAPTER.validate_python({"n2": 64, "n1": 64})
     assert ADAPTER.validate_python({"algo": "gd", "c": 1.5}).step_rule == "given"
     assert ADAPTER.validate_python({"depth": 2, "n2": 8}).widths() == [2, 8, 1]
+
+
+def test_float32_training_is_evaluated_in_float64_from_the_exact_weights() -> None:
+    """G14: a float32 run's ratios come from a float64 pass with W^k, so epoch 0 is GD exactly, and the
+    learner's float32 training tracks the float64 one closely."""
+    raw = {"d": 16, "b": 10, "n_problems": 3, "n1": 8, "n2": 32, "T": 20, "e": 100.0, "lr": 1e-6, "epochs": 3,
+           "log_every": 1, "best_c": False, "svd": False}  # fmt: skip
+    r32 = TASK.run(ADAPTER.validate_python({**raw, "dtype": "float32"}), RunContext())
+    r64 = TASK.run(ADAPTER.validate_python(raw), RunContext())
+    assert r32.curve["imp_last"][0] == 0.0 and r32.curve["imp_mean"][0] == 0.0
+    assert r32.summary["imp_last"] == pytest.approx(r64.summary["imp_last"], abs=1e-3)
+    assert r32.summary["imp_last"] != r64.summary["imp_last"]  # really trained in float32

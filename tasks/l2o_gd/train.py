@@ -138,14 +138,17 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
         grads: list[torch.Tensor] | None = None
         if k < p.epochs or diag:
             grads = list(torch.autograd.grad(out.loss, ws))
+        keep_row = log or diag or k in traj_at or k == p.epochs
+        # W^k, the weights this epoch's pass used, kept exactly for the float64 evaluation and the diagnostics
+        ws_k = [w.detach().clone() for w in ws] if keep_row else []
         if k < p.epochs:
             with torch.no_grad():
                 for w, g in zip(ws, grads or [], strict=True):
                     w -= p.lr * g
-        if not (log or diag or k in traj_at or k == p.epochs):
+        if not keep_row:
             continue
         # evaluation in float64 (spec G14): the training pass itself when it already is float64
-        ev = out if dt == torch.float64 else _eval64(ws_before(ws, grads, p.lr, k < p.epochs), m64, y64, prob, p)
+        ev = out if dt == torch.float64 else _eval64(ws_k, m64, y64, prob, p)
         imp = improvement(ref, ev.f_inst)
         best_last, best_mean = max(best_last, imp.last), max(best_mean, imp.mean)
         if imp.mean >= best_mean:
@@ -155,7 +158,6 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
                "p_min": out.p_min, "p_max": out.p_max, "p_mean": out.p_mean, "p_sat": out.p_sat,
                **dict.fromkeys(DIAG_COLUMNS, NAN), "rank_g": -1}  # fmt: skip
         if diag:
-            ws_k = ws_before(ws, grads, p.lr, k < p.epochs)
             spec = D.spectrum(out.hidden_last) if p.svd and out.hidden_last is not None else None
             norms = D.spectral_norms(ws_k)
             w_ratio = max(nrm / lb for nrm, lb in zip(norms[:-1], lam_bar[:-1], strict=True))
@@ -192,13 +194,6 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
     n_steps = max(len(losses) - 1, 0) if status != "diverged" else k
     return Outcome(status, curve, summary, max(n_steps, 1) if p.epochs else 1, diverged_step,
                    flops=max(len(losses), 1) * flops_per_epoch(p))  # fmt: skip
-
-
-def ws_before(ws: list[torch.Tensor], grads: list[torch.Tensor] | None, lr: float, updated: bool) -> list[torch.Tensor]:
-    """W^k, the weights this epoch's pass used (the loop has already stepped to W^{k+1} when updated)."""
-    if not updated or grads is None:
-        return [w.detach() for w in ws]
-    return [(w + lr * g).detach() for w, g in zip(ws, grads, strict=True)]
 
 
 def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: Problem, p: L2OParams) -> Unrolled:
