@@ -1,0 +1,1 @@
+"""Analysis of the l2o_gd learner (paper 001, Math-L2O): figures and claims."""

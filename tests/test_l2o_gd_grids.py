@@ -1,0 +1,105 @@
+"""l2o_gd: every grid file loads through runner.spec.load_grid and has a small twin and a figure; the main
+run's grid validates and runs 1 epoch of a shrunken copy; the small grids run and draw from frames built from
+real runs; and one small grid goes end to end through `convgrid run`, `report` and `check`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis.claims import HOLDS, evaluate
+from analysis.l2o_gd.claims import CLAIMS
+from analysis.l2o_gd.figures import FIGURES
+from runner.cli import main
+from runner.spec import load_grid
+from tasks.base import RunContext
+from tasks.l2o_gd.params import GDParams, L2OParams
+from tasks.l2o_gd.task import L2OGDTask
+
+ROOT = Path(__file__).resolve().parents[1]
+GRIDS = ROOT / "grids" / "l2o_gd"
+ALL = sorted(GRIDS.rglob("*.yaml"))
+SMALL = sorted((GRIDS / "small").glob("*.yaml"))
+TASK = L2OGDTask()
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(GRIDS)))
+def test_grid_loads_and_has_a_figure(path: Path) -> None:
+    grid = load_grid(path)
+    assert grid.cells and all(c.task == "l2o_gd" for c in grid.cells)
+    assert grid.name == (f"small_{path.stem}" if path.parent.name == "small" else path.stem)
+    assert grid.name in FIGURES
+    assert len({c.run_id for c in grid.cells}) == len(grid.cells)  # no duplicate cells
+
+
+def test_every_full_grid_has_a_small_twin() -> None:
+    full = {p.stem for p in GRIDS.glob("*.yaml")}
+    assert full == {p.stem for p in SMALL}
+    assert {"main", "scales", "scales_cpu", "ablation_e", "ablation_lr", "theory_width", "theory_e", "reference"} <= full
+
+
+def test_main_grid_is_the_paper_run_and_a_shrunken_copy_runs_one_epoch() -> None:
+    grid = load_grid(GRIDS / "main.yaml")
+    first = grid.cells[0].params
+    assert isinstance(first, L2OParams)
+    assert (first.d, first.b, first.n_problems, first.n2, first.n1) == (512, 400, 10, 5120, 5120)
+    assert (first.T, first.e, first.lr, first.epochs, first.depth) == (100, 100.0, 1e-7, 50_000, 3)
+    for cell in grid.cells[:1] + grid.cells[-1:]:
+        shrunk = {**cell.params.model_dump(), "d": 16, "b": 10, "n_problems": 2, "n2": 32, "n1": 8, "epochs": 1}
+        r = TASK.run(L2OParams.model_validate(shrunk), RunContext())
+        r.validate(TASK)
+        assert r.status == "ok" and r.curve["step"] == [0, 1]
+        assert r.curve["imp_last"][0] == 0.0 and r.curve["imp_last"][1] != 0.0
+
+
+def _frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows: list[dict[str, Any]] = []
+    curves = []
+    for i, cell in enumerate(load_grid(path).cells):
+        t0 = time.perf_counter()
+        assert isinstance(cell.params, L2OParams | GDParams)
+        res = TASK.run(cell.params, RunContext())
+        res.validate(TASK)
+        run_id = f"{path.stem}-{i}"
+        rows.append({"run_id": run_id, "status": res.status, **cell.params.model_dump(mode="json"), **res.summary,
+                     "flops": res.flops, "n_steps": res.n_steps, "wall_s": time.perf_counter() - t0})  # fmt: skip
+        c = pd.DataFrame(res.curve)
+        c.insert(0, "run_id", run_id)
+        curves.append(c)
+    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+
+
+@pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
+def test_small_grid_runs_and_draws(path: Path, tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    runs, curves = _frames(path)
+    assert time.perf_counter() - t0 < 15.0
+    assert set(runs["status"]) == {"ok"}
+    name = load_grid(path).name
+    written = FIGURES[name](runs, curves, tmp_path)
+    assert written and all(p.suffix == ".png" and p.stat().st_size > 10_000 for p in written)
+    assert FIGURES[name](runs.assign(status="pruned"), curves, tmp_path / "none") == []
+
+
+def test_small_grids_end_to_end_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = tmp_path / "res"
+    for stem in ("main", "theory_width"):
+        assert main(["run", str(GRIDS / "small" / f"{stem}.yaml"), "--results", str(res), "--executor", "local",
+                     "--no-progress"]) == 0  # fmt: skip
+    assert main(["report", str(res), "--out", str(tmp_path / "report")]) == 0
+    pngs = list((tmp_path / "report").rglob("*.png"))
+    assert any("small_main_training" in p.name for p in pngs) and any("small_theory_width_rank" in p.name for p in pngs)
+    assert main(["check", str(res)]) == 0
+    out = capsys.readouterr().out
+    assert "001.sec51.alignment" in out and "001.c6.alpha0_positive" in out
+    results = {r.claim.id: r for r in evaluate(str(res), CLAIMS).results}
+    assert results["001.sec51.alignment"].verdict.verdict == HOLDS
+    assert results["001.sec51.alignment"].grid == "small_main"
+    assert results["001.c4.lemma_a3"].verdict.verdict == "does not hold"  # the norm is >= 1 (null space)
+    assert results["001.c6.alpha0_positive"].verdict.verdict == "does not hold"
+    assert results["001.c12.conditions"].verdict.verdict == "does not hold"
+    assert results["001.c2.e_small_zero"].grid is None  # its grids were not run
