@@ -15,7 +15,7 @@ from analysis.claims import HOLDS, evaluate
 from analysis.l2o_gd.claims import CLAIMS
 from analysis.l2o_gd.figures import FIGURES
 from runner.cli import main
-from runner.spec import load_grid
+from runner.grid.spec import load_grid
 from tasks.base import RunContext
 from tasks.l2o_gd.params import GDParams, L2OParams
 from tasks.l2o_gd.task import L2OGDTask
@@ -39,7 +39,16 @@ def test_grid_loads_and_has_a_figure(path: Path) -> None:
 def test_every_full_grid_has_a_small_twin() -> None:
     full = {p.stem for p in GRIDS.glob("*.yaml")}
     assert full == {p.stem for p in SMALL}
-    assert {"main", "scales", "scales_cpu", "ablation_e", "ablation_lr", "theory_width", "theory_e", "reference"} <= full
+    assert {
+        "main",
+        "scales",
+        "scales_cpu",
+        "ablation_e",
+        "ablation_lr",
+        "theory_width",
+        "theory_e",
+        "reference",
+    } <= full
 
 
 def test_main_grid_is_the_paper_run_and_a_shrunken_copy_runs_one_epoch() -> None:

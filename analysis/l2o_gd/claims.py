@@ -76,7 +76,8 @@ def beats_constant_steps(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     return Verdict(
         HOLDS if holds else FAILS,
         f"median r_T: L2O {med['imp_last']:.3f}, GD 2/(beta+beta0) {med['imp_last_opt']:.3f}, best scanned c "
-        f"{med['imp_last_best_c']:.3f}; mean_t r_t: L2O {med['imp_mean']:.3f}, 2/(beta+beta0) {med['imp_mean_opt']:.3f}",
+        f"{med['imp_last_best_c']:.3f}; mean_t r_t: L2O {med['imp_mean']:.3f}, "
+        f"2/(beta+beta0) {med['imp_mean_opt']:.3f}",
         paper="the paper compares with GD at 1/beta only",
         theory="spec G4: 2/(beta+beta0) alone gives r_T 0.75-0.90 and mean 0.61-0.74 over the paper's scales",
     )

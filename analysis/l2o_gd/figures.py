@@ -2,7 +2,8 @@
 
 Training curves are per epoch (the curve's `step` is the training step k of an `l2o` run): the last
 objective F(X_T^k) against k with GD's value dashed (Fig. 3, 6a-9a), the objective trajectory F(X_t) over
-t = 0..T at logged epochs (Figs. 4, 6b-9b, from the JSON summary field `traj_checkpoints`), the improvement ratios against k
+t = 0..T at logged epochs (Figs. 4, 6b-9b, from the JSON summary field `traj_checkpoints`), the improvement
+ratios against k
 (Fig. 5), and the final ratios against e (Fig. 10) and the learning rate (Fig. 11). Every improvement panel
 also draws the constant-step baselines stored in each run: 2/(beta+beta_0) and the best scanned c/beta.
 Medians over seeds, interquartile bands. pandas, numpy and matplotlib only.
@@ -79,7 +80,7 @@ def training(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str)
     keys = _varying(runs, GROUP_CANDIDATES)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     _curves_by_group(axes[0], runs, curves, keys, "loss")
-    for i, (key, part) in enumerate(runs.groupby(keys)):
+    for i, (_key, part) in enumerate(runs.groupby(keys)):
         color = COLORS[i % len(COLORS)]
         axes[0].axhline(part["F_T_gd"].median(), color=color, ls="--", lw=1)
         axes[0].axhline(part["F_T_opt"].median(), color=color, ls=":", lw=1)

@@ -96,7 +96,8 @@ class L2OGDTask:
         # the learner (or the GD run) at the end
         "F_T_final": _F, "imp_last": _F, "imp_mean": _F, "imp_last_inst": _S, "imp_mean_inst": _S,
         "imp_last_inst_min": _F, "imp_last_inst_median": _F, "imp_last_inst_max": _F, "imp_mean_inst_median": _F,
-        "traj_l2o_final": _S, "traj_checkpoints": _S, "p_mean_t_final": _S, "p_min_final": _F, "p_max_final": _F, "p_mean_final": _F,
+        "traj_l2o_final": _S, "traj_checkpoints": _S, "p_mean_t_final": _S,
+        "p_min_final": _F, "p_max_final": _F, "p_mean_final": _F,
         "p_sat_final": _F, "best_imp_last": _F, "best_imp_mean": _F, "best_imp_mean_epoch": _I,
         # training dynamics (C2) and invariants (C3-C7, C10)
         "non_monotone": _I, "rate_fit": _F, "log10_ft_ratio": _F,

@@ -127,7 +127,8 @@ def delta7(sv: np.ndarray, beta: float, T: int) -> float:
 
     The matrix is symmetric with eigenvalues sum_{s=1}^{T-1} mu^s, mu = 1 - lambda/beta over the
     nonzero eigenvalues lambda of each M_i^T M_i (its squared singular values `sv`); the null space
-    (mu = 1) gives T - 1, the largest possible value, so it never sets the minimum. The instance attaining beta has mu = 0, so delta_7 = 0 and App. B's explicit
+    (mu = 1) gives T - 1, the largest possible value, so it never sets the minimum. The instance
+    attaining beta has mu = 0, so delta_7 = 0 and App. B's explicit
     bounds on e are infinite (spec C9)."""
     mu = 1.0 - np.asarray(sv, dtype=np.float64) ** 2 / beta
     s = np.arange(1, T, dtype=np.float64)
