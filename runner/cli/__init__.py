@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, executor_options
+from cluster import ClusterError, head_lost
+from runner.cli.options import add_execution_options, executor_options, join_cluster
 from runner.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid = Grid("rerun", args.results, "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
         return _dry_run(grid, ResultStore(args.results), args.retry_failed)
+    join_cluster(args)
     report = run_grid(
         grid,
         args.results,
@@ -183,10 +186,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 2
+    except ClusterError as exc:
+        print(f"convgrid: error: {exc}", file=sys.stderr)
+        return 3
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
+        lost = head_lost()
+        if lost is not None:
+            # The interrupt came from the head watch. Leave without Ray's exit hooks: they would wait a
+            # minute for the dead head and then abort with a C++ fatal error.
+            print(f"convgrid: error: {lost}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(3)
         print(
             "convgrid: interrupted; finished runs are in the store, rerun the same command to resume", file=sys.stderr
         )

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, executor_options
+from runner.cli.options import add_execution_options, executor_options, join_cluster
 
 if TYPE_CHECKING:
     from runner.tune.spec import StudyPlan
@@ -43,6 +43,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
+    join_cluster(args)
     reports = tune(
         plans,
         args.results,
