@@ -8,8 +8,9 @@ Token authentication (Ray 2.60): a head started by `ray start` requires a token 
 on it (RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token), and every driver and
 node must then send the same token with RAY_AUTH_MODE=token. Ray turns token mode on by itself only
 for `ray.init()` / `address="auto"`; a driver given HOST:PORT with RAY_AUTH_MODE unset sends no
-token and is refused. `connect` applies Ray's own `auto` rule to every address: RAY_AUTH_MODE unset
-and a token available means token mode.
+token and is refused. `connect` turns token mode on when RAY_AUTH_MODE is unset and the token was
+handed to this process (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH); with ~/.ray/auth_token alone, set
+RAY_AUTH_MODE=token yourself (see token_given for why).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import _thread
 import os
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -48,18 +48,21 @@ def token_available() -> bool:
     return (Path.home() / ".ray" / "auth_token").is_file()
 
 
+def token_given() -> bool:
+    """Whether this process was handed a token explicitly (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"))
+
+
 def _prepare_env(embedded: bool) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if embedded:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    elif AUTH_MODE not in os.environ and token_available():
+    elif AUTH_MODE not in os.environ and token_given():
+        # Read by Ray when its config is first used (the command line imports ray only after this).
+        # Only a token handed to this process counts, not ~/.ray/auth_token, which any local
+        # ray.init() writes: a driver in token mode on a cluster without auth has its own RPC server
+        # reject the nodes' unauthenticated calls (its actors never start).
         os.environ[AUTH_MODE] = "token"
-        if "ray" in sys.modules:
-            # Ray caches its config (auth mode included) when first used; re-read it as Ray's own
-            # `_enable_token_auth` does, or this process would still send no token.
-            import importlib
-
-            importlib.import_module("ray._raylet").Config.initialize("")
 
 
 def _split(address: str) -> tuple[str, int] | None:
