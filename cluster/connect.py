@@ -18,6 +18,7 @@ from __future__ import annotations
 import _thread
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -152,8 +153,9 @@ class HeadWatch:
     """Probes the head's GCS port; after `grace_s` of refusals it records the loss and interrupts
     the main thread (which is blocked in ray.wait, where only a signal reaches it)."""
 
-    def __init__(self, host: str, port: int, grace_s: float, every_s: float = 1.0) -> None:
+    def __init__(self, host: str, port: int, grace_s: float, every_s: float = 1.0, exit_after_s: float = 20.0) -> None:
         self.host, self.port, self.grace_s, self.every_s = host, port, grace_s, every_s
+        self.exit_after_s = exit_after_s
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="convgrid-head-watch", daemon=True)
@@ -175,6 +177,12 @@ class HeadWatch:
                     "(with its --address) to resume"
                 )
                 _thread.interrupt_main()
+                # The main thread writes what finished, then the command line prints this and exits.
+                # If its clean-up waits on the dead cluster instead (a Ray call that never returns),
+                # leave anyway, with the same message, before Ray's own fatal abort.
+                if not self._stop.wait(self.exit_after_s):
+                    print(f"convgrid: error: {self.lost}", file=sys.stderr, flush=True)
+                    os._exit(3)
                 return
 
     def stop(self) -> None:

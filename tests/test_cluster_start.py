@@ -190,3 +190,56 @@ def test_head_lost_mid_grid_exits_with_a_message_and_a_new_cluster_resumes(
     assert f"{len(before)} were already done" in again.stdout
     after = _stored_ids(results)
     assert len(after) == len(set(after)) == n  # every run stored exactly once
+
+
+def test_head_lost_mid_study_exits_with_a_message_and_a_new_cluster_resumes(
+    tmp_path: Path, hand_cluster: HandCluster
+) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "head_lost_study",
+                "task": "faulty",
+                "params": {"sleep_s": 0.5},
+                "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
+                "objective": {"metric": "square"},
+                "sampler": {"name": "random", "seed": 5},
+                "n_trials": 16,
+                "parallel": 2,
+            }
+        )
+    )
+    results = tmp_path / "results"
+    env = {**hand_cluster.driver_env(token=True), "CONVGRID_HEAD_GRACE_S": "3"}
+    args = ["tune", str(study), "--results", str(results), "--no-progress"]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args, "--address", hand_cluster.address],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not list((results / "runs").rglob("part-*.parquet")):  # a first batch is told and stored
+            assert driver.poll() is None, driver.communicate()
+            time.sleep(0.2)
+        for node in list(hand_cluster.nodes):
+            hand_cluster.stop_node(node)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode == 3, out + err
+    assert "Traceback" not in err and "convgrid: error: lost the Ray head at" in err
+    hand_cluster.nodes.clear()
+    hand_cluster.port = free_port()
+    hand_cluster.start_head()
+    again = _cli(env, *args, "--address", hand_cluster.address)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = read_trials(ResultStore(results), "head_lost_study").to_pylist()
+    assert sum(t["state"] == "COMPLETE" for t in trials) == 16  # trials left RUNNING were failed and asked again
+    ids = _stored_ids(results)
+    assert len(ids) == len(set(ids))
