@@ -33,6 +33,7 @@ from tasks.status import ALL_STATUSES
 
 MARKDOWN_EXTENSIONS = ("tables", "fenced_code")
 STATUS_COLUMNS = (*ALL_STATUSES, "missing")
+RERUN_GRID = "rerun"  # what `convgrid run --only` without a grid file links its runs to
 
 # Markdown syntax that may appear in free text: backslash, code spans, emphasis, links, table pipes.
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -99,6 +100,8 @@ class Report:
         lines += [_row(["grid", "task", "cells", *STATUS_COLUMNS, "kind"]), "|---" * (4 + len(STATUS_COLUMNS)) + "|"]
         for s in self.sections:
             kind = "reduced (CI/demo size, not a reproduction)" if s.reduced else "full grid"
+            if s.grid == RERUN_GRID:
+                kind = "reruns of stored runs (`run --only`)"
             lines.append(_row([s.grid, s.task, s.cells, *(s.counts.get(k, 0) for k in STATUS_COLUMNS), kind]))
         for s in self.sections:
             lines += ["", f"## {escape_md(s.grid)} ({escape_md(s.task)})", ""]

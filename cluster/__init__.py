@@ -1,5 +1,5 @@
 """Connecting to Ray: an embedded local instance on loopback, or an existing cluster."""
 
-from cluster.connect import connect, shutdown_if_owned
+from cluster.connect import ClusterError, connect, head_lost, shutdown_if_owned, token_available, token_given
 
-__all__ = ["connect", "shutdown_if_owned"]
+__all__ = ["ClusterError", "connect", "head_lost", "shutdown_if_owned", "token_available", "token_given"]

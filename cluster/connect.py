@@ -3,29 +3,105 @@
 The embedded default binds to 127.0.0.1 and sends no usage statistics. Ray reads both settings when
 it is imported, so nothing in convgrid imports ray at module level: this module sets the environment
 first, then imports it. When joining a cluster (`--address`), the host's address is left alone.
+
+Token authentication (Ray 2.60): a head started by `ray start` requires a token whenever one exists
+on it (RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token), and every driver and
+node must then send the same token with RAY_AUTH_MODE=token. Ray turns token mode on by itself only
+for `ray.init()` / `address="auto"`; a driver given HOST:PORT with RAY_AUTH_MODE unset sends no
+token and is refused. `connect` turns token mode on when RAY_AUTH_MODE is unset and the token was
+handed to this process (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH); with ~/.ray/auth_token alone, set
+RAY_AUTH_MODE=token yourself (see token_given for why).
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
+import socket
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 _OWNED = False  # whether this process started the Ray instance it is connected to
+_WATCH: HeadWatch | None = None
+
+AUTH_MODE = "RAY_AUTH_MODE"
+# Seconds the head may be unreachable before the driver gives up. Ray's own driver aborts (a C++
+# fatal exit, no Python cleanup) once the GCS has been gone for gcs_rpc_server_reconnect_timeout_s
+# (60 s by default), so the watch must decide well before that to leave with a message.
+HEAD_GRACE_ENV = "CONVGRID_HEAD_GRACE_S"
+DEFAULT_HEAD_GRACE_S = 15.0
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot be reached or used; the message says what to do."""
+
+
+def token_available() -> bool:
+    """Whether Ray would find an auth token here (the places Ray 2.60 reads, in its order)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path:
+        return Path(path).expanduser().is_file()
+    return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def token_given() -> bool:
+    """Whether this process was handed a token explicitly (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"))
 
 
 def _prepare_env(embedded: bool) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if embedded:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    elif AUTH_MODE not in os.environ and token_given():
+        # Read by Ray when its config is first used (the command line imports ray only after this).
+        # Only a token handed to this process counts, not ~/.ray/auth_token, which any local
+        # ray.init() writes: a driver in token mode on a cluster without auth has its own RPC server
+        # reject the nodes' unauthenticated calls (its actors never start).
+        os.environ[AUTH_MODE] = "token"
 
 
-def connect(address: str | None = None, num_cpus: int | None = None, **init_kwargs: Any) -> Any:
+def _split(address: str) -> tuple[str, int] | None:
+    """(host, port) of HOST:PORT or ray://HOST:PORT; None for "auto" or anything without a port."""
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _reachable(host: str, port: int, timeout_s: float = 5.0) -> OSError | None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc
+
+
+def _auth_advice() -> str:
+    return (
+        "the cluster requires Ray's auth token: give this driver the head's token "
+        "(RAY_AUTH_TOKEN=..., or RAY_AUTH_TOKEN_PATH=FILE, or ~/.ray/auth_token; `ray get-auth-token` on the head "
+        "prints it) and RAY_AUTH_MODE=token (see cluster/README.md)"
+    )
+
+
+def connect(
+    address: str | None = None, num_cpus: int | None = None, watch_head: bool = False, **init_kwargs: Any
+) -> Any:
     """Return the `ray` module, connected. address: None (embedded local), "auto", "HOST:PORT" or
-    "ray://HOST:PORT" (Ray Client). An already connected process is left as it is."""
+    "ray://HOST:PORT" (Ray Client). An already connected process is left as it is. Joining a
+    cluster that cannot be reached or refuses the token raises ClusterError. watch_head: watch the
+    head's GCS port and interrupt the main thread when it has been gone for the grace period (the
+    command line then exits with a message instead of Ray's fatal abort a minute later)."""
     embedded = address is None
     _prepare_env(embedded)
     import ray
@@ -33,7 +109,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, **init_kwar
     if ray.is_initialized():
         return ray
     with _keeping_signal_handlers():
-        _init(ray, embedded, address, num_cpus, init_kwargs)
+        _init(ray, address, num_cpus, watch_head, init_kwargs)
     return ray
 
 
@@ -60,9 +136,9 @@ def _keeping_signal_handlers() -> Iterator[None]:
                 signal.signal(signum, handler)
 
 
-def _init(ray: Any, embedded: bool, address: str | None, num_cpus: int | None, init_kwargs: dict[str, Any]) -> None:
+def _init(ray: Any, address: str | None, num_cpus: int | None, watch_head: bool, init_kwargs: dict[str, Any]) -> None:
     global _OWNED
-    if embedded:
+    if address is None:
         # address="local" always starts a private instance: without it, ray.init() joins whatever
         # cluster /tmp/ray/ray_current_cluster names (another user's, or a stale one that makes it fail).
         ray.init(
@@ -75,15 +151,94 @@ def _init(ray: Any, embedded: bool, address: str | None, num_cpus: int | None, i
             **init_kwargs,
         )
         _OWNED = True
-    else:
-        if init_kwargs.get("runtime_env") is None:
-            init_kwargs.pop("runtime_env", None)
+        return
+    if init_kwargs.get("runtime_env") is None:
+        init_kwargs.pop("runtime_env", None)
+    target = _split(address)
+    if target is not None:
+        # Ray retries an unreachable GCS for a minute and more, printing C++ warnings; say it at once.
+        problem = _reachable(*target)
+        if problem is not None:
+            raise ClusterError(
+                f"no Ray cluster answers at {address} ({problem}); start one (`ray start --head --port "
+                f"{target[1]}`) or check the address, the port and the firewall"
+            )
+    from ray.exceptions import AuthenticationError
+
+    try:
         ray.init(address=address, **init_kwargs)
+    except AuthenticationError as exc:
+        raise ClusterError(f"Ray at {address} refused this driver: {_auth_advice()}. Ray said: {exc.message}") from exc
+    except ConnectionError as exc:
+        # A head that requires a token answers a driver without one exactly like a dead one (Ray
+        # retries "InvalidAuthToken" for seconds, then gives up with "Failed to connect").
+        hint = "" if token_available() else f"; no auth token was found here, and if {_auth_advice()}"
+        raise ClusterError(f"cannot join a Ray cluster at {address}: {exc}{hint}") from exc
+    if watch_head and "://" not in address:  # Ray Client (ray://) reconnects and reports on its own
+        host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+        start_watch(host, int(port))
+
+
+class HeadWatch:
+    """Probes the head's GCS port; after `grace_s` of refusals it records the loss and interrupts
+    the main thread (which is blocked in ray.wait, where only a signal reaches it)."""
+
+    def __init__(self, host: str, port: int, grace_s: float, every_s: float = 1.0, exit_after_s: float = 20.0) -> None:
+        self.host, self.port, self.grace_s, self.every_s = host, port, grace_s, every_s
+        self.exit_after_s = exit_after_s
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="convgrid-head-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        down_since: float | None = None
+        while not self._stop.wait(self.every_s):
+            problem = _reachable(self.host, self.port, timeout_s=min(self.every_s * 2, 5.0))
+            if problem is None:
+                down_since = None
+                continue
+            now = time.monotonic()
+            down_since = down_since if down_since is not None else now
+            if now - down_since >= self.grace_s:
+                self.lost = (
+                    f"lost the Ray head at {self.host}:{self.port} ({problem}, for {self.grace_s:.0f}s). "
+                    "Finished runs are in the store; start a cluster again and rerun the same command "
+                    "(with its --address) to resume"
+                )
+                _thread.interrupt_main()
+                # The main thread writes what finished, then the command line prints this and exits.
+                # If its clean-up waits on the dead cluster instead (a Ray call that never returns),
+                # leave anyway, with the same message, before Ray's own fatal abort.
+                if not self._stop.wait(self.exit_after_s):
+                    print(f"convgrid: error: {self.lost}", file=sys.stderr, flush=True)
+                    os._exit(3)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def start_watch(host: str, port: int) -> HeadWatch:
+    global _WATCH
+    if _WATCH is not None:
+        _WATCH.stop()
+    grace = float(os.environ.get(HEAD_GRACE_ENV, DEFAULT_HEAD_GRACE_S))
+    _WATCH = HeadWatch(host, port, grace)
+    return _WATCH
+
+
+def head_lost() -> str | None:
+    """Why the joined cluster's head was given up on, or None while it answers (or nothing is watched)."""
+    return _WATCH.lost if _WATCH is not None else None
 
 
 def shutdown_if_owned() -> None:
     """Stop the embedded Ray this process started (never a cluster it merely joined)."""
-    global _OWNED
+    global _OWNED, _WATCH
+    if _WATCH is not None:
+        _WATCH.stop()
+        _WATCH = None
     if _OWNED:
         import ray
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cluster import ClusterError, head_lost
 from runner import errors
-from runner.cli.options import add_execution_options, check_results_root, executor_options, positive_int
+from runner.cli.options import add_execution_options, check_results_root, executor_options, join_cluster, positive_int
 from runner.errors import ConfigError, Terminated, raise_terminated, redact
 
 if TYPE_CHECKING:
@@ -83,6 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(grid, ResultStore(args.results), args.retry_failed)
     check_results_root(args.results)
+    join_cluster(args)
     report = run_grid(
         grid,
         args.results,
@@ -195,10 +198,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 2
+    except ClusterError as exc:
+        print(f"convgrid: error: {exc}", file=sys.stderr)
+        return 3
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
     except KeyboardInterrupt as exc:
+        lost = head_lost()
+        if lost is not None:
+            # The interrupt came from the head watch. Leave without Ray's exit hooks: they would wait a
+            # minute for the dead head and then abort with a C++ fatal error.
+            print(f"convgrid: error: {lost}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(3)
         signum: int | None = exc.signum if isinstance(exc, Terminated) else None
         if signum is None and errors.received:
             signum = errors.received[-1]

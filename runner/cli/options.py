@@ -91,3 +91,14 @@ def executor_options(args: argparse.Namespace) -> dict[str, Any]:
         "timeout_s": args.timeout,
         "grace_s": args.grace,
     }
+
+
+def join_cluster(args: argparse.Namespace) -> None:
+    """Join the cluster named by --address before anything runs, so that an unreachable address or a
+    missing auth token is one clear message, and a head lost mid-run is noticed (cluster.head_lost)."""
+    if args.executor != "ray" or args.address is None or getattr(args, "dry_run", False):
+        return
+    from cluster import connect
+    from runner.execute.learner_env import runtime_env
+
+    connect(args.address, runtime_env=runtime_env(), watch_head=True)

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, check_results_root, executor_options, positive_int
+from runner.cli.options import add_execution_options, check_results_root, executor_options, join_cluster, positive_int
 
 if TYPE_CHECKING:
     from runner.tune.spec import StudyPlan
@@ -44,6 +44,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(plans, args)
     check_results_root(args.results)
+    join_cluster(args)
     reports = tune(
         plans,
         args.results,

@@ -1,35 +1,64 @@
-"""Progress for a grid: a tqdm bar on a terminal, plain periodic lines otherwise (logs, CI)."""
+"""Progress for a grid: a tqdm bar on a terminal, plain periodic lines otherwise (logs, CI).
+
+A terminal whose width is unknown or 0 (CI log capture, `script`, COLUMNS=0) also gets plain
+lines: tqdm sizes its bar to the width and prints nothing at all when it is 0.
+
+The rate and the ETA count from the first finished run, not from the start: the time before it is
+start-up (Ray and its actors, minutes on a cold cluster), not a measure of how fast runs finish.
+"""
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 import time
 from collections import Counter
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
 from tasks.status import ALL_STATUSES
 
 
+def terminal_width(stream: TextIO) -> int:
+    """The stream's terminal width in columns; 0 when unknown. COLUMNS wins when set (as in shutil)."""
+    env = os.environ.get("COLUMNS")
+    if env is not None:
+        try:
+            return max(int(env), 0)
+        except ValueError:
+            pass  # not a number: ask the terminal
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return 0
+
+
 class Progress:
     def __init__(
-        self, total: int, label: str, stream: TextIO | None = None, every_s: float = 10.0, enabled: bool = True
+        self,
+        total: int,
+        label: str,
+        stream: TextIO | None = None,
+        every_s: float = 10.0,
+        enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream or sys.stderr
         self.total = total
         self.label = label
         self.counts: Counter[str] = Counter()
-        self.t0 = time.monotonic()
+        self.clock = clock
+        self.t0 = clock()
         self.every_s = every_s
         self.last_line = self.t0
         self.enabled = enabled and total > 0
-        self.tty = self.stream.isatty()
-        self.bar = (
-            tqdm(total=total, desc=label, file=self.stream, unit="run", dynamic_ncols=True)
-            if self.enabled and self.tty
-            else None
-        )
+        self.tty = self.stream.isatty() and terminal_width(self.stream) > 0
+        self.first: tuple[float, int] | None = None  # (time, runs) of the first finished chunk
+        # The bar is made at the first result, so that its clock (tqdm's rate and ETA) starts there.
+        self.bar: Any = None
 
     @property
     def done(self) -> int:
@@ -37,23 +66,46 @@ class Progress:
 
     def update(self, statuses: list[str]) -> None:
         self.counts.update(statuses)
+        if self.first is None:
+            self.first = (self.clock(), self.done)
+            if self.enabled and self.tty:
+                # initial=: the runs of the first chunk finished during start-up; tqdm leaves them out of its rate.
+                self.bar = tqdm(
+                    total=self.total,
+                    initial=self.done,
+                    desc=self.label,
+                    file=self.stream,
+                    unit="run",
+                    dynamic_ncols=True,
+                )
+                self.bar.set_postfix_str(self._counts())
+                return
         if self.bar is not None:
             self.bar.set_postfix_str(self._counts(), refresh=False)
             self.bar.update(len(statuses))
-        elif self.enabled and time.monotonic() - self.last_line >= self.every_s:
-            self.last_line = time.monotonic()
+        elif self.enabled and self.clock() - self.last_line >= self.every_s:
+            self.last_line = self.clock()
             print(self.line(), file=self.stream, flush=True)
 
     def _counts(self) -> str:
         return " ".join(f"{k}={self.counts[k]}" for k in ALL_STATUSES if self.counts[k])
 
+    def rate(self) -> float:
+        """Runs per second since the first finished run (0 until a second chunk has finished)."""
+        if self.first is None:
+            return 0.0
+        t_first, n_first = self.first
+        elapsed = self.clock() - t_first
+        return (self.done - n_first) / elapsed if elapsed > 0 else 0.0
+
     def line(self) -> str:
-        elapsed = time.monotonic() - self.t0
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+        now = self.clock()
+        rate = self.rate()
+        eta = f"{(self.total - self.done) / rate:.0f}s" if rate > 0 else "?"
+        startup = f" (start-up {self.first[0] - self.t0:.0f}s)" if self.first is not None else ""
         return (
             f"{self.label}: {self.done}/{self.total} {self._counts()} | {rate:.2f} run/s | "
-            f"elapsed {elapsed:.0f}s | eta {eta:.0f}s"
+            f"elapsed {now - self.t0:.0f}s{startup} | eta {eta}"
         )
 
     def close(self) -> None:

@@ -1,6 +1,9 @@
 """RayExecutor: long-lived actors (one per CPU slot) on an embedded or existing Ray cluster, fed
 chunks of cells sized from measured run times, so tiny tasks do not pay one Ray call each, with a
 bounded number of chunks in flight per actor. A chunk lost with its actor is queued again.
+
+An actor that died is given no work until it answers again: Ray restarts it, but after a lost node
+the cluster may have no CPU slot left for it, and a call sent to it would wait forever.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class RayExecutor:
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
+    down: dict[int, Any] = field(default_factory=dict, init=False)  # dead actor index -> its liveness probe
     chunks_submitted: int = field(default=0, init=False)
     chunks_resubmitted: int = field(default=0, init=False)
     hard_kills: int = field(default=0, init=False)
@@ -79,6 +83,7 @@ class RayExecutor:
         # actors reserve no GPU; a task that uses ctx.device would add a GPU-share option here.
         n = self.workers if self.workers is not None else int(ray.cluster_resources().get("CPU", 1) // self.threads)
         self.actors = [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(max(1, n))]
+        self.down = {}
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
         self.start()  # the channel actor needs Ray connected
@@ -100,10 +105,16 @@ class RayExecutor:
         last_check = time.monotonic()
         while queue or pending:
             self._fill(queue, pending, load, sizer, channel.reporters if channel is not None else None)
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self._poll_s())
+            probes = {ref: idx for idx, ref in self.down.items()}
+            ready, _ = ray.wait([*pending, *probes], num_returns=1, timeout=self._poll_s())
             if not ready:
                 yield []  # nothing finished for a while: the caller's chance to flush on time
             for gen in ready:
+                if gen in probes:
+                    self._probed(gen, probes[gen], lost)
+                    continue
+                if gen not in pending:
+                    continue  # abandoned with its actor below
                 chunk = pending[gen]
                 stream = cast(Iterator[Any], gen)  # an ObjectRefGenerator: one ObjectRef per finished run
                 try:
@@ -115,12 +126,18 @@ class RayExecutor:
                 except lost:
                     # The actor died with the chunk (a killed worker, a lost node, or our hard timeout).
                     # Ray restarts the actor; the runs it had not finished go back to the front of the
-                    # queue. What it finished already reached the caller, so nothing runs twice.
-                    pending.pop(gen)
-                    load[chunk.actor] -= 1
-                    rest = [i for i in chunk.items if i.run_id not in chunk.finished and i.run_id not in killed]
-                    queue.extendleft(reversed(rest))
-                    self.chunks_resubmitted += 1
+                    # queue (what it finished already reached the caller, so nothing runs twice). Its
+                    # other chunks died with it, or were sent after its death and would wait for a
+                    # restart that may never come (a lost node): they are queued again too.
+                    idx = chunk.actor
+                    mine = [pending.pop(gen)]
+                    mine += [pending.pop(other) for other in [g for g, c in pending.items() if c.actor == idx]]
+                    load[idx] = 0
+                    for lost_chunk in reversed(mine):
+                        rest = [i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed]
+                        queue.extendleft(reversed(rest))
+                    self.chunks_resubmitted += len(mine)
+                    self.down.setdefault(idx, self.actors[idx].pid.remote())
                     continue
                 chunk.finished.add(record.run_id)
                 sizer.observe([record])
@@ -130,6 +147,17 @@ class RayExecutor:
                 last_check = time.monotonic()
                 yield from self._enforce_hard_timeout(pending, killed)
 
+    def _probed(self, ref: Any, idx: int, lost: tuple[type[Exception], ...]) -> None:
+        """A dead actor's probe came back: it is alive again (restarted), or died again (probe anew)."""
+        import ray
+
+        try:
+            ray.get(ref)
+        except lost:
+            self.down[idx] = self.actors[idx].pid.remote()
+            return
+        del self.down[idx]
+
     def _fill(
         self,
         queue: deque[WorkItem],
@@ -138,9 +166,10 @@ class RayExecutor:
         sizer: ChunkSizer,
         reporters: Any,
     ) -> None:
-        for idx in sorted(range(len(self.actors)), key=load.__getitem__):
+        alive = [idx for idx in range(len(self.actors)) if idx not in self.down]
+        for idx in sorted(alive, key=load.__getitem__):
             while queue and load[idx] < self.in_flight_per_worker:
-                n = sizer.size(len(queue), len(self.actors) * self.in_flight_per_worker)
+                n = sizer.size(len(queue), len(alive) * self.in_flight_per_worker)
                 chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
                 pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = _Chunk(idx, chunk)
                 load[idx] += 1
@@ -186,3 +215,4 @@ class RayExecutor:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
+        self.down = {}

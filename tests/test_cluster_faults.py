@@ -1,0 +1,126 @@
+"""Multi-node faults on a three-node Ray cluster on this machine (ray.cluster_utils.Cluster,
+loopback): a worker node removed mid-grid and mid-study. The grid completes with every run stored
+exactly once; the study finishes its trials.
+
+The removal is triggered by a condition (the first part file in the store), never by a delay, so
+some work is stored and the rest is in flight on every node when the node goes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from runner import RayExecutor, ResultStore, run_grid
+from runner.store.trials import read_trials
+from runner.tune.driver import tune
+
+
+@pytest.fixture(scope="module")
+def three_nodes() -> Iterator[Any]:
+    from ray.cluster_utils import Cluster
+
+    from cluster import connect
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray = connect(cluster.address)
+    yield cluster
+    ray.shutdown()  # this process only joined: disconnect, then stop the nodes the fixture started
+    cluster.shutdown()
+
+
+def _alive_workers(cluster: Any) -> list[Any]:
+    return list(cluster.worker_nodes)  # remove_node drops a node from this set
+
+
+def _victim(cluster: Any) -> Any:
+    """A worker node other than the one this driver is attached to (all share 127.0.0.1)."""
+    import ray
+
+    mine = ray._private.worker.global_worker.node._raylet_socket_name
+    return next(n for n in _alive_workers(cluster) if n._raylet_socket_name != mine)
+
+
+def _ensure_three(cluster: Any) -> None:
+    while len(_alive_workers(cluster)) < 2:
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+
+
+def _remove_node_once_stored(cluster: Any, root: Path, done: threading.Event) -> threading.Thread:
+    """A thread that removes one worker node as soon as a runs part file exists under root."""
+
+    def remove() -> None:
+        while not list((root / "runs").rglob("part-*.parquet")):
+            if done.is_set():
+                return
+            time.sleep(0.05)
+        cluster.remove_node(_victim(cluster), allow_graceful=False)  # SIGKILL: a lost machine
+
+    thread = threading.Thread(target=remove, daemon=True)
+    thread.start()
+    return thread
+
+
+def _physical_ids(root: Path) -> list[str]:
+    return ds.dataset(root / "runs", partitioning="hive").to_table(columns=["run_id"])["run_id"].to_pylist()
+
+
+def test_worker_node_removed_mid_grid_every_run_stored_once(tmp_path: Path, three_nodes: Any) -> None:
+    _ensure_three(three_nodes)
+    n = 45
+    grid = {
+        "name": "node_lost",
+        "blocks": [{"task": "faulty", "params": {"sleep_s": 0.2}, "product": {"x": [float(i) for i in range(n)]}}],
+    }
+    executor = RayExecutor(address=three_nodes.address, workers=3)
+    done = threading.Event()
+    remover = _remove_node_once_stored(three_nodes, tmp_path, done)
+    try:
+        report = run_grid(grid, tmp_path, executor, progress=False, flush_s=0.5)
+    finally:
+        done.set()
+        remover.join()
+    assert len(_alive_workers(three_nodes)) == 1  # the node really went while the grid ran
+    assert report.counts == {"ok": n}
+    ids = _physical_ids(tmp_path)
+    assert len(ids) == len(set(ids)) == n
+    assert executor.chunks_resubmitted >= 1  # the lost node's chunk ran again elsewhere
+
+
+def test_worker_node_removed_mid_study_the_study_completes(tmp_path: Path, three_nodes: Any) -> None:
+    _ensure_three(three_nodes)
+    study = {
+        "name": "node_lost_study",
+        "task": "faulty",
+        "params": {"sleep_s": 0.3},
+        "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
+        "objective": {"metric": "square"},
+        "sampler": {"name": "random", "seed": 3},
+        "n_trials": 15,
+        "parallel": 3,
+    }
+    executor = RayExecutor(address=three_nodes.address, workers=3)
+    done = threading.Event()
+    remover = _remove_node_once_stored(three_nodes, tmp_path, done)
+    try:
+        (report,) = tune(study, tmp_path, executor, progress=False)
+    finally:
+        done.set()
+        remover.join()
+        executor.close()
+    assert len(_alive_workers(three_nodes)) == 1
+    assert report.states == {"COMPLETE": 15}
+    trials = read_trials(ResultStore(tmp_path), "node_lost_study").to_pylist()
+    assert [t["state"] for t in trials] == ["COMPLETE"] * 15
+    ids = _physical_ids(tmp_path)
+    assert len(ids) == len(set(ids))  # a trial's run lost with the node ran again, and was stored once
