@@ -131,7 +131,7 @@ def run_dsvd(p: DsvdParams, ctx: RunContext) -> MinvOutcome:
             opt.zero_grad()
             fs, _, _ = model.forward(pool[0][idx], pool[1][idx], pool[2][idx], p.K_svd, train_inner=True)
             loss = torch.stack([f.mean() for f in fs]).mean()
-            value = float(loss)
+            value = float(loss.detach())
             if is_diverged(value):
                 status, diverged_step = "diverged", it
                 break
