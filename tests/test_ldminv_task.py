@@ -42,7 +42,7 @@ def test_bad_params_are_rejected(raw: dict[str, Any]) -> None:
 
 
 def test_given_coefficients_all_one_equal_fixed_dminv() -> None:
-    base = {"rows": 16, "cols": 24, "K": 3, "L": 4, "iters": 0, "n_test": 10, "n_train": 50}
+    base = {"rows": 16, "cols": 24, "K": 3, "L": 4, "iters": 0, "n_test": 10, "n_train": 50, "batch": 10}
     given = run(**base, coeff_init="given", coeffs=[1.0] * 12).summary
     assert given["test_loss"] == given["test_loss_dminv"] == given["test_loss_init"]
 
@@ -102,3 +102,13 @@ def test_cuda_matrix_path_matches_cpu() -> None:
     assert math.isclose(cpu["test_loss"], gpu["test_loss"], rel_tol=1e-8)
     f32 = run(RunContext(device="cuda"), **base, dtype="float32").summary
     assert math.isclose(cpu["test_loss"], f32["test_loss"], rel_tol=1e-2)
+
+
+def test_pool_cache_returns_the_same_stream() -> None:
+    spec = DataSpec("gauss", 7, 5, None, "std", None)
+    first = Source(spec, 11, "train")
+    a1, b1 = first.singular_values(6), first.singular_values(3)
+    again = Source(spec, 11, "train")  # cache hit on the first draw
+    a2, b2 = again.singular_values(6), again.singular_values(3)
+    assert torch.equal(a1, a2) and torch.equal(b1, b2)
+    assert not torch.equal(a1[:3], b1)

@@ -21,6 +21,12 @@ from tasks.common import generator, haar_orthogonal
 
 F64 = torch.float64
 
+# Singular values of Gaussian pools, keyed on (spec, seed, split, n) for a Source's first draw: grids
+# run many configs on the same seeded pool, and its SVDs cost more than the spectral training itself.
+# The generator state after the draw is cached too, so later draws continue exactly as without it.
+_SV_CACHE: dict[tuple[object, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+_SV_CACHE_MAX = 16
+
 
 @dataclass(frozen=True)
 class DataSpec:
@@ -46,6 +52,7 @@ class Source:
 
     def __init__(self, spec: DataSpec, seed: int, split: str) -> None:
         self.spec = spec
+        self.key: tuple[object, ...] | None = (spec, seed, split)  # None once the stream has advanced
         self.g_main = generator(seed, "ldminv", split, "main")
         self.g_uv = generator(seed, "ldminv", split, "uv")
 
@@ -58,6 +65,7 @@ class Source:
         return s
 
     def matrices(self, n: int) -> torch.Tensor:
+        self.key = None
         sp = self.spec
         if sp.data == "gauss":
             if sp.rank is None or sp.rank >= sp.r:
@@ -76,5 +84,17 @@ class Source:
     def singular_values(self, n: int) -> torch.Tensor:
         """(n, r) singular values of the matrices `matrices(n)` would return (descending for gauss)."""
         if self.spec.data == "usv_uniform":
+            self.key = None
             return self._singular_values(n)
-        return torch.linalg.svdvals(self.matrices(n))
+        key = None if self.key is None else (*self.key, n)
+        if key is not None and key in _SV_CACHE:
+            sv, state = _SV_CACHE[key]
+            self.g_main.set_state(state.clone())
+            self.key = None
+            return sv.clone()
+        sv = torch.linalg.svdvals(self.matrices(n))
+        if key is not None:
+            if len(_SV_CACHE) >= _SV_CACHE_MAX:
+                _SV_CACHE.pop(next(iter(_SV_CACHE)))
+            _SV_CACHE[key] = (sv.clone(), self.g_main.get_state().clone())
+        return sv
