@@ -86,7 +86,7 @@ def ld_beats_d_across_l(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         return Verdict(NO_DATA, "needs two L values")
     return Verdict(
         HOLDS if (gain > 0).all() else FAILS,
-        f"Adam, K = {fmt(_adam(runs)['K'].drop_duplicates().reset_index(drop=True))}: log10(D loss / LD loss) by L: "
+        f"Adam, K = {sorted(set(_adam(runs)['K'].astype(int)))}: log10(D loss / LD loss) by L: "
         f"{fmt(gain, 2)}",
         paper="Fig. 1(c): LD-Minv below D-Minv at every L (K = 5)",
     )
