@@ -15,7 +15,7 @@ import pandas as pd
 from analysis.claims import FAILS, HOLDS, NO_DATA, Check, Claim, Verdict, fmt
 from analysis.ldminv import paper
 from analysis.ldminv.figures import cost_to_reach
-from analysis.ldminv.frames import coeffs, dsvd, med, minv, opt_label, trained
+from analysis.ldminv.frames import coeffs, dsvd, med, minv, trained
 
 TASK = "ldminv"
 PAPER = "000"
@@ -370,15 +370,17 @@ def thm1_linear(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
 
 def thm2_gap_n(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     r = trained(minv(runs))
-    k_mode = r["K"].mode().iloc[0] if not r.empty else None
-    s = med(r[r["K"] == k_mode], ["n_train"], "gen_gap").abs() if k_mode is not None else pd.Series(dtype=float)
+    if r.empty:
+        return Verdict(NO_DATA, "no trained runs")
+    k_mode = int(r["K"].mode().iloc[0])
+    s = med(r[r["K"] == k_mode], ["n_train"], "gen_gap").abs()
     s = s[s > 0]
     if len(s) < 3:
         return Verdict(NO_DATA, "needs three n at one K")
     slope = float(np.polyfit(np.log(s.index.to_numpy(dtype=float)), np.log(s.to_numpy()), 1)[0])
     return Verdict(
         HOLDS if slope <= -0.5 + 0.1 else FAILS,
-        f"|gap| by n at K = {int(k_mode)}: {fmt(s, 3)}; log-log slope {slope:.2f}",
+        f"|gap| by n at K = {k_mode}: {fmt(s, 3)}; log-log slope {slope:.2f}",
         theory="Thm 2: gap <= O~(sqrt(d^3 K / n)) + O(sqrt(ln(1/delta)/n)): slope <= -1/2 in n",
     )
 

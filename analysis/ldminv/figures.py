@@ -10,12 +10,20 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from analysis.ldminv import paper  # noqa: E402
-from analysis.ldminv.frames import coeffs, done, dsvd, log10, med, minv, opt_label, trained  # noqa: E402
+from analysis.ldminv import paper
+from analysis.ldminv.frames import (
+    coeffs,
+    done,
+    dsvd,
+    med,
+    minv,
+    opt_label,
+    trained,
+)
 
 Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
 
