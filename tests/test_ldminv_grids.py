@@ -49,3 +49,11 @@ def test_small_grid_runs_reports_and_checks(tmp_path: Path, capsys: pytest.Captu
     assert [r.verdict.verdict for r in table.results] == [HOLDS, HOLDS, HOLDS]
     assert main(["check", str(results)]) == 0
     assert "000.lemma1.exact: holds" in capsys.readouterr().out
+
+
+def test_studies_validate() -> None:
+    from runner.study_spec import load_study
+
+    (plan,) = load_study(str(ROOT / "studies" / "ldminv" / "train_lr.yaml"))
+    assert plan.task == "ldminv" and set(plan.space) == {"optimizer", "lr"}
+    assert plan.objectives[0].metric == "train_loss_final"
