@@ -122,9 +122,9 @@ def table3_dsvd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
             s = med(sub, ["K_svd"], init_col)
             ax.plot(s.index, s.to_numpy(), "-o", label=f"untrained, {rule} rule", ms=4)
         tr = trained(r)
-        if not tr.empty:
-            s = med(tr, ["K_svd"], col)
-            ax.plot(s.index, s.to_numpy(), "-s", label=f"trained ({int(tr['iters'].max())} outer iterations)", ms=5)
+        for (opt, lr, iters), g in tr.groupby(["optimizer", "lr", "iters"]):
+            s = med(g, ["K_svd"], col)
+            ax.plot(s.index, s.to_numpy(), "s", label=f"trained: {opt} {lr:g}, {int(iters)} outer iterations", ms=6)
         ax.plot(paper.K_SVD, p_init, "k:", label="paper Init")
         ax.plot(paper.K_SVD, p_final, "k-.", label="paper Final")
         ax.set_yscale("log")
