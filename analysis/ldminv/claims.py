@@ -530,7 +530,9 @@ CLAIMS = [
           why_expected="with K*L coefficients and n*d singular values per layer the loss has a positive minimum; GD "
           "plateaus there (Thm 1 needs K = Omega(n d), far beyond these sizes)"),
     Claim("000.thm2.gap_in_n", PAPER, TASK, _g("theory_thm2"),
-          "the generalisation gap falls at least like n^-1/2", thm2_gap_n),
+          "the generalisation gap falls at least like n^-1/2", thm2_gap_n, expected=FAILS,
+          why_expected="measured: the gaps are 1e-5..1e-3 of an O(1) loss, at the sampling noise of the 1000-matrix "
+          "test set (K*L shared coefficients generalise almost perfectly), so no n^-1/2 trend is resolvable"),
     Claim("000.thm2.double_descent", PAPER, TASK, _g("theory_thm2"),
           "the gap first grows then falls in K (double descent of the bound)", thm2_double_descent,
           expected=FAILS, why_expected="a bound's shape, not the gap's: the measured gaps are monotone or noise"),
