@@ -473,7 +473,7 @@ CLAIMS = [
     Claim("000.fig1b.floor_1e8", PAPER, TASK, _g("fig1_k"),
           "for K > 15 D-Minv's loss is of order 1e-8", floor_near_1e8, expected=FAILS,
           why_expected="1e-8 is the float32 floor (spec 3.1); float64 goes down to about 1e-28"),
-    Claim("000.thm.frob_slope", PAPER, TASK, _g("fig1_kl"),
+    Claim("000.thm.frob_slope", PAPER, TASK, ("fig1_kl", "fig1_k", "small_fig1_kl", "small_fig1_k"),
           "log10 D-Minv loss falls by 1.5 log10 L per layer on square Gaussian data", frobenius_slope),
     Claim("000.table2.ld_wins", PAPER, TASK, _g("table2_kappa"),
           "LD-Minv beats D-Minv for kappa >= 5 (c0 = ||A||_F^2, Adam)", table2_ld_wins),
