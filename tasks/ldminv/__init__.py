@@ -1,0 +1,1 @@
+"""ldminv: learnable matrix inverse (LD-Minv) and differentiable SVD (D-SVD), paper 000."""

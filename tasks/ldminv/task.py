@@ -1,0 +1,76 @@
+"""ldminv: learnable matrix inverse (LD-Minv) and D-SVD (paper 000, "Fast and differentiable matrix
+inverse and its extension to SVD").
+
+algo=minv: K layers X <- X sum_l C_{k,l} (I - A X)^l from X0 = A^T/c0 (or a fixed D-Minv warm start),
+C trained on the deep-supervised loss Eq. 4 by SGD (the paper) or Adam; C == 1 is fixed D-Minv (the
+order-L hyper-power method, L = 2 Newton-Schulz), always evaluated on the same test set as a baseline.
+Two computations: the batched matrix path and the exact spectral simulator (fast, for large grids).
+algo=dsvd: D-SVD, Cayley steps on the Stiefel manifold with LD-Minv inside (Table 3).
+Each run records the theory's predictions for its config (Lemma 1, Prop. 1, Prop. 4, slopes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from tasks.base import FieldType, Result, RunContext
+from tasks.ldminv.params import DsvdParams, LdminvParams, MinvParams
+from tasks.ldminv.train_dsvd import run_dsvd
+from tasks.ldminv.train_minv import run_minv
+
+
+class LdminvTask:
+    name: ClassVar[str] = "ldminv"
+    version: ClassVar[str] = "1"
+    Params: ClassVar[Any] = LdminvParams
+    summary_fields: ClassVar[dict[str, FieldType]] = {
+        # minv
+        "test_loss": "float", "log10_test_loss": "float", "neg_log10_test_loss": "float",
+        "test_loss_dminv": "float", "log10_test_loss_dminv": "float", "test_loss_init": "float",
+        "log10_gain_vs_dminv": "float", "test_loss_eq4": "float", "train_loss_final": "float",
+        "log10_train_loss_final": "float", "gen_gap": "float", "max_abs_c_dev": "float",
+        "max_abs_c_dev_init": "float", "coeffs_json": "str", "iters_to_tol": "int", "grad_init_max": "float",
+        "fwd_equiv": "int", "slope_pred_frob": "float", "c0_mean": "float", "at_floor": "bool", "diverged": "bool",
+        "x_norm_max": "float", "e0_max": "float", "e_inf_final": "float", "prop4_bound": "float",
+        "order_empirical": "float", "lemma1_max_rel_err": "float", "lemma1_max_abs_err": "float",
+        "lemma1_layers_checked": "int", "prop1_max_residual": "float",
+        # dsvd
+        "test_obj": "float", "svd_mse_sum": "float", "svd_mse_mean": "float", "orth_err": "float",
+        "svd_mse_sum_init": "float", "neg_step_frac": "float", "t_offsets_json": "str",
+    }  # fmt: skip
+    curve_fields: ClassVar[dict[str, FieldType]] = {
+        "train_loss": "float", "test_loss": "float", "lr": "float", "max_abs_c_dev": "float", "grad_norm": "float",
+    }  # fmt: skip
+    examples: ClassVar[list[dict[str, Any]]] = [
+        {"algo": "minv", "rows": 20, "cols": 20, "K": 3, "L": 4, "iters": 20, "n_train": 200, "batch": 20,
+         "n_test": 20, "optimizer": "adam", "lr": 1e-3, "log_every": 5},
+        {"algo": "minv", "path": "matrix", "rows": 8, "cols": 12, "rank": 5, "K": 3, "L": 3, "iters": 4,
+         "n_train": 20, "batch": 10, "n_test": 5, "coeff_init": "uniform", "theory_checks": True, "log_every": 2},
+        {"algo": "minv", "data": "usv_uniform", "kappa": 10.0, "rows": 16, "cols": 16, "K": 4, "L": 10,
+         "c0_rule": "fro", "iters": 0, "n_test": 20},
+        {"algo": "minv", "model": "warmup", "rows": 10, "cols": 10, "K": 4, "L": 4, "c0_factor": 1.1,
+         "iters": 10, "n_train": 1, "batch": 1, "n_test": 1, "lr": 1e-2, "lr_halve_every": 0, "log_every": 5},
+        {"algo": "dsvd", "m": 6, "n_hat": 10, "K_svd": 2, "K_inv": 3, "L_inv": 4, "iters": 2, "n_train": 8,
+         "batch": 4, "n_test": 4, "inner_iters": 1, "log_every": 1},
+    ]  # fmt: skip
+    # SGD at lr 1e3 throws the coefficients far outside |C - 1| < 1, where (I - AX)^l explodes: the
+    # training loss passes 1e150 (or NaN) within a few steps (spec 6.6: SGD at lr 1 already gives NaN).
+    diverging_example: ClassVar[dict[str, Any] | None] = {
+        "algo": "minv", "rows": 20, "cols": 20, "K": 6, "L": 8, "iters": 50, "n_train": 100, "batch": 50,
+        "n_test": 10, "lr": 1e3, "lr_halve_every": 0, "c0_rule": "fro",
+    }  # fmt: skip
+
+    def run(self, p: MinvParams | DsvdParams, ctx: RunContext) -> Result:
+        out = run_minv(p, ctx) if isinstance(p, MinvParams) else run_dsvd(p, ctx)
+        return Result(
+            status=out.status,  # type: ignore[arg-type]
+            summary=out.summary,
+            curve={k: list(v) for k, v in out.curve.items()},
+            flops=out.flops,
+            n_steps=out.n_steps,
+            diverged_step=out.diverged_step,
+        )
+
+
+# The registry finds a learner by its folder name and takes this attribute.
+TASK = LdminvTask
