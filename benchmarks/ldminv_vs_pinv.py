@@ -69,7 +69,9 @@ def pinv_loop(a: torch.Tensor) -> list[torch.Tensor]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--max-size", type=int, default=None, help="largest row count to run (default: 200 on CPU, all on CUDA)")
+    ap.add_argument(
+        "--max-size", type=int, default=None, help="largest row count to run (default: 200 on CPU, all on CUDA)"
+    )
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
@@ -83,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(0)
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else f"CPU, {torch.get_num_threads()} threads"
     print(f"# LD-Minv vs torch.linalg.pinv, float32, batch {args.batch}, {name}, median of {args.repeats}")
-    print(f"{'size':>10} {'K':>3} {'L':>3} {'LD-Minv s':>10} {'paper s':>8} {'pinv batched':>12} {'pinv loop':>10} "
-          f"{'batched/LD':>10} {'loop/LD':>8} {'paper pinv/LD':>13}")  # fmt: skip
+    print(
+        f"{'size':>10} {'K':>3} {'L':>3} {'LD-Minv s':>10} {'paper s':>8} {'pinv batched':>12} {'pinv loop':>10} "
+        f"{'batched/LD':>10} {'loop/LD':>8} {'paper pinv/LD':>13}"
+    )
     for i, (m, n) in enumerate(SIZES):
         if m > max_rows:
             continue
@@ -97,8 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             coeffs = (1.0 + 0.01 * torch.randn(k, order, generator=g)).to(dev)
             t_ld = timed(partial(ldminv_forward, a, coeffs, order), dev, args.repeats, args.warmup)
             paper = PAPER_LD[(k, order)][i]
-            print(f"{m:>4}x{n:<5} {k:>3} {order:>3} {t_ld:>10.4f} {paper:>8.4f} {t_batched:>12.4f} {t_loop:>10.4f} "
-                  f"{t_batched / t_ld:>10.2f} {t_loop / t_ld:>8.2f} {PAPER_PINV[i] / paper:>13.1f}", flush=True)  # fmt: skip
+            print(
+                f"{m:>4}x{n:<5} {k:>3} {order:>3} {t_ld:>10.4f} {paper:>8.4f} {t_batched:>12.4f} {t_loop:>10.4f} "
+                f"{t_batched / t_ld:>10.2f} {t_loop / t_ld:>8.2f} {PAPER_PINV[i] / paper:>13.1f}",
+                flush=True,
+            )  # fmt: skip - the columns of the printed table line up in the source
     return 0
 
 

@@ -74,8 +74,17 @@ def _frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         res = TASK.run(cell.params, RunContext())
         res.validate(TASK)
         run_id = f"{path.stem}-{i}"
-        rows.append({"run_id": run_id, "status": res.status, **cell.params.model_dump(mode="json"), **res.summary,
-                     "flops": res.flops, "n_steps": res.n_steps, "wall_s": time.perf_counter() - t0})  # fmt: skip
+        rows.append(
+            {
+                "run_id": run_id,
+                "status": res.status,
+                **cell.params.model_dump(mode="json"),
+                **res.summary,
+                "flops": res.flops,
+                "n_steps": res.n_steps,
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
         c = pd.DataFrame(res.curve)
         c.insert(0, "run_id", run_id)
         curves.append(c)
@@ -97,8 +106,20 @@ def test_small_grid_runs_and_draws(path: Path, tmp_path: Path) -> None:
 def test_small_grids_end_to_end_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = tmp_path / "res"
     for stem in ("main", "theory_width"):
-        assert main(["run", str(GRIDS / "small" / f"{stem}.yaml"), "--results", str(res), "--executor", "local",
-                     "--no-progress"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "run",
+                    str(GRIDS / "small" / f"{stem}.yaml"),
+                    "--results",
+                    str(res),
+                    "--executor",
+                    "local",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
     assert main(["report", str(res), "--out", str(tmp_path / "report")]) == 0
     pngs = list((tmp_path / "report").rglob("*.png"))
     assert any("small_main_training" in p.name for p in pngs) and any("small_theory_width_rank" in p.name for p in pngs)

@@ -88,9 +88,20 @@ def test_alpha0_is_numerically_zero_at_width_nd() -> None:
 
 def test_run_summary_carries_the_section4_checks() -> None:
     p = ADAPTER.validate_python(
-        {"d": 16, "b": 10, "n_problems": 4, "n1": 16, "n2": 64, "T": 30, "e": 100.0, "lr": 1e-6, "epochs": 6,
-         "log_every": 3, "diag_every": 3}
-    )  # fmt: skip
+        {
+            "d": 16,
+            "b": 10,
+            "n_problems": 4,
+            "n1": 16,
+            "n2": 64,
+            "T": 30,
+            "e": 100.0,
+            "lr": 1e-6,
+            "epochs": 6,
+            "log_every": 3,
+            "diag_every": 3,
+        }
+    )
     r = TASK.run(p, RunContext())
     s = r.summary
     assert r.status == "ok"
@@ -136,8 +147,20 @@ def test_defaults_resolve_to_one_cell() -> None:
 def test_float32_training_is_evaluated_in_float64_from_the_exact_weights() -> None:
     """G14: a float32 run's ratios come from a float64 pass with W^k, so epoch 0 is GD exactly, and the
     learner's float32 training tracks the float64 one closely."""
-    raw = {"d": 16, "b": 10, "n_problems": 3, "n1": 8, "n2": 32, "T": 20, "e": 100.0, "lr": 1e-6, "epochs": 3,
-           "log_every": 1, "best_c": False, "svd": False}  # fmt: skip
+    raw = {
+        "d": 16,
+        "b": 10,
+        "n_problems": 3,
+        "n1": 8,
+        "n2": 32,
+        "T": 20,
+        "e": 100.0,
+        "lr": 1e-6,
+        "epochs": 3,
+        "log_every": 1,
+        "best_c": False,
+        "svd": False,
+    }
     r32 = TASK.run(ADAPTER.validate_python({**raw, "dtype": "float32"}), RunContext())
     r64 = TASK.run(ADAPTER.validate_python(raw), RunContext())
     assert r32.curve["imp_last"][0] == 0.0 and r32.curve["imp_mean"][0] == 0.0

@@ -12,7 +12,7 @@ from analysis.claims import HOLDS, evaluate
 from analysis.ldminv.claims import CLAIMS
 from analysis.ldminv.figures import FIGURES
 from runner.cli import main
-from runner.spec import load_grid
+from runner.grid.spec import load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "grids" / "ldminv"
@@ -38,21 +38,34 @@ def test_every_full_grid_has_a_small_twin() -> None:
 def test_small_grid_runs_reports_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "res"
     for stem in ("theory_lemma1", "theory_prop4"):
-        assert main(["run", str(GRIDS / "small" / f"{stem}.yaml"), "--results", str(results), "--executor", "local",
-                     "--no-progress"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "run",
+                    str(GRIDS / "small" / f"{stem}.yaml"),
+                    "--results",
+                    str(results),
+                    "--executor",
+                    "local",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
     assert main(["report", str(results), "--out", str(tmp_path / "report")]) == 0
     pngs = list((tmp_path / "report").rglob("*.png"))
     assert {p.stem for p in pngs} >= {"theory_lemma1", "theory_prop4"}
     assert all(p.stat().st_size > 5000 for p in pngs)
-    table = evaluate(str(results), [c for c in CLAIMS if c.id in {"000.lemma1.exact", "000.prop1.invariant",
-                                                                  "000.prop4.floor"}])  # fmt: skip
+    table = evaluate(
+        str(results), [c for c in CLAIMS if c.id in {"000.lemma1.exact", "000.prop1.invariant", "000.prop4.floor"}]
+    )
     assert [r.verdict.verdict for r in table.results] == [HOLDS, HOLDS, HOLDS]
     assert main(["check", str(results)]) == 0
     assert "000.lemma1.exact: holds" in capsys.readouterr().out
 
 
 def test_studies_validate() -> None:
-    from runner.study_spec import load_study
+    from runner.tune.optuna_adapter import load_plans as load_study
 
     (plan,) = load_study(str(ROOT / "studies" / "ldminv" / "train_lr.yaml"))
     assert plan.task == "ldminv" and set(plan.space) == {"optimizer", "lr"}

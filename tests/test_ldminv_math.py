@@ -45,7 +45,8 @@ def coeffs_near_one(depth: int, order: int, spread: float, seed: int = 1) -> tor
 @pytest.mark.parametrize(("order", "factor"), [(4, 1.0), (3, 0.6), (2, 1.0), (5, 3.0)])
 def test_lemma1_order_l_convergence(shape: str, order: int, factor: float) -> None:
     """||AA+ - AX_k||_2 = e0^(L^k): relative 1e-8 while e_k > 1e-7; below that the float64 rounding of
-    A X_k (about 1e-16 absolute) dominates, so the floor is checked absolutely (1e-13, about kappa * 1e-15) down to 0."""
+    A X_k (about 1e-16 absolute) dominates, so the floor is checked absolutely (1e-13, about kappa * 1e-15)
+    down to 0."""
     rows, cols, s = SHAPES[shape]
     a = usv(rows, cols, s)
     c0 = MP.c0_matrix(a, "spec2", factor)
@@ -89,7 +90,9 @@ def test_spectral_simulator_equals_matrix_path(shape: str, rule: str) -> None:
     c0m, c0s = MP.c0_matrix(a, rule, 1.0), SP.c0_spectral(sv, rule, 1.0)
     assert torch.allclose(c0m, c0s, rtol=1e-13)
     lm = [MP.residual_sq(a, x) for x in MP.ldminv(a, MP.initial_x(a, c0m, 1, 4), coeffs, "hyperpower", 4)]
-    ls = [SP.residual_sq_spectral(sv, e) for e in SP.ldminv_spectral(SP.initial_e(sv, c0s, 1, 4), coeffs, "hyperpower", 4)]
+    ls = [
+        SP.residual_sq_spectral(sv, e) for e in SP.ldminv_spectral(SP.initial_e(sv, c0s, 1, 4), coeffs, "hyperpower", 4)
+    ]
     checked = 0
     for m_loss, s_loss in zip(lm, ls, strict=True):
         above = m_loss > 1e-20  # the float64 floor of ||AXA - A||_F^2

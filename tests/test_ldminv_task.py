@@ -9,7 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from runner.identity import validate_params
+from runner.grid.identity import validate_params
 from tasks.base import RunContext
 from tasks.ldminv.data import DataSpec, Source
 from tasks.ldminv.task import LdminvTask
@@ -56,13 +56,25 @@ def test_same_matrices_in_both_paths() -> None:
     usv = DataSpec("usv_uniform", 8, 8, None, "std", 10.0)
     s = Source(usv, 1, "test").singular_values(50)
     assert float(s.min()) >= 0.1 and float(s.max()) <= 1.0
-    assert torch.allclose(torch.linalg.svdvals(Source(usv, 1, "test").matrices(3)).sort(-1).values,
-                          s[:3].sort(-1).values)  # fmt: skip
+    assert torch.allclose(
+        torch.linalg.svdvals(Source(usv, 1, "test").matrices(3)).sort(-1).values, s[:3].sort(-1).values
+    )
 
 
 def test_matrix_and_spectral_paths_agree_on_a_trained_run() -> None:
-    base = {"rows": 12, "cols": 12, "K": 3, "L": 4, "iters": 5, "n_train": 20, "batch": 10, "n_test": 6,
-            "optimizer": "adam", "lr": 1e-2, "coeff_init": "uniform"}  # fmt: skip
+    base = {
+        "rows": 12,
+        "cols": 12,
+        "K": 3,
+        "L": 4,
+        "iters": 5,
+        "n_train": 20,
+        "batch": 10,
+        "n_test": 6,
+        "optimizer": "adam",
+        "lr": 1e-2,
+        "coeff_init": "uniform",
+    }
     s, m = run(**base).summary, run(**base, path="matrix").summary
     assert math.isclose(s["test_loss"], m["test_loss"], rel_tol=1e-10)
     assert s["coeffs_json"][:60] == m["coeffs_json"][:60]
@@ -70,8 +82,19 @@ def test_matrix_and_spectral_paths_agree_on_a_trained_run() -> None:
 
 def test_adam_beats_dminv_at_large_kappa_and_paper_sgd_barely_moves() -> None:
     """Table 2 setting (K=4, L=10, c0 = ||A||_F^2, kappa = 1000), reduced to 30x30 matrices."""
-    base = {"data": "usv_uniform", "kappa": 1000.0, "rows": 30, "cols": 30, "K": 4, "L": 10, "c0_rule": "fro",
-            "iters": 300, "n_train": None, "n_test": 100, "lr_halve_every": 100}  # fmt: skip
+    base = {
+        "data": "usv_uniform",
+        "kappa": 1000.0,
+        "rows": 30,
+        "cols": 30,
+        "K": 4,
+        "L": 10,
+        "c0_rule": "fro",
+        "iters": 300,
+        "n_train": None,
+        "n_test": 100,
+        "lr_halve_every": 100,
+    }
     adam = run(**base, optimizer="adam", lr=1e-3).summary
     sgd = run(**base).summary
     assert adam["log10_gain_vs_dminv"] > 0.3
@@ -80,23 +103,56 @@ def test_adam_beats_dminv_at_large_kappa_and_paper_sgd_barely_moves() -> None:
 
 def test_warmup_gradient_is_negative_at_zero() -> None:
     """Lemma 2: at C = 0 the gradient of every warm-up coefficient is negative."""
-    s = run(model="warmup", data="usv_uniform", kappa=2.0, rows=10, cols=10, K=3, L=3, k_warm=1, n_train=1,
-            batch=1, n_test=1, iters=1, lr=1e-3).summary  # fmt: skip
+    s = run(
+        model="warmup",
+        data="usv_uniform",
+        kappa=2.0,
+        rows=10,
+        cols=10,
+        K=3,
+        L=3,
+        k_warm=1,
+        n_train=1,
+        batch=1,
+        n_test=1,
+        iters=1,
+        lr=1e-3,
+    ).summary
     assert s["grad_init_max"] < 0
 
 
 def test_divergence_is_a_result_and_report_stops() -> None:
     out = TASK.run(validate_params(TASK, TASK.diverging_example), RunContext())
     assert out.status == "diverged" and out.diverged_step is not None and out.summary["diverged"]
-    stopped = run(RunContext(reporter=lambda step, m: step < 10), rows=8, cols=8, K=2, iters=100, n_train=20,
-                  batch=10, n_test=4, log_every=5)  # fmt: skip
+    stopped = run(
+        RunContext(reporter=lambda step, m: step < 10),
+        rows=8,
+        cols=8,
+        K=2,
+        iters=100,
+        n_train=20,
+        batch=10,
+        n_test=4,
+        log_every=5,
+    )
     assert stopped.status == "pruned" and stopped.curve["step"][-1] == 10
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_cuda_matrix_path_matches_cpu() -> None:
-    base = {"path": "matrix", "rows": 24, "cols": 36, "K": 3, "L": 4, "iters": 3, "n_train": 20, "batch": 10,
-            "n_test": 8, "optimizer": "adam", "lr": 1e-2}  # fmt: skip
+    base = {
+        "path": "matrix",
+        "rows": 24,
+        "cols": 36,
+        "K": 3,
+        "L": 4,
+        "iters": 3,
+        "n_train": 20,
+        "batch": 10,
+        "n_test": 8,
+        "optimizer": "adam",
+        "lr": 1e-2,
+    }
     cpu = run(**base).summary
     gpu = run(RunContext(device="cuda"), **base).summary
     assert math.isclose(cpu["test_loss"], gpu["test_loss"], rel_tol=1e-8)

@@ -251,48 +251,108 @@ def _c(cid: str, grids: tuple[str, ...], statement: str, check: Check, **kw: Any
 
 
 CLAIMS = [
-    _c("sec51.alignment", ("main", "reference", "small_main", "small_reference"),
-       "at initialisation the learner is GD with step 1/beta: every improvement ratio is exactly 0 at k = 0",
-       alignment, needs_curves=True),
-    _c("abstract.over_50pct", ("main", "scales", "reference", "small_main", "small_reference"),
-       "Math-L2O improves on GD by more than 50% (r_T, median over seeds, paper's e and lr)", headline),
-    _c("g4.beats_constant_steps", ("main", "reference", "small_main", "small_reference"),
-       "the learned steps beat GD with the constant step 2/(beta+beta0) (last iterate and trajectory mean)",
-       beats_constant_steps, expected=FAILS,
-       why_expected="spec G4 and section 7: 2/(beta+beta0) alone gives r_T ~0.75-0.95; on the reference grid (100 "
-       "epochs) the median learner is 0.04-0.15 below it (1 run of 14 above it, none above the best constant c); "
-       "the paper has no such baseline"),
-    _c("c2.e_small_zero", ("ablation_e", "reference", "small_ablation_e", "small_reference"),
-       "e = 1 and e = 5 give zero improvement", e_small_zero),
-    _c("c2.e50_best", ("ablation_e", "reference", "small_ablation_e", "small_reference"),
-       "e = 50 reaches about 60% and beats e = 100", e50_best, expected=FAILS,
-       why_expected="spec G6: at a fixed lr e = 50 is e = 100 with a 16x smaller effective step, so within any "
-       "budget we can run it trails e = 100 (spec: 0.428 vs 0.795 at 150 epochs)"),
-    _c("c3.lr_1e3_best", ("ablation_lr", "reference", "small_ablation_lr", "small_reference"),
-       "lr = 1e-3 gives the largest final improvement", lr_1e3_best, expected=FAILS,
-       why_expected="spec G5: lr >= 1e-5 at e = 100 saturates the sigmoid at once and training stalls worse than GD"),
-    _c("c1.trajectory_tradeoff", ("scales", "reference", "small_reference"),
-       "training only F(X_T) improves the last iterate while the trajectory mean falls back", trajectory_tradeoff,
-       expected=FAILS,
-       why_expected="measured on the reference grid: within the 100 epochs a CPU affords, mean_t r_t still rises at "
-       "lr 1e-7 and falls back by < 0.01 at 1e-6 (the spec saw a peak at k~60 on its draw); the paper's statement "
-       "is about 50,000 epochs (the scales grid, a GPU job), where we expect it to hold"),
-    _c("thm47.monotone", ("main", "reference", "theory_width", "small_main", "small_reference"),
-       "F(X_T^k) decreases monotonically in k at the paper's settings", monotone),
-    _c("c6.alpha0_positive", ("theory_width", "small_theory_width"),
-       "alpha_0 = sigma_min(G_{L-1,T}^0) > 0 once n_{L-1} >= N d (the NTK hypothesis)", alpha0_positive,
-       expected=FAILS,
-       why_expected="spec G8: no biases and 2-D inputs make G piecewise rank 2; rank(G) < N d even at n2 = 4 N d"),
-    _c("c4.lemma_a3", ("theory_width", "reference", "small_theory_width", "small_reference"),
-       "Lemma A.3: ||I - diag(P) M^T M / beta||_2 < 1", lemma_a3, expected=FAILS,
-       why_expected="with d > b, M^T M has a null space where the matrix is the identity: the norm is >= 1"),
-    _c("c3.lemma42", ("theory_width", "reference", "small_theory_width", "small_reference"),
-       "Lemma 4.2: ||X_t|| <= (2t/beta) ||M^T Y|| along training", lemma42),
-    _c("c5.weights_and_gradients", ("theory_width", "reference", "small_theory_width", "small_reference"),
-       "Lemma A.12 weight-norm invariant and Lemma 4.3 gradient bound hold along training", weights_invariant),
-    _c("c12.conditions", ("main", "reference", "theory_width", "small_main", "small_reference"),
-       "Thm 4.7's conditions (13a-d) hold at the experimental configuration", conditions, expected=FAILS,
-       why_expected="spec C12: delta_4 ~ exp(-1e5..1e8) and alpha_0 = 0: the margins are astronomically negative"),
-    _c("c8.deeper_smaller_e", ("theory_e", "small_theory_e"),
-       "a deeper net needs a smaller e for training to improve on GD", deeper_needs_smaller_e),
-]  # fmt: skip
+    _c(
+        "sec51.alignment",
+        ("main", "reference", "small_main", "small_reference"),
+        "at initialisation the learner is GD with step 1/beta: every improvement ratio is exactly 0 at k = 0",
+        alignment,
+        needs_curves=True,
+    ),
+    _c(
+        "abstract.over_50pct",
+        ("main", "scales", "reference", "small_main", "small_reference"),
+        "Math-L2O improves on GD by more than 50% (r_T, median over seeds, paper's e and lr)",
+        headline,
+    ),
+    _c(
+        "g4.beats_constant_steps",
+        ("main", "reference", "small_main", "small_reference"),
+        "the learned steps beat GD with the constant step 2/(beta+beta0) (last iterate and trajectory mean)",
+        beats_constant_steps,
+        expected=FAILS,
+        why_expected="spec G4 and section 7: 2/(beta+beta0) alone gives r_T ~0.75-0.95; on the reference grid (100 "
+        "epochs) the median learner is 0.04-0.15 below it (1 run of 14 above it, none above the best constant c); "
+        "the paper has no such baseline",
+    ),
+    _c(
+        "c2.e_small_zero",
+        ("ablation_e", "reference", "small_ablation_e", "small_reference"),
+        "e = 1 and e = 5 give zero improvement",
+        e_small_zero,
+    ),
+    _c(
+        "c2.e50_best",
+        ("ablation_e", "reference", "small_ablation_e", "small_reference"),
+        "e = 50 reaches about 60% and beats e = 100",
+        e50_best,
+        expected=FAILS,
+        why_expected="spec G6: at a fixed lr e = 50 is e = 100 with a 16x smaller effective step, so within any "
+        "budget we can run it trails e = 100 (spec: 0.428 vs 0.795 at 150 epochs)",
+    ),
+    _c(
+        "c3.lr_1e3_best",
+        ("ablation_lr", "reference", "small_ablation_lr", "small_reference"),
+        "lr = 1e-3 gives the largest final improvement",
+        lr_1e3_best,
+        expected=FAILS,
+        why_expected="spec G5: lr >= 1e-5 at e = 100 saturates the sigmoid at once and training stalls worse than GD",
+    ),
+    _c(
+        "c1.trajectory_tradeoff",
+        ("scales", "reference", "small_reference"),
+        "training only F(X_T) improves the last iterate while the trajectory mean falls back",
+        trajectory_tradeoff,
+        expected=FAILS,
+        why_expected="measured on the reference grid: within the 100 epochs a CPU affords, mean_t r_t still rises at "
+        "lr 1e-7 and falls back by < 0.01 at 1e-6 (the spec saw a peak at k~60 on its draw); the paper's statement "
+        "is about 50,000 epochs (the scales grid, a GPU job), where we expect it to hold",
+    ),
+    _c(
+        "thm47.monotone",
+        ("main", "reference", "theory_width", "small_main", "small_reference"),
+        "F(X_T^k) decreases monotonically in k at the paper's settings",
+        monotone,
+    ),
+    _c(
+        "c6.alpha0_positive",
+        ("theory_width", "small_theory_width"),
+        "alpha_0 = sigma_min(G_{L-1,T}^0) > 0 once n_{L-1} >= N d (the NTK hypothesis)",
+        alpha0_positive,
+        expected=FAILS,
+        why_expected="spec G8: no biases and 2-D inputs make G piecewise rank 2; rank(G) < N d even at n2 = 4 N d",
+    ),
+    _c(
+        "c4.lemma_a3",
+        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        "Lemma A.3: ||I - diag(P) M^T M / beta||_2 < 1",
+        lemma_a3,
+        expected=FAILS,
+        why_expected="with d > b, M^T M has a null space where the matrix is the identity: the norm is >= 1",
+    ),
+    _c(
+        "c3.lemma42",
+        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        "Lemma 4.2: ||X_t|| <= (2t/beta) ||M^T Y|| along training",
+        lemma42,
+    ),
+    _c(
+        "c5.weights_and_gradients",
+        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        "Lemma A.12 weight-norm invariant and Lemma 4.3 gradient bound hold along training",
+        weights_invariant,
+    ),
+    _c(
+        "c12.conditions",
+        ("main", "reference", "theory_width", "small_main", "small_reference"),
+        "Thm 4.7's conditions (13a-d) hold at the experimental configuration",
+        conditions,
+        expected=FAILS,
+        why_expected="spec C12: delta_4 ~ exp(-1e5..1e8) and alpha_0 = 0: the margins are astronomically negative",
+    ),
+    _c(
+        "c8.deeper_smaller_e",
+        ("theory_e", "small_theory_e"),
+        "a deeper net needs a smaller e for training to improve on GD",
+        deeper_needs_smaller_e,
+    ),
+]

@@ -18,9 +18,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
 COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + [plt.get_cmap("Dark2")(i) for i in range(8)]  # 18 lines
@@ -84,8 +84,12 @@ def training(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str)
         color = COLORS[i % len(COLORS)]
         axes[0].axhline(part["F_T_gd"].median(), color=color, ls="--", lw=1)
         axes[0].axhline(part["F_T_opt"].median(), color=color, ls=":", lw=1)
-    axes[0].set(yscale="log", xlabel="training step k", ylabel="F(X_T^k)",
-                title="last objective (dashed: GD 1/beta, dotted: GD 2/(beta+beta0))")  # fmt: skip
+    axes[0].set(
+        yscale="log",
+        xlabel="training step k",
+        ylabel="F(X_T^k)",
+        title="last objective (dashed: GD 1/beta, dotted: GD 2/(beta+beta0))",
+    )
     for ax, col, what in ((axes[1], "imp_last", "r_T (last iterate)"), (axes[2], "imp_mean", "mean_t r_t")):
         _curves_by_group(ax, runs, curves, keys, col)
         base = "imp_last" if col == "imp_last" else "imp_mean"
@@ -183,8 +187,14 @@ def e_threshold(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for i, ((depth, t), part) in enumerate(runs.groupby(["depth", "T"])):
         med = part.groupby("e")["imp_last"].median()
-        axes[0].plot(med.index, med.clip(lower=1e-6).to_numpy(), marker="o", color=COLORS[i % len(COLORS)],
-                     ls=["-", "--", ":", "-."][int(depth) % 4], label=f"L={depth}, T={t}")  # fmt: skip
+        axes[0].plot(
+            med.index,
+            med.clip(lower=1e-6).to_numpy(),
+            marker="o",
+            color=COLORS[i % len(COLORS)],
+            ls=["-", "--", ":", "-."][int(depth) % 4],
+            label=f"L={depth}, T={t}",
+        )
         eff = part.groupby("eta_eff")["imp_last"].median()
         axes[1].plot(eff.index, eff.clip(lower=1e-6).to_numpy(), "o", color=COLORS[i % len(COLORS)])
     axes[0].set(xscale="log", yscale="log", xlabel="e", ylabel="r_T (clipped at 1e-6)", title="improvement vs e (C8)")
@@ -212,8 +222,12 @@ def learned_steps(runs: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
         if "c_best" in part and part["c_best"].notna().any():
             ax.axhline(part["c_best"].median(), color=color, ls="-.", lw=1)
     ax.axhline(1.0, color="black", ls="--", lw=1, label="GD 1/beta")
-    ax.set(xlabel="GD iteration t", ylabel="mean_j P_t (step x beta)", ylim=(0, 2.05),
-           title="learned multipliers (dotted: 2 beta/(beta+beta0), dash-dot: best c)")  # fmt: skip
+    ax.set(
+        xlabel="GD iteration t",
+        ylabel="mean_j P_t (step x beta)",
+        ylim=(0, 2.05),
+        title="learned multipliers (dotted: 2 beta/(beta+beta0), dash-dot: best c)",
+    )
     ax.legend(fontsize=7)
     return _save(fig, out_dir, f"{stem}_steps")
 

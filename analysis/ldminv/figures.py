@@ -56,7 +56,9 @@ def fig1_kl(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pat
         ax.set_ylabel("K")
         ax.set_title(title, fontsize=9)
         fig.colorbar(im, ax=ax, label="log10 test loss")
-    fig.suptitle("Fig. 1(a): median log10 TestLoss; paper LD-Minv: (K,L)=(7,4) -1.0, (7,9) -4.6, (2,9) +0.32", fontsize=9)
+    fig.suptitle(
+        "Fig. 1(a): median log10 TestLoss; paper LD-Minv: (K,L)=(7,4) -1.0, (7,9) -4.6, (2,9) +0.32", fontsize=9
+    )
     return _save(fig, out_dir, "fig1_kl")
 
 
@@ -114,8 +116,22 @@ def table3_dsvd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
     r = dsvd(runs)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, col, init_col, p_init, p_final, name in (
-        (axes[0], "test_loss", "test_loss_init", paper.TABLE3_INIT_LOSS, paper.TABLE3_FINAL_LOSS, "test loss (+ sum sigma)"),
-        (axes[1], "svd_mse_sum", "svd_mse_sum_init", paper.TABLE3_INIT_MSE, paper.TABLE3_FINAL_MSE, "SVD MSE (sum over r)"),
+        (
+            axes[0],
+            "test_loss",
+            "test_loss_init",
+            paper.TABLE3_INIT_LOSS,
+            paper.TABLE3_FINAL_LOSS,
+            "test loss (+ sum sigma)",
+        ),
+        (
+            axes[1],
+            "svd_mse_sum",
+            "svd_mse_sum_init",
+            paper.TABLE3_INIT_MSE,
+            paper.TABLE3_FINAL_MSE,
+            "SVD MSE (sum over r)",
+        ),
     ):
         for rule in sorted(r["step_rule"].unique()):
             sub = r[(r["step_rule"] == rule)]
@@ -139,8 +155,10 @@ def table3_dsvd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
 def theory_lemma1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = minv(runs).reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(7, 4))
-    labels = [f"{int(a)}x{int(b)} r{'' if pd.isna(k) else int(k)} L{int(l_)} {c}" for a, b, k, l_, c in
-              zip(r["rows"], r["cols"], r["rank"], r["L"], r["c0_rule"], strict=True)]  # fmt: skip
+    labels = [
+        f"{int(a)}x{int(b)} r{'' if pd.isna(k) else int(k)} L{int(l_)} {c}"
+        for a, b, k, l_, c in zip(r["rows"], r["cols"], r["rank"], r["L"], r["c0_rule"], strict=True)
+    ]
     x = np.arange(len(r))
     ax.semilogy(x, r["lemma1_max_rel_err"].clip(lower=1e-18), "o", label="Lemma 1: max relative error (e_k > 1e-7)")
     ax.semilogy(x, r["lemma1_max_abs_err"].clip(lower=1e-18), "s", label="Lemma 1: max absolute error (all k)")
@@ -165,7 +183,9 @@ def theory_prop1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
         ax.set_xlabel("K")
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle("Prop. 1 on rank-deficient A: float64 stays invariant, float32 null-space noise grows (spec 6.4)", fontsize=9)
+    fig.suptitle(
+        "Prop. 1 on rank-deficient A: float64 stays invariant, float32 null-space noise grows (spec 6.4)", fontsize=9
+    )
     return _save(fig, out_dir, "theory_prop1")
 
 
@@ -205,7 +225,9 @@ def theory_lemma2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> li
     fig, ax = plt.subplots(figsize=(6, 4))
     for _, row in r.iterrows():
         c = coeffs(row["coeffs_json"])
-        ax.plot(range(1, len(c) + 1), c, "-o", alpha=0.7, label=f"{int(row['rows'])}x{int(row['cols'])} seed {row['seed']}")
+        ax.plot(
+            range(1, len(c) + 1), c, "-o", alpha=0.7, label=f"{int(row['rows'])}x{int(row['cols'])} seed {row['seed']}"
+        )
     ax.axhline(1.0, color="k", ls=":")
     ax.set_xlabel("layer k")
     ax.set_ylabel("learned C_k (init 0)")

@@ -76,9 +76,18 @@ def thm47(
         + _log(a_term)
     )
     rhs_b = (
-        math.log1p(beta) + 2.5 * lb - math.log(2) - 2 * lb0 - 2 * log_d4 + log_theta + log_theta_m1 + math.log(s2)
-        + _log(a_term) + _log(b_term) + _log(sum_lam)
-    )  # fmt: skip
+        math.log1p(beta)
+        + 2.5 * lb
+        - math.log(2)
+        - 2 * lb0
+        - 2 * log_d4
+        + log_theta
+        + log_theta_m1
+        + math.log(s2)
+        + _log(a_term)
+        + _log(b_term)
+        + _log(sum_lam)
+    )
     # (13c)'s bracket: -1/2 Theta_{L-1}^2 Lambda_T sum_{t<T} Lambda_t + Theta_L^2 S2 (Lambda_T + delta_2) sum Lambda
     log_neg = 2 * log_theta_m1 + math.log(lam[-1]) + _log(float(lam[:-1].sum())) - math.log(2)
     log_pos = 2 * log_theta + math.log(s2) + _logaddexp(math.log(lam[-1]), log_delta2) + _log(sum_lam)
@@ -90,9 +99,14 @@ def thm47(
         margin_c = math.inf
     rhs_d = math.log(8) + math.log1p(beta) + _log(b_term)
     log_eta_a = (
-        math.log(8) - lb + _logaddexp(log_delta2, math.log(lam[-1])) - _logaddexp(log_delta2, _log(sum_lam))
-        - 2 * _log(sum_lam) - log_theta - math.log(s2)
-    )  # fmt: skip
+        math.log(8)
+        - lb
+        + _logaddexp(log_delta2, math.log(lam[-1]))
+        - _logaddexp(log_delta2, _log(sum_lam))
+        - 2 * _log(sum_lam)
+        - log_theta
+        - math.log(s2)
+    )
     log_eta_b = -math.log(4) + 2 * lb - 2 * lb0 - 2 * log_d4 - 2 * la
     log_deficit = math.log(4 * eta) + 2 * lb0 - 2 * lb + log_d4 + 2 * la
     ten = math.log(10)

@@ -23,6 +23,7 @@ from tasks.l2o_gd.model import init_weights
 from tasks.l2o_gd.params import L2OParams
 from tasks.l2o_gd.problem import Problem, gd_final_batched, gd_trajectory
 from tasks.l2o_gd.unroll import Unrolled, unroll
+from tasks.status import DIVERGED, OK, Status
 
 NAN = math.nan
 DIAG_COLUMNS = ("alpha_thin", "rank_g", "w_ratio_max", "w_last_norm", "lemma42_ratio", "a3_norm", "grad_bound_ratio")
@@ -48,7 +49,7 @@ def as_json(values: Any) -> str:
 
 @dataclass
 class Outcome:
-    status: str
+    status: Status
     curve: dict[str, list[Any]]
     summary: dict[str, Any]
     n_steps: int
@@ -117,13 +118,15 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
     logged = set(range(0, p.epochs + 1, p.log_every)) | {p.epochs}
     traj_at = checkpoints(p.epochs, p.traj_every)
     diag_at = checkpoints(p.epochs, p.diag_every) if p.diag_every > 0 else {0, p.epochs}
-    curve: dict[str, list[Any]] = {k: [] for k in ("step", "loss", "imp_last", "imp_mean", "p_min", "p_max",
-                                                    "p_mean", "p_sat", *DIAG_COLUMNS)}  # fmt: skip
+    curve: dict[str, list[Any]] = {
+        k: [] for k in ("step", "loss", "imp_last", "imp_mean", "p_min", "p_max", "p_mean", "p_sat", *DIAG_COLUMNS)
+    }
     losses: list[float] = []
     trajs: dict[int, list[float]] = {}
     summary: dict[str, Any] = {}
     w_ratio_max, lemma42_max, a3_max, grad_ratio_max = 0.0, 0.0, 0.0, 0.0
-    status, diverged_step, k = "ok", None, 0
+    status: Status
+    status, diverged_step, k = OK, None, 0
     best_last, best_mean, best_mean_epoch = -math.inf, -math.inf, 0
     alpha0 = NAN
     last: Unrolled | None = None
@@ -132,7 +135,7 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
         out = unroll(ws, m, y, prob.beta, p.T, mode=mode, keep=diag)
         loss = float(out.loss.detach())
         if is_diverged(loss) or any(not torch.isfinite(w).all() for w in ws):
-            status, diverged_step = "diverged", k
+            status, diverged_step = DIVERGED, k
             break
         losses.append(loss)
         grads: list[torch.Tensor] | None = None
@@ -154,9 +157,18 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
         if imp.mean >= best_mean:
             best_mean_epoch = k
         ev_loss = float(ev.f_inst[-1].sum())
-        row: dict[str, Any] = {"step": k, "loss": ev_loss, "imp_last": imp.last, "imp_mean": imp.mean,
-               "p_min": out.p_min, "p_max": out.p_max, "p_mean": out.p_mean, "p_sat": out.p_sat,
-               **dict.fromkeys(DIAG_COLUMNS, NAN), "rank_g": -1}  # fmt: skip
+        row: dict[str, Any] = {
+            "step": k,
+            "loss": ev_loss,
+            "imp_last": imp.last,
+            "imp_mean": imp.mean,
+            "p_min": out.p_min,
+            "p_max": out.p_max,
+            "p_mean": out.p_mean,
+            "p_sat": out.p_sat,
+            **dict.fromkeys(DIAG_COLUMNS, NAN),
+            "rank_g": -1,
+        }
         if diag:
             spec = D.spectrum(out.hidden_last) if p.svd and out.hidden_last is not None else None
             norms = D.spectral_norms(ws_k)
@@ -168,12 +180,25 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
             g_ratio = max(D.spectral_norms(grads or [])[i] / bounds[i] for i in range(len(ws)))
             if k == 0 and spec is not None:
                 alpha0 = spec.alpha_thin
-                summary.update({"alpha0_gram": spec.alpha_gram, "alpha0_thin": spec.alpha_thin,
-                                "rank_g0": spec.rank, "sigma_max_g0": spec.sigma_max})  # fmt: skip
+                summary.update(
+                    {
+                        "alpha0_gram": spec.alpha_gram,
+                        "alpha0_thin": spec.alpha_thin,
+                        "rank_g0": spec.rank,
+                        "sigma_max_g0": spec.sigma_max,
+                    }
+                )
             if spec is not None:
                 row["alpha_thin"], row["rank_g"] = spec.alpha_thin, spec.rank
-            row.update({"w_ratio_max": w_ratio, "w_last_norm": norms[-1], "lemma42_ratio": l42, "a3_norm": a3,
-                        "grad_bound_ratio": g_ratio})  # fmt: skip
+            row.update(
+                {
+                    "w_ratio_max": w_ratio,
+                    "w_last_norm": norms[-1],
+                    "lemma42_ratio": l42,
+                    "a3_norm": a3,
+                    "grad_bound_ratio": g_ratio,
+                }
+            )
             w_ratio_max, lemma42_max = max(w_ratio_max, w_ratio), max(lemma42_max, l42)
             a3_max, grad_ratio_max = max(a3_max, a3), max(grad_ratio_max, g_ratio)
         for key, val in row.items():
@@ -188,12 +213,26 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
             break
     summary["traj_checkpoints"] = json.dumps({str(k): v for k, v in trajs.items()})
     summary.update(_final(summary, curve, losses, last, lam_bar, prob, u, y_norm, p, alpha0))
-    summary.update({"w_ratio_max": w_ratio_max, "lemma42_ratio_max": lemma42_max, "a3_norm_max": a3_max,
-                    "grad_bound_ratio_max": grad_ratio_max, "best_imp_last": best_last, "best_imp_mean": best_mean,
-                    "best_imp_mean_epoch": best_mean_epoch})  # fmt: skip
+    summary.update(
+        {
+            "w_ratio_max": w_ratio_max,
+            "lemma42_ratio_max": lemma42_max,
+            "a3_norm_max": a3_max,
+            "grad_bound_ratio_max": grad_ratio_max,
+            "best_imp_last": best_last,
+            "best_imp_mean": best_mean,
+            "best_imp_mean_epoch": best_mean_epoch,
+        }
+    )
     n_steps = max(len(losses) - 1, 0) if status != "diverged" else k
-    return Outcome(status, curve, summary, max(n_steps, 1) if p.epochs else 1, diverged_step,
-                   flops=max(len(losses), 1) * flops_per_epoch(p))  # fmt: skip
+    return Outcome(
+        status,
+        curve,
+        summary,
+        max(n_steps, 1) if p.epochs else 1,
+        diverged_step,
+        flops=max(len(losses), 1) * flops_per_epoch(p),
+    )
 
 
 def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: Problem, p: L2OParams) -> Unrolled:
@@ -202,22 +241,41 @@ def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: 
 
 
 def _final(
-    summary: dict[str, Any], curve: dict[str, list[Any]], losses: list[float], last: Unrolled | None,
-    lam_bar: list[float], prob: Problem, u: float, y_norm: float, p: L2OParams, alpha0: float,
-) -> dict[str, Any]:  # fmt: skip
+    summary: dict[str, Any],
+    curve: dict[str, list[Any]],
+    losses: list[float],
+    last: Unrolled | None,
+    lam_bar: list[float],
+    prob: Problem,
+    u: float,
+    y_norm: float,
+    p: L2OParams,
+    alpha0: float,
+) -> dict[str, Any]:
     imp = summary.pop("_last_imp", None)
     out: Unrolled | None = summary.pop("_last_out", None)
     res: dict[str, Any] = {}
     if imp is not None and last is not None and out is not None:
         f_sum = last.f_inst.sum(-1)
-        res.update({
-            "F_T_final": float(f_sum[-1]), "imp_last": imp.last, "imp_mean": imp.mean,
-            "imp_last_inst": as_json(imp.last_inst), "imp_mean_inst": as_json(imp.mean_inst),
-            "imp_last_inst_min": min(imp.last_inst), "imp_last_inst_median": float(np.median(imp.last_inst)),
-            "imp_last_inst_max": max(imp.last_inst), "imp_mean_inst_median": float(np.median(imp.mean_inst)),
-            "traj_l2o_final": as_json(f_sum), "p_mean_t_final": as_json(out.p_mean_t),
-            "p_min_final": out.p_min, "p_max_final": out.p_max, "p_mean_final": out.p_mean, "p_sat_final": out.p_sat,
-        })  # fmt: skip
+        res.update(
+            {
+                "F_T_final": float(f_sum[-1]),
+                "imp_last": imp.last,
+                "imp_mean": imp.mean,
+                "imp_last_inst": as_json(imp.last_inst),
+                "imp_mean_inst": as_json(imp.mean_inst),
+                "imp_last_inst_min": min(imp.last_inst),
+                "imp_last_inst_median": float(np.median(imp.last_inst)),
+                "imp_last_inst_max": max(imp.last_inst),
+                "imp_mean_inst_median": float(np.median(imp.mean_inst)),
+                "traj_l2o_final": as_json(f_sum),
+                "p_mean_t_final": as_json(out.p_mean_t),
+                "p_min_final": out.p_min,
+                "p_max_final": out.p_max,
+                "p_mean_final": out.p_mean,
+                "p_sat_final": out.p_sat,
+            }
+        )
     rank = [r for r in curve["rank_g"] if r >= 0]
     alpha = [a for a in curve["alpha_thin"] if not math.isnan(a)]
     if rank:
@@ -233,7 +291,12 @@ def _final(
     res.update(TH.thm47(prob.beta, prob.beta0, u, y_norm, p.T, lam_bar, alpha0, p.lr))
     sv = torch.linalg.svdvals(prob.m).numpy()
     res["th_delta7"] = TH.delta7(sv, prob.beta, p.T)
-    res.update({"lam_bar_1": lam_bar[0], "u_mty": u, "y_norm": y_norm,
-                "eta_eff": p.lr * p.e ** (2 * (p.depth - 1)),
-                })  # fmt: skip
+    res.update(
+        {
+            "lam_bar_1": lam_bar[0],
+            "u_mty": u,
+            "y_norm": y_norm,
+            "eta_eff": p.lr * p.e ** (2 * (p.depth - 1)),
+        }
+    )
     return res

@@ -44,7 +44,7 @@ class DataSpec:
     @property
     def scale(self) -> float:
         d = max(self.rows, self.cols)
-        return 1.0 / math.sqrt(d) if self.entry_scale == "std" else d ** -0.25
+        return 1.0 / math.sqrt(d) if self.entry_scale == "std" else d**-0.25
 
 
 class Source:

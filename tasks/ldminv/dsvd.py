@@ -98,9 +98,14 @@ class LayerData:
 
 
 def half_step(
-    m: torch.Tensor, u: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, coeffs: torch.Tensor | None,
-    inv: Inverse, rule: str,
-) -> tuple[torch.Tensor, LayerData]:  # fmt: skip
+    m: torch.Tensor,
+    u: torch.Tensor,
+    v: torch.Tensor,
+    offset: torch.Tensor,
+    coeffs: torch.Tensor | None,
+    inv: Inverse,
+    rule: str,
+) -> tuple[torch.Tensor, LayerData]:
     p = direction(m, u, v)
     pnorm = torch.linalg.matrix_norm(p.detach(), ord=2)
     eps = 2.0 / pnorm.clamp_min(1e-300)
@@ -128,5 +133,7 @@ def svd_errors(m: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> tuple[torch
     s = torch.linalg.svdvals(m.to(torch.float64))[..., :r].to(d.dtype)
     mse = ((torch.sort(d, dim=-1, descending=True).values - s) ** 2).sum(-1)
     eye = torch.eye(r, dtype=u.dtype, device=u.device)
-    orth = torch.linalg.matrix_norm(u.transpose(-2, -1) @ u - eye) + torch.linalg.matrix_norm(v.transpose(-2, -1) @ v - eye)
+    orth = torch.linalg.matrix_norm(u.transpose(-2, -1) @ u - eye) + torch.linalg.matrix_norm(
+        v.transpose(-2, -1) @ v - eye
+    )
     return mse, orth

@@ -30,9 +30,17 @@ class Batch:
 
 class Engine:
     def __init__(
-        self, spec: DataSpec, path: str, model: str, order: int, c0_rule: str, c0_factor: float, k_warm: int,
-        dtype: torch.dtype, device: str,
-    ) -> None:  # fmt: skip
+        self,
+        spec: DataSpec,
+        path: str,
+        model: str,
+        order: int,
+        c0_rule: str,
+        c0_factor: float,
+        k_warm: int,
+        dtype: torch.dtype,
+        device: str,
+    ) -> None:
         self.spec, self.path, self.model, self.order = spec, path, model, order
         self.c0_rule, self.c0_factor, self.k_warm = c0_rule, c0_factor, k_warm
         self.dtype, self.device = dtype, device

@@ -33,9 +33,9 @@ def _step(a: torch.Tensor, x: torch.Tensor, poly: object) -> torch.Tensor:
     d2, d1 = a.shape[-2], a.shape[-1]
     if d2 <= d1:
         e = torch.eye(d2, dtype=a.dtype, device=a.device) - a @ x
-        return x @ poly(e)  # type: ignore[operator]
+        return x @ poly(e)  # type: ignore[operator]  # poly returns a tensor for a tensor argument
     e = torch.eye(d1, dtype=a.dtype, device=a.device) - x @ a
-    return poly(e) @ x  # type: ignore[operator]
+    return poly(e) @ x  # type: ignore[operator]  # as above
 
 
 def dminv_layer(a: torch.Tensor, x: torch.Tensor, order: int) -> torch.Tensor:

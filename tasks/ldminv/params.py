@@ -32,7 +32,9 @@ class DataFields(TaskParams):
         "std", description="gauss entries N(0, s^2): std means s = 1/sqrt(d), var means s^2 = 1/sqrt(d) (spec 6.1)"
     )
     n_test: int = Field(100, ge=1, le=100_000, description="number of test matrices (paper: 100)")
-    dtype: DType = Field("float64", description="compute precision (paper probably float32; spec: float64 for accuracy)")
+    dtype: DType = Field(
+        "float64", description="compute precision (paper probably float32; spec: float64 for accuracy)"
+    )
     log_every: int = Field(50, ge=1, le=1_000_000, description="curve cadence in training iterations")
 
 
@@ -40,7 +42,9 @@ class MinvParams(DataFields):
     """LD-Minv (Eq. 3) or its warm-up variant (Eq. 16), trained with the deep-supervised loss Eq. 4."""
 
     algo: Literal["minv"] = Field("minv", description="learned matrix inverse (Algorithm 1)")
-    data: DataName = Field("gauss", description="gauss: Gaussian entries (Fig. 1); usv_uniform: U S V with S ~ U(1/kappa, 1) (Table 2)")
+    data: DataName = Field(
+        "gauss", description="gauss: Gaussian entries (Fig. 1); usv_uniform: U S V with S ~ U(1/kappa, 1) (Table 2)"
+    )
     rows: int = Field(100, ge=1, le=4096, description="d2, rows of A (paper convention A in R^{d2 x d1})")
     cols: int = Field(100, ge=1, le=4096, description="d1, columns of A")
     rank: int | None = Field(None, ge=1, le=4096, description="rank of A (None: full rank min(rows, cols))")
@@ -53,14 +57,20 @@ class MinvParams(DataFields):
         "(K coefficients, Lemma 2)",
     )
     path: Literal["spectral", "matrix"] = Field(
-        "spectral", description="spectral: exact singular-value simulator (fast); matrix: the batched matrix computation"
+        "spectral",
+        description="spectral: exact singular-value simulator (fast); matrix: the batched matrix computation",
     )
-    c0_rule: C0Rule = Field("spec2", description="X0 = A^T/c0 with c0 = c0_factor * ||A||_2^2 (spec2) or ||A||_F^2 (fro)")
-    c0_factor: float = Field(1.0, gt=0.0, le=1e6, description="multiplier of the c0 rule (Lemma 1 needs c0 > ||A||_2^2/2)")
+    c0_rule: C0Rule = Field(
+        "spec2", description="X0 = A^T/c0 with c0 = c0_factor * ||A||_2^2 (spec2) or ||A||_F^2 (fro)"
+    )
+    c0_factor: float = Field(
+        1.0, gt=0.0, le=1e6, description="multiplier of the c0 rule (Lemma 1 needs c0 > ||A||_2^2/2)"
+    )
     k_warm: int = Field(0, ge=0, le=100, description="warm start: fixed D-Minv layers of order L applied to X0 first")
     coeff_init: CoeffInit = Field(
         "dminv",
-        description="dminv: the coefficients of fixed D-Minv (1, or 0 for warmup); uniform: 1 + U(-1,1) init_scale K^-alpha "
+        description="dminv: the coefficients of fixed D-Minv (1, or 0 for warmup); "
+        "uniform: 1 + U(-1,1) init_scale K^-alpha "
         "(Algorithm 1); perturb: 1 + delta * random sign (Prop. 4); given: `coeffs`",
     )
     init_scale: float | None = Field(None, ge=0.0, le=1.0, description="uniform only: scale (default 1/16)")
@@ -72,16 +82,23 @@ class MinvParams(DataFields):
     iters: int = Field(1200, ge=0, le=10_000_000, description="training iterations (0: evaluate the init)")
     optimizer: Optimizer = Field("sgd", description="sgd (the paper) or adam (spec 6.5: SGD 1e-4 barely moves C)")
     lr: float = Field(1e-4, gt=0.0, le=1e3, description="learning rate")
-    lr_halve_every: int = Field(300, ge=0, le=10_000_000, description="halve the learning rate every this many iterations (0: never)")
+    lr_halve_every: int = Field(
+        300, ge=0, le=10_000_000, description="halve the learning rate every this many iterations (0: never)"
+    )
     batch: int = Field(100, ge=1, le=100_000, description="training batch size")
     n_train: int | None = Field(
         2000, ge=1, le=1_000_000, description="fixed training pool size (None: fresh matrices every iteration)"
     )
-    grad_clip: float | None = Field(None, gt=0.0, description="clip the coefficient gradient to this norm (None: no clip)")
+    grad_clip: float | None = Field(
+        None, gt=0.0, description="clip the coefficient gradient to this norm (None: no clip)"
+    )
     project_box: bool = Field(False, description="project C into the theory's box |C - 1| <= 1/8 after each step")
-    train_tol: float = Field(0.0, ge=0.0, description="record the first iteration whose training loss is <= this (Thm 1)")
+    train_tol: float = Field(
+        0.0, ge=0.0, description="record the first iteration whose training loss is <= this (Thm 1)"
+    )
     theory_checks: bool = Field(
-        False, description="matrix path: Lemma 1 and Prop. 1 residuals of fixed D-Minv on the test matrices (float64 pinv)"
+        False,
+        description="matrix path: Lemma 1 and Prop. 1 residuals of fixed D-Minv on the test matrices (float64 pinv)",
     )
 
     @model_validator(mode="before")
@@ -136,8 +153,12 @@ class DsvdParams(DataFields):
     step_rule: Literal["box", "literal"] = Field(
         "box", description="box: minimise the quadratic model on [0, eps] (spec); literal: min{eps, -f'/f''} (Eq. 12)"
     )
-    coeff_init: Literal["dminv", "uniform"] = Field("dminv", description="inner coefficients: 1, or 1 + U(-1,1)/16/K_inv")
-    iters: int = Field(0, ge=0, le=1_000_000, description="outer training iterations T_svd on the offsets (0: untrained)")
+    coeff_init: Literal["dminv", "uniform"] = Field(
+        "dminv", description="inner coefficients: 1, or 1 + U(-1,1)/16/K_inv"
+    )
+    iters: int = Field(
+        0, ge=0, le=1_000_000, description="outer training iterations T_svd on the offsets (0: untrained)"
+    )
     optimizer: Optimizer = Field("sgd", description="optimizer of the step offsets (paper: SGD)")
     lr: float = Field(1e-2, gt=0.0, le=1e3, description="learning rate of the step offsets (paper: 1e-2)")
     inner_iters: int = Field(0, ge=0, le=100_000, description="T_inv: Algorithm 1 steps per layer per outer iteration")

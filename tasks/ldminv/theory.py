@@ -11,7 +11,9 @@ from tasks.ldminv import matrix_path as MP
 LEMMA1_REL_ABOVE = 1e-7  # relative agreement is checked while e_k is above this (rounding is ~1e-16 absolute)
 
 
-def lemma1_prop1(a: torch.Tensor, x0: torch.Tensor, c0: torch.Tensor, depth: int, order: int, k_warm: int) -> dict[str, float]:
+def lemma1_prop1(
+    a: torch.Tensor, x0: torch.Tensor, c0: torch.Tensor, depth: int, order: int, k_warm: int
+) -> dict[str, float]:
     """Fixed D-Minv against Lemma 1 (||AA+ - AX_k||_2 = e0^(L^k)) and Prop. 1 (X_k A A+ = X_k = A+ A X_k).
 
     A+ comes from a float64 SVD with the usual rank cut-off; e0 = max_j |1 - s_j^2/c0| over the positive

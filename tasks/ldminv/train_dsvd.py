@@ -38,8 +38,15 @@ class DsvdModel:
         layers = []
         for k in range(p.K_svd):
             for side in range(2):
-                c = initial_coefficients("hyperpower", p.K_inv, p.L_inv, p.coeff_init, seed + 7919 * (2 * k + side),
-                                         scale=1.0 / 16, alpha=1.0)  # fmt: skip
+                c = initial_coefficients(
+                    "hyperpower",
+                    p.K_inv,
+                    p.L_inv,
+                    p.coeff_init,
+                    seed + 7919 * (2 * k + side),
+                    scale=1.0 / 16,
+                    alpha=1.0,
+                )
                 layers.append(c)
         # a list per (layer, side): inner training replaces an entry, never edits a tensor in the graph
         self.coeffs = [[layers[2 * k + s].to(self.dtype).to(device) for s in range(2)] for k in range(p.K_svd)]
@@ -171,5 +178,9 @@ def layer_flops(p: DsvdParams) -> float:
     """One D-SVD layer per sample (spec section 5): the two inner LD-Minvs dominate."""
     r = p.r or min(p.m, p.n_hat)
     g = 2.0 * p.m * p.n_hat * r
-    return (minv_forward_flops(p.m, p.m, p.K_inv, p.L_inv) + minv_forward_flops(p.n_hat, p.n_hat, p.K_inv, p.L_inv)
-            + 8 * g + 4.0 * (p.m**2 + p.n_hat**2) * r)  # fmt: skip
+    return (
+        minv_forward_flops(p.m, p.m, p.K_inv, p.L_inv)
+        + minv_forward_flops(p.n_hat, p.n_hat, p.K_inv, p.L_inv)
+        + 8 * g
+        + 4.0 * (p.m**2 + p.n_hat**2) * r
+    )

@@ -47,9 +47,16 @@ def make_engine(p: MinvParams, device: str) -> Engine:
 def start_coefficients(p: MinvParams) -> torch.Tensor:
     seed = p.seed if p.init_seed is None else p.init_seed
     return initial_coefficients(
-        p.model, p.K, p.L, p.coeff_init, seed,
-        scale=p.init_scale, alpha=p.init_alpha, delta=p.delta, given=p.coeffs,
-    )  # fmt: skip
+        p.model,
+        p.K,
+        p.L,
+        p.coeff_init,
+        seed,
+        scale=p.init_scale,
+        alpha=p.init_alpha,
+        delta=p.delta,
+        given=p.coeffs,
+    )
 
 
 def _chunked_losses(engine: Engine, b: Batch, coeffs: torch.Tensor | None, depth: int) -> list[torch.Tensor]:
@@ -98,12 +105,23 @@ class Trainer:
     def run(self) -> MinvOutcome:
         p = self.p
         init_coeffs = self.coeffs.detach().clone()
-        curve: dict[str, list[Any]] = {k: [] for k in ("step", "train_loss", "test_loss", "lr", "max_abs_c_dev", "grad_norm")}
+        curve: dict[str, list[Any]] = {
+            k: [] for k in ("step", "train_loss", "test_loss", "lr", "max_abs_c_dev", "grad_norm")
+        }
         opt = self.optimizer()
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=p.lr_halve_every, gamma=0.5) if p.lr_halve_every else None
+        sched = (
+            torch.optim.lr_scheduler.StepLR(opt, step_size=p.lr_halve_every, gamma=0.5) if p.lr_halve_every else None
+        )
         status, diverged_step, hit_tol, grad_init_max = "ok", None, -1, math.nan
         test0 = self.test_loss(init_coeffs)
-        curve_row = {"step": 0, "train_loss": math.nan, "test_loss": test0, "lr": p.lr, "max_abs_c_dev": self.max_dev(), "grad_norm": math.nan}
+        curve_row = {
+            "step": 0,
+            "train_loss": math.nan,
+            "test_loss": test0,
+            "lr": p.lr,
+            "max_abs_c_dev": self.max_dev(),
+            "grad_norm": math.nan,
+        }
         for k, v in curve_row.items():
             curve[k].append(v)
         stopped = not self.ctx.report(0, test_loss=test0)
@@ -139,8 +157,14 @@ class Trainer:
                 break
             if it % p.log_every == 0 or it == p.iters:
                 tl = self.test_loss(self.coeffs.detach())
-                for key, v in (("step", it), ("train_loss", value), ("test_loss", tl), ("lr", lr_now),
-                               ("max_abs_c_dev", self.max_dev()), ("grad_norm", gnorm)):
+                for key, v in (
+                    ("step", it),
+                    ("train_loss", value),
+                    ("test_loss", tl),
+                    ("lr", lr_now),
+                    ("max_abs_c_dev", self.max_dev()),
+                    ("grad_norm", gnorm),
+                ):
                     curve[key].append(v)
                 if is_diverged(tl):
                     status, diverged_step = "diverged", it
@@ -152,9 +176,17 @@ class Trainer:
         return self.finish(status, diverged_step, steps, curve, init_coeffs, test0, hit_tol, grad_init_max, last_train)
 
     def finish(
-        self, status: str, diverged_step: int | None, steps: int, curve: dict[str, list[Any]],
-        init_coeffs: torch.Tensor, test0: float, hit_tol: int, grad_init_max: float, last_train: float,
-    ) -> MinvOutcome:  # fmt: skip
+        self,
+        status: str,
+        diverged_step: int | None,
+        steps: int,
+        curve: dict[str, list[Any]],
+        init_coeffs: torch.Tensor,
+        test0: float,
+        hit_tol: int,
+        grad_init_max: float,
+        last_train: float,
+    ) -> MinvOutcome:
         p = self.p
         final = self.coeffs.detach()
         test_layers = _chunked_losses(self.engine, self.test, final, p.K)
@@ -206,8 +238,13 @@ class Trainer:
             if p.path == "matrix":
                 x = self.engine.final_state(self.test, final)
                 xn = float(torch.linalg.matrix_norm(x.to(torch.float64), ord=2).max())
-                return {"x_norm_max": xn, "e0_max": math.nan, "e_inf_final": math.nan,
-                        "prop4_bound": math.nan, "order_empirical": math.nan}  # fmt: skip
+                return {
+                    "x_norm_max": xn,
+                    "e0_max": math.nan,
+                    "e_inf_final": math.nan,
+                    "prop4_bound": math.nan,
+                    "order_empirical": math.nan,
+                }
             sv, e0 = self.test.base, self.test.start
             pos = sv > sv.amax(dim=-1, keepdim=True) * 1e-12
             es = self.engine.spectral_layers(self.test, final)
