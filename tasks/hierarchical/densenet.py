@@ -69,13 +69,13 @@ def train_densenet(
     gb = generator(p.iseed(), "hierarchical", "batch")
     fwd = FL.densenet_forward(p.d, p.m, target.graph, p.L)
     n_batches = xtr.shape[0] // p.batch
-    curve: dict[str, list[Any]] = {"step": [], "stage": [], "top": [], "loss": [], "test_mse": [], "train_mse": [],
+    curve: dict[str, list[Any]] = {"step": [], "phase": [], "top": [], "loss": [], "test_mse": [], "train_mse": [],
                                    "val_mse": [], "flops": []}  # fmt: skip
     flops, steps, epochs = 0.0, 0, 0
     status, diverged_step = "ok", None
     row: dict[str, float] = {}
 
-    def record(stage: str, loss: float) -> dict[str, float]:
+    def record(stage: int, loss: float) -> dict[str, float]:
         nonlocal flops
         out: dict[str, float] = {}
         with torch.no_grad():
@@ -85,14 +85,14 @@ def train_densenet(
                 out[f"{name}_mse"] = nmse(pred, split.y) if bool(torch.isfinite(pred).all()) else math.inf
                 if name == "test":
                     out["test_median_se"] = median_se(pred, split.y) if math.isfinite(out["test_mse"]) else math.inf
-        for key, val in (("step", epochs), ("stage", stage), ("top", p.L), ("loss", loss), ("flops", flops)):
+        for key, val in (("step", epochs), ("phase", stage), ("top", p.L), ("loss", loss), ("flops", flops)):
             curve[key].append(val)
         for key in ("test_mse", "train_mse", "val_mse"):
             curve[key].append(out[key])
         return out
 
-    row = record("init", math.nan)
-    for stage, n_ep, lr in (("all", p.epochs, p.lr), ("final", p.final_epochs, p.final_lr)):
+    row = record(-1, math.nan)  # phase codes as in train_wk: -1 init, 3 all layers from the start, 2 final
+    for stage, n_ep, lr in ((3, p.epochs, p.lr), (2, p.final_epochs, p.final_lr)):
         opt: torch.optim.Optimizer
         if p.optimizer == "adam":
             opt = torch.optim.Adam(net.params(), lr=lr)

@@ -69,7 +69,7 @@ class HierarchicalTask:
         "ridge": "float", "n_monomials": "float",
     }  # fmt: skip
     curve_fields: ClassVar[dict[str, FieldType]] = {
-        c: ("str" if c == "stage" else "int" if c == "top" else "float") for c in CURVE_COLUMNS
+        c: ("int" if c in ("phase", "top") else "float") for c in CURVE_COLUMNS
     }
     _small: ClassVar[dict[str, Any]] = {"d": 6, "n_mc": 4000, "n_train": 400, "n_val": 100, "n_test": 400}
     examples: ClassVar[list[dict[str, Any]]] = [

@@ -22,7 +22,7 @@ from tasks.hierarchical.wk_model import WKNet, distill_terms, forward, initial_d
 
 LAYERS = range(2, MAX_L + 1)
 CURVE_COLUMNS = [
-    "stage", "top", "loss", "test_mse", "train_mse", "val_mse", "test_mse_trunc", "flops",
+    "phase", "top", "loss", "test_mse", "train_mse", "val_mse", "test_mse_trunc", "flops",
     *[f"fe_orth_l{i}" for i in LAYERS], *[f"fe_lin_l{i}" for i in LAYERS], *[f"reg_gap_l{i}" for i in LAYERS],
 ]  # fmt: skip
 
@@ -69,6 +69,17 @@ class Outcome:
     diverged_step: int | None
     net: WKNet
     snapshots: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+
+
+PHASE_CODES = {"D": 0, "N": 1, "final": 2, "all": 3}
+
+
+def phase_code(name: str, initial: bool = False) -> int:
+    """Curve column `phase`: -1 before training, 0 = stage l^Delta, 1 = l^Nabla (l is `top`),
+    2 = the final phase, 3 = the all-from-start phase (numeric: curve columns are compared as floats)."""
+    if initial:
+        return -1
+    return PHASE_CODES[name] if name in PHASE_CODES else PHASE_CODES[name[-1]]
 
 
 class Trainer:
@@ -119,9 +130,9 @@ class Trainer:
         return per
 
     # -------------------------------------------------------------------------------- evaluation
-    def evaluate(self, phase: Phase, loss: float) -> dict[str, Any]:
+    def evaluate(self, phase: Phase, loss: float, initial: bool = False) -> dict[str, Any]:
         net, depth = self.net, self.p.L
-        row: dict[str, Any] = {"stage": phase.name, "top": phase.top, "loss": loss}
+        row: dict[str, Any] = {"phase": phase_code(phase.name, initial), "top": phase.top, "loss": loss}
         with torch.no_grad():
             splits = {"test": self.data.test, "train": self.data.train, "val": self.data.val}
             for name, split in splits.items():
@@ -150,8 +161,8 @@ class Trainer:
         row["flops"] = self.flops
         return row
 
-    def record(self, phase: Phase, loss: float) -> dict[str, Any]:
-        row = self.evaluate(phase, loss)
+    def record(self, phase: Phase, loss: float, initial: bool = False) -> dict[str, Any]:
+        row = self.evaluate(phase, loss, initial)
         self.curve["step"].append(self.epochs)
         for c in CURVE_COLUMNS:
             self.curve[c].append(row[c])
@@ -164,7 +175,7 @@ class Trainer:
         n = self.xtr.shape[0]
         n_batches = n // p.batch
         plan = phases(p)
-        last = self.record(plan[0], math.nan)
+        last = self.record(plan[0], math.nan, initial=True)
         status, diverged_step = "ok", None
         for phase in plan:
             if phase.distill_before is not None:
