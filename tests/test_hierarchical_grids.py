@@ -13,6 +13,7 @@ from analysis.hierarchical.figures import FIGURES
 from runner.cli import main
 from runner.spec import load_grid
 from runner.study_spec import load_study
+from tasks.hierarchical.params import WKParams
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID_DIR = ROOT / "grids" / "hierarchical"
@@ -39,6 +40,7 @@ def test_full_c1_to_c4_grids_have_three_seeds_per_cell_and_pair_protocols() -> N
     seeds: dict[tuple[object, ...], set[int]] = {}
     for c in cells:
         p = c.params
+        assert isinstance(p, WKParams)
         seeds.setdefault((p.L, p.gamma, p.dist, p.protocol), set()).add(p.seed)
     assert len(seeds) == 24 and all(len(s) >= 3 for s in seeds.values())
     assert len({frozenset(s) for s in seeds.values()}) == 1  # the same seeds in every cell: paired

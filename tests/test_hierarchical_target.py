@@ -11,7 +11,13 @@ from pydantic import TypeAdapter, ValidationError
 
 from tasks.common import generator
 from tasks.hierarchical.params import HierarchicalParams, TargetFields, WKParams
-from tasks.hierarchical.target import kurtosis, make_target, sample_inputs, skip_graph, variance_shares
+from tasks.hierarchical.target import (
+    kurtosis,
+    make_target,
+    sample_inputs,
+    skip_graph,
+    variance_shares,
+)
 from tasks.hierarchical.wk_model import WKNet, forward, output, q_dim, target_as_learner
 
 ADAPTER = TypeAdapter(HierarchicalParams)

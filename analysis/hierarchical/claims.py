@@ -4,6 +4,8 @@ value stands the spec's PROTOTYPE number (spec 3.11, one run per row, not the pa
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -79,7 +81,7 @@ def bfc_lower_features_improve(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
         med = [float(sub[c].astype(float).median()) for c in cols]
         out.append(f"{proto} L={depth}: fe_2 after stage 2..L, final = " + " -> ".join(f"{v:.3g}" for v in med))
         if proto == "joint":
-            ok &= all(b < a for a, b in zip(med, med[1:], strict=False)) and med[-1] < 0.5 * med[0]
+            ok &= all(b < a for a, b in itertools.pairwise(med)) and med[-1] < 0.5 * med[0]
         else:
             ok &= max(med) == min(med)  # frozen: bit-for-bit constant
     return Verdict(
@@ -203,7 +205,9 @@ def staging_matches_all_from_start(runs: pd.DataFrame, _: pd.DataFrame | None) -
             continue
         ratio = part["all_from_start"] / part["joint"]
         ok &= 1 / 3 <= ratio <= 3
-        rows.append(f"L={depth}: staged {part['joint']:.3g}, all from start {part['all_from_start']:.3g} ({ratio:.2f}x)")
+        rows.append(
+            f"L={depth}: staged {part['joint']:.3g}, all from start {part['all_from_start']:.3g} ({ratio:.2f}x)"
+        )
     if not rows:
         return Verdict(NO_DATA, "needs both protocols")
     return Verdict(

@@ -13,9 +13,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -64,7 +64,8 @@ def c1_joint_vs_layerwise(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Pat
     runs = _done(runs)
     cells = _cells(runs, ["L", "dist"])
     fig, axes = plt.subplots(2, max(len(cells), 1), figsize=(4.2 * max(len(cells), 1), 7.0), squeeze=False)
-    for col, (depth, dist) in enumerate(cells):
+    for col, (depth_key, dist) in enumerate(cells):
+        depth = int(str(depth_key))
         sub = runs[(runs["L"] == depth) & (runs["dist"] == dist)]
         ax = axes[0][col]
         for i, gamma in enumerate(sorted(sub["gamma"].unique())):
@@ -72,11 +73,11 @@ def c1_joint_vs_layerwise(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Pat
                 part = sub[(sub["gamma"] == gamma) & (sub["protocol"] == proto)]
                 if part.empty:
                     continue
-                stages = [f"mse_after_l{top}" for top in range(2, int(depth) + 1)] + ["test_mse"]
+                stages = [f"mse_after_l{top}" for top in range(2, depth + 1)] + ["test_mse"]
                 med = [float(part[s].astype(float).median()) for s in stages]
                 ax.plot(range(len(stages)), med, style, marker="o", color=COLORS[i % len(COLORS)],
                         label=f"gamma={gamma:g} {proto}")  # fmt: skip
-        ax.set_xticks(range(int(depth)), [f"after {top}" for top in range(2, int(depth) + 1)] + ["final"])
+        ax.set_xticks(range(depth), [f"after {top}" for top in range(2, depth + 1)] + ["final"])
         ax.set_yscale("log")
         ax.set_ylabel("test MSE / Var(y) (median over seeds)")
         ax.set_title(f"C1: L = {depth}, {dist} inputs", fontsize=9)

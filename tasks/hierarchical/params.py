@@ -17,6 +17,7 @@ value used.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -80,7 +81,7 @@ class TargetFields(TaskParams):
             raise ValueError(f"k has {len(ks)} entries, needs L-1 = {self.L - 1}")
         if any(kk < 1 for kk in ks) or ks[0] > self.d:
             raise ValueError(f"k must be >= 1 with k_2 <= d = {self.d}")
-        if any(a < b for a, b in zip(ks, ks[1:], strict=False)):
+        if any(a < b for a, b in itertools.pairwise(ks)):
             raise ValueError(f"k must be non-increasing (spec 1.3 monotone), got {ks}")
         return self
 

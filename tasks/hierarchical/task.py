@@ -10,6 +10,7 @@ Every run records the target's constants (normalisation, variance shares, kurtos
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from tasks.base import FieldType, Result, RunContext
@@ -18,8 +19,20 @@ from tasks.hierarchical import flops as FL
 from tasks.hierarchical.data import make_data
 from tasks.hierarchical.densenet import train_densenet
 from tasks.hierarchical.kernels import run_kernel
-from tasks.hierarchical.params import MAX_L, DenseNetParams, HierarchicalParams, KernelParams, WKParams
-from tasks.hierarchical.target import Target, kurtosis, make_target, sample_inputs, variance_shares
+from tasks.hierarchical.params import (
+    MAX_L,
+    DenseNetParams,
+    HierarchicalParams,
+    KernelParams,
+    WKParams,
+)
+from tasks.hierarchical.target import (
+    Target,
+    kurtosis,
+    make_target,
+    sample_inputs,
+    variance_shares,
+)
 from tasks.hierarchical.train_wk import CURVE_COLUMNS, Trainer
 
 LAYERS = range(2, MAX_L + 1)
@@ -114,10 +127,11 @@ class HierarchicalTask:
             summary.update(o.summary)
             summary["flops_per_sample"] = 3.0 * FL.wk_forward(p.d, target.ks, p.m, target.graph, p.L)
         summary["diverged"] = status == "diverged"
+        curve_out: dict[str, Sequence[Any]] = {**curve}
         return Result(
             status=status,  # type: ignore[arg-type]
             summary=summary,
-            curve=curve,
+            curve=curve_out,
             flops=flops,
             n_steps=max(steps, 1),
             diverged_step=div,

@@ -14,11 +14,26 @@ from tasks.base import RunContext, is_diverged
 from tasks.common import generator, torch_dtype
 from tasks.hierarchical import flops as FL
 from tasks.hierarchical.data import Data
-from tasks.hierarchical.metrics import fe_lin, fe_orth, gram_change, median_se, nmse, row_cosine
+from tasks.hierarchical.metrics import (
+    fe_lin,
+    fe_orth,
+    gram_change,
+    median_se,
+    nmse,
+    row_cosine,
+)
 from tasks.hierarchical.params import MAX_L, WKParams
 from tasks.hierarchical.schedule import Phase, phases
 from tasks.hierarchical.target import Target
-from tasks.hierarchical.wk_model import WKNet, distill_terms, forward, initial_distill, output, q_dim, reg_gap
+from tasks.hierarchical.wk_model import (
+    WKNet,
+    distill_terms,
+    forward,
+    initial_distill,
+    output,
+    q_dim,
+    reg_gap,
+)
 
 LAYERS = range(2, MAX_L + 1)
 CURVE_COLUMNS = [

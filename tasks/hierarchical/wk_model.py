@@ -70,9 +70,7 @@ def act(z: torch.Tensor, bound: float | None) -> torch.Tensor:
     return t * t
 
 
-def forward(
-    net: WKNet, x: torch.Tensor, top: int, truncated: bool = False
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def forward(net: WKNet, x: torch.Tensor, top: int, truncated: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """(terms, [S_2, ..., S_top]) on the rows of x, where terms (n x (top-1)) holds the output terms
     alpha_eff_l Sum(F_l) of layers 2..top: F(x) = terms.sum(1) with only those layers in the output."""
     h: dict[int, torch.Tensor] = {0: x, 1: x * x - net.mean_sq}
