@@ -97,7 +97,7 @@ def train_densenet(
         if p.optimizer == "adam":
             opt = torch.optim.Adam(net.params(), lr=lr)
         else:
-            opt = torch.optim.SGD(net.params(), lr=lr, momentum=p.momentum)
+            opt = torch.optim.SGD(net.params(), lr=lr, momentum=p.momentum or 0.0)
         for epoch in range(n_ep):
             perm = torch.randperm(xtr.shape[0], generator=gb).to(dev)
             total = 0.0

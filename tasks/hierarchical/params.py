@@ -104,7 +104,9 @@ class TrainFields(TargetFields):
     optimizer: Optim = Field("adam", description="adam (the prototype's; a deviation) or sgd with momentum")
     lr: float = Field(3e-3, gt=0.0, le=100.0, description="learning rate of the stages")
     final_lr: float = Field(1e-3, gt=0.0, le=100.0, description="learning rate of the final phase")
-    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd only: heavy-ball momentum")
+    momentum: float | None = Field(
+        None, ge=0.0, lt=1.0, description="sgd only: heavy-ball momentum (default 0.9, the prototype's)"
+    )
     batch: int = Field(128, ge=1, le=200_000, description="minibatch size")
     clip: float | None = Field(None, gt=0.0, description="per-tensor gradient-norm clip (None: no clipping)")
     wd: float = Field(1e-5, ge=0.0, le=1.0, description="lam6: weight decay ||K||^2 + ||W||^2 in the objective")
@@ -112,8 +114,17 @@ class TrainFields(TargetFields):
     final_epochs: int = Field(20, ge=0, le=10_000, description="epochs of the final phase")
     log_every: int = Field(5, ge=1, le=10_000, description="curve cadence in epochs (plus every stage end)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_momentum(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("optimizer") == "sgd" and data.get("momentum") is None:
+            return {**data, "momentum": 0.9}
+        return data
+
     @model_validator(mode="after")
     def _check_batch(self) -> TrainFields:
+        if self.momentum is not None and self.optimizer != "sgd":
+            raise ValueError("momentum is only used by optimizer 'sgd'")
         if self.batch > self.n_train:
             raise ValueError(f"batch={self.batch} must be <= n_train={self.n_train}")
         return self

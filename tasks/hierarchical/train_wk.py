@@ -204,7 +204,7 @@ class Trainer:
             if p.optimizer == "adam":
                 opt = torch.optim.Adam(params, lr=phase.lr)
             else:
-                opt = torch.optim.SGD(params, lr=phase.lr, momentum=p.momentum)
+                opt = torch.optim.SGD(params, lr=phase.lr, momentum=p.momentum or 0.0)
             per_step = self.step_flops(phase)
             truncated = net.trunc is not None
             for epoch in range(phase.epochs):
