@@ -238,9 +238,11 @@ def truncation_changes_nothing(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     if gap.empty:
         return Verdict(NO_DATA, "no truncated runs")
     mse = medians(runs, ["trunc_b"], "test_mse", never=None)
+    mse_tr = medians(runs, ["trunc_b"], "test_mse_trunc", never=None)
     return Verdict(
         HOLDS if float(gap.max()) < 1e-3 else FAILS,
-        f"median E(F - F~)^2 / Var(y) by B': {fmt(gap)}; untruncated test MSE: {fmt(mse)}",
+        f"median E(F - F~)^2 / Var(y) by B': {fmt(gap)}; test MSE of the untruncated F: {fmt(mse)}; "
+        f"of the trained truncated F~: {fmt(mse_tr)}",
         paper="Remark 2.1 / Claim D.1: the truncation is inactive at the end, the returned net is truly quadratic",
         theory="holds when every median gap is below 1e-3",
     )
@@ -289,7 +291,10 @@ CLAIMS: list[Claim] = [
     Claim("004.C10.gap", "004", TASK, _grids("c10_gap_needed"),
           "at L = 4 joint training degrades as gamma -> 1", gap_matters_at_depth),
     Claim("004.C11.truncation", "004", TASK, _grids("c11_truncation"),
-          "training with the truncated activation leaves E(F - F~)^2 ~ 0", truncation_changes_nothing),
+          "training with the truncated activation leaves E(F - F~)^2 ~ 0", truncation_changes_nothing,
+          expected=FAILS,
+          why_expected="measured here (Gaussian inputs, B' = 3, 5, 10 x the pre-activation RMS): the truncation "
+          "bites on the tails, gap 0.27, 0.075, 0.006 (falling with B'); the theory's B' is poly(d/eps)-large"),
     Claim("004.C12.quadratic", "004", TASK, _grids("c12_densenet"),
           "on this polynomial target a quadratic plain DenseNet beats a ReLU one", quadratic_nets_win),
 ]  # fmt: skip
