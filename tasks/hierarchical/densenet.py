@@ -1,0 +1,136 @@
+"""The plain DenseNet of spec 2.1 (claim C12): G_0 = x, G_1 = sigma(x) - mean_train sigma(x),
+G_l = sigma(sum_{j in J_l} W_{l,j} G_j) in R^m for l >= 2, output G(x) = sum_l u_l^T G_l(x).
+sigma is z^2, z + 0.1 z^2 (the paper's quadratic nets) or ReLU. Every layer trains from step 0;
+no staging, no distillation: this is the network the paper's CIFAR quadratic nets stand for."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from tasks.base import RunContext, is_diverged
+from tasks.common import generator, torch_dtype
+from tasks.hierarchical import flops as FL
+from tasks.hierarchical.data import Data
+from tasks.hierarchical.metrics import median_se, nmse
+from tasks.hierarchical.params import DenseNetParams
+from tasks.hierarchical.target import Target
+
+
+def activation(name: str, z: torch.Tensor) -> torch.Tensor:
+    if name == "square":
+        return z * z
+    if name == "quad_lin":
+        return z + 0.1 * z * z
+    return torch.relu(z)
+
+
+class DenseNet:
+    def __init__(self, p: DenseNetParams, target: Target, x_train: torch.Tensor, device: str) -> None:
+        dt = torch_dtype(p.dtype)
+        self.p, self.graph, self.depth = p, target.graph, p.L
+        self.act = p.activation
+        self.mean1 = activation(p.activation, x_train).mean(0).to(device, dt)
+        self.w: dict[tuple[int, int], torch.Tensor] = {}
+        self.u: dict[int, torch.Tensor] = {}
+        for layer in range(2, p.L + 1):
+            g = generator(p.iseed(), "hierarchical", "dense", layer)
+            dims = {j: (p.d if j < 2 else p.m) for j in self.graph[layer]}
+            fan_in = sum(dims.values())  # N(0, 1/fan_in): unit-variance pre-activations at init
+            for j in self.graph[layer]:
+                w = torch.randn(p.m, dims[j], generator=g, dtype=torch.float64) / math.sqrt(fan_in)
+                self.w[(layer, j)] = w.to(device, dt).requires_grad_(True)
+            u = torch.randn(p.m, generator=g, dtype=torch.float64) * (p.w_init / math.sqrt(p.m))
+            self.u[layer] = u.to(device, dt).requires_grad_(True)
+
+    def params(self) -> list[torch.Tensor]:
+        return [*self.w.values(), *self.u.values()]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        g: dict[int, torch.Tensor] = {0: x, 1: activation(self.act, x) - self.mean1}
+        out = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        for layer in range(2, self.depth + 1):
+            z = sum(g[j] @ self.w[(layer, j)].T for j in self.graph[layer])
+            assert isinstance(z, torch.Tensor)
+            g[layer] = activation(self.act, z)
+            out = out + g[layer] @ self.u[layer]
+        return out
+
+
+def train_densenet(
+    p: DenseNetParams, target: Target, data: Data, ctx: RunContext
+) -> tuple[str, dict[str, list[Any]], dict[str, Any], float, int, int | None]:
+    """(status, curve, summary, flops, n_steps, diverged_step)."""
+    dt, dev = torch_dtype(p.dtype), ctx.device
+    net = DenseNet(p, target, data.train.x, dev)
+    xtr, ytr = data.train.x.to(dev, dt), data.train.y.to(dev, dt)
+    gb = generator(p.iseed(), "hierarchical", "batch")
+    fwd = FL.densenet_forward(p.d, p.m, target.graph, p.L)
+    n_batches = xtr.shape[0] // p.batch
+    curve: dict[str, list[Any]] = {"step": [], "phase": [], "top": [], "loss": [], "test_mse": [], "train_mse": [],
+                                   "val_mse": [], "flops": []}  # fmt: skip
+    flops, steps, epochs = 0.0, 0, 0
+    status, diverged_step = "ok", None
+    row: dict[str, float] = {}
+
+    def record(stage: int, loss: float) -> dict[str, float]:
+        nonlocal flops
+        out: dict[str, float] = {}
+        with torch.no_grad():
+            for name, split in (("test", data.test), ("train", data.train), ("val", data.val)):
+                pred = net(split.x.to(dev, dt)).cpu()
+                flops += split.x.shape[0] * fwd
+                out[f"{name}_mse"] = nmse(pred, split.y) if bool(torch.isfinite(pred).all()) else math.inf
+                if name == "test":
+                    out["test_median_se"] = median_se(pred, split.y) if math.isfinite(out["test_mse"]) else math.inf
+        for key, val in (("step", epochs), ("phase", stage), ("top", p.L), ("loss", loss), ("flops", flops)):
+            curve[key].append(val)
+        for key in ("test_mse", "train_mse", "val_mse"):
+            curve[key].append(out[key])
+        return out
+
+    row = record(-1, math.nan)  # phase codes as in train_wk: -1 init, 3 all layers from the start, 2 final
+    for stage, n_ep, lr in ((3, p.epochs, p.lr), (2, p.final_epochs, p.final_lr)):
+        opt: torch.optim.Optimizer
+        if p.optimizer == "adam":
+            opt = torch.optim.Adam(net.params(), lr=lr)
+        else:
+            opt = torch.optim.SGD(net.params(), lr=lr, momentum=p.momentum or 0.0)
+        for epoch in range(n_ep):
+            perm = torch.randperm(xtr.shape[0], generator=gb).to(dev)
+            total = 0.0
+            for b in range(n_batches):
+                idx = perm[b * p.batch : (b + 1) * p.batch]
+                pred = net(xtr[idx])
+                loss = ((pred - ytr[idx]) ** 2).mean()
+                reg = sum((t**2).sum() for t in net.w.values())
+                obj = loss + p.wd * reg
+                opt.zero_grad(set_to_none=True)
+                obj.backward()  # type: ignore[union-attr]
+                if p.clip is not None:
+                    for t in net.params():
+                        torch.nn.utils.clip_grad_norm_([t], p.clip)
+                opt.step()
+                steps += 1
+                flops += 3.0 * p.batch * fwd
+                value = float(obj.detach())
+                total += value
+                if is_diverged(value):
+                    status, diverged_step = "diverged", steps
+                    break
+            if status != "ok":
+                break
+            epochs += 1
+            if epochs % p.log_every == 0 or epoch == n_ep - 1:
+                row = record(stage, total / max(n_batches, 1))
+                if not ctx.report(epochs, test_mse=row["test_mse"], train_mse=row["train_mse"]):
+                    status = ctx.stop_status()
+                    break
+        if status != "ok":
+            break
+    summary: dict[str, Any] = {k: row.get(k, math.nan) for k in ("test_mse", "train_mse", "val_mse", "test_median_se")}
+    if status == "diverged":
+        summary.update({k: math.inf for k in summary})
+    return status, curve, summary, flops, steps, diverged_step

@@ -1,0 +1,104 @@
+"""Ridge-regression baselines of claim C6 (Appendix I: kernels and feature maps need d^{Omega(2^{L-1})}
+samples). Polynomial kernel (1 + <x,x'>/d)^p, the NTK of a 2-layer ReLU net (both layers trained),
+and ReLU random features. The ridge is picked on the validation split from `ridge_grid` (relative to
+the mean diagonal of the train Gram), the test error reported at that ridge."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from tasks.common import generator, torch_dtype
+from tasks.hierarchical.data import Data
+from tasks.hierarchical.metrics import median_se, nmse
+from tasks.hierarchical.params import KernelParams
+
+
+def poly_kernel(a: torch.Tensor, b: torch.Tensor, degree: int) -> torch.Tensor:
+    return (1.0 + a @ b.T / a.shape[1]) ** degree
+
+
+def ntk_relu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """NTK of f(x) = m^{-1/2} sum_i v_i relu(<w_i, x>/sqrt d), w ~ N(0, I), v ~ N(0, 1), both trained:
+    <x,x'>/d kappa_0(theta) + |x||x'|/d kappa_1(theta), kappa_0 = (pi - theta)/(2 pi),
+    kappa_1 = (sin theta + (pi - theta) cos theta)/(2 pi)."""
+    d = a.shape[1]
+    na, nb = a.norm(dim=1, keepdim=True), b.norm(dim=1, keepdim=True)
+    dot = a @ b.T
+    cos = (dot / (na * nb.T)).clamp(-1.0, 1.0)
+    theta = torch.arccos(cos)
+    k0 = (math.pi - theta) / (2 * math.pi)
+    k1 = (torch.sin(theta) + (math.pi - theta) * cos) / (2 * math.pi)
+    return dot / d * k0 + (na * nb.T) / d * k1
+
+
+def relu_features(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w.T / math.sqrt(x.shape[1]) + bias) * math.sqrt(2.0 / w.shape[0])
+
+
+def run_kernel(p: KernelParams, data: Data, device: str) -> tuple[dict[str, Any], float]:
+    """(summary, flops)."""
+    dt = torch_dtype(p.dtype)
+    xtr, ytr = data.train.x.to(device, dt), data.train.y.to(device, dt)
+    xva, xte = data.val.x.to(device, dt), data.test.x.to(device, dt)
+    n, d = xtr.shape
+    flops = 0.0
+    if p.kernel == "rf":
+        assert p.n_features is not None
+        g = generator(p.iseed(), "hierarchical", "rf")
+        w = torch.randn(p.n_features, d, generator=g, dtype=torch.float64).to(device, dt)
+        bias = torch.randn(p.n_features, generator=g, dtype=torch.float64).to(device, dt)
+        ftr, fva, fte = (relu_features(x, w, bias) for x in (xtr, xva, xte))
+        gram = ftr.T @ ftr  # primal form: D x D
+        rhs = ftr.T @ ytr
+        size = p.n_features
+        flops += 2.0 * (n + xva.shape[0] + xte.shape[0]) * d * size + 2.0 * n * size * size
+
+        def solve(lam: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            a = gram.clone()
+            a.diagonal().add_(lam)
+            coef = torch.cholesky_solve(rhs.unsqueeze(1), torch.linalg.cholesky(a)).squeeze(1)
+            return ftr @ coef, fva @ coef, fte @ coef
+
+        scale = float(gram.diagonal().mean())
+    else:
+
+        def kern(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            if p.kernel == "poly":
+                assert p.degree is not None
+                return poly_kernel(a, b, p.degree)
+            return ntk_relu(a, b)
+
+        gram = kern(xtr, xtr)
+        kva, kte = kern(xva, xtr), kern(xte, xtr)
+        size = n
+        flops += 2.0 * (n + xva.shape[0] + xte.shape[0]) * n * d
+
+        def solve(lam: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            a = gram.clone()
+            a.diagonal().add_(lam)
+            coef = torch.cholesky_solve(ytr.unsqueeze(1), torch.linalg.cholesky(a)).squeeze(1)
+            return gram @ coef, kva @ coef, kte @ coef
+
+        scale = float(gram.diagonal().mean())
+    best: tuple[float, float, float, float, float] | None = None
+    for rel in p.ridge_grid:
+        try:
+            ptr, pva, pte = solve(rel * scale)
+        except torch.linalg.LinAlgError:
+            continue  # too small a ridge for this precision: the Gram is numerically singular
+        flops += size**3 / 3.0 + 2.0 * size * (n + xva.shape[0] + xte.shape[0])
+        val = nmse(pva.cpu(), data.val.y)
+        if math.isfinite(val) and (best is None or val < best[0]):
+            best = (val, nmse(pte.cpu(), data.test.y), nmse(ptr.cpu(), data.train.y),
+                    median_se(pte.cpu(), data.test.y), rel)  # fmt: skip
+    if best is None:
+        summary = {"val_mse": math.inf, "test_mse": math.inf, "train_mse": math.inf, "test_median_se": math.inf,
+                   "ridge": math.nan}  # fmt: skip
+    else:
+        summary = {"val_mse": best[0], "test_mse": best[1], "train_mse": best[2], "test_median_se": best[3],
+                   "ridge": best[4]}  # fmt: skip
+    summary["n_monomials"] = float(math.comb(d + (p.degree or 0), p.degree or 0)) if p.kernel == "poly" else math.nan
+    return summary, flops
