@@ -11,8 +11,8 @@ from analysis.claims import NO_DATA, evaluate
 from analysis.hierarchical.claims import CLAIMS
 from analysis.hierarchical.figures import FIGURES
 from runner.cli import main
-from runner.spec import load_grid
-from runner.study_spec import load_study
+from runner.grid.spec import load_grid
+from runner.tune.optuna_adapter import load_plans as load_study
 from tasks.hierarchical.params import WKParams
 
 ROOT = Path(__file__).resolve().parents[1]

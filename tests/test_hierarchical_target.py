@@ -44,9 +44,18 @@ def test_resolved_defaults_and_bad_params_are_rejected() -> None:
     assert params(L=4).k == [6, 4, 3]
     assert params(L=4) == params(L=4, k=[6, 4, 3])
     assert params(optimizer="sgd").momentum == 0.9 and params().momentum is None
-    for bad in ({"L": 3, "k": [6, 4, 3]}, {"L": 3, "k": [3, 4]}, {"d": 4, "L": 2, "k": [6]},
-                {"protocol": "window"}, {"window": 1}, {"protocol": "all_from_start", "k_start": "distill"},
-                {"batch": 500}, {"gamma": 0.0}, {"momentum": 0.5}, {"lam_ratios": [1.0, 1.0]}):  # fmt: skip
+    for bad in (
+        {"L": 3, "k": [6, 4, 3]},
+        {"L": 3, "k": [3, 4]},
+        {"d": 4, "L": 2, "k": [6]},
+        {"protocol": "window"},
+        {"window": 1},
+        {"protocol": "all_from_start", "k_start": "distill"},
+        {"batch": 500},
+        {"gamma": 0.0},
+        {"momentum": 0.5},
+        {"lam_ratios": [1.0, 1.0]},
+    ):
         with pytest.raises(ValidationError):
             params(**bad)
     with pytest.raises(ValidationError):

@@ -56,8 +56,17 @@ def directional_check(f: Any, tensors: list[torch.Tensor], seed: int = 0) -> Non
 @pytest.mark.parametrize("trunc", [None, 2.0])
 def test_objective_gradients_match_finite_differences(trunc: float | None) -> None:
     """Loss (with the truncated activation when set), the lam3..5 distillation terms and weight decay."""
-    p = wk(L=4, k=[3, 2, 2], protocol="all_from_start", k_init=0.5, w_init=0.5, trunc_b=trunc, lam_mult=1.0,
-           wd=1e-3, lam_ratios=[1.0, 0.5, 0.25])  # fmt: skip
+    p = wk(
+        L=4,
+        k=[3, 2, 2],
+        protocol="all_from_start",
+        k_init=0.5,
+        w_init=0.5,
+        trunc_b=trunc,
+        lam_mult=1.0,
+        wd=1e-3,
+        lam_ratios=[1.0, 0.5, 0.25],
+    )
     tr = trainer(p)
     phase = phases(p)[0]
     x, y = tr.xtr[:40], tr.ytr[:40]
@@ -122,8 +131,18 @@ def test_frozen_layers_do_not_move_under_layerwise() -> None:
 def test_joint_training_corrects_lower_features_in_miniature() -> None:
     """A quick BFC check (d = 8, L = 3): joint ends with a lower test error and layer-2 feature error
     than layer-wise, on the same target, data and init (the full claim is grid C1/C2)."""
-    common = {"d": 8, "L": 3, "k": [4, 2], "n_train": 6000, "n_test": 2000, "m": 16, "batch": 100,
-              "epochs_per_stage": 4, "final_epochs": 4, "log_every": 100}  # fmt: skip
+    common = {
+        "d": 8,
+        "L": 3,
+        "k": [4, 2],
+        "n_train": 6000,
+        "n_test": 2000,
+        "m": 16,
+        "batch": 100,
+        "epochs_per_stage": 4,
+        "final_epochs": 4,
+        "log_every": 100,
+    }
     joint = trainer(wk(**common)).run().summary
     lw = trainer(wk(protocol="layerwise", **common)).run().summary
     assert joint["test_mse"] < lw["test_mse"]

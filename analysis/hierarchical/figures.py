@@ -48,7 +48,7 @@ def _errorbars(ax: plt.Axes, q: pd.DataFrame, x: str, label: str, color: str, **
     if q.empty:
         return
     lo, hi = (q["q50"] - q["q25"]).clip(lower=0), (q["q75"] - q["q50"]).clip(lower=0)
-    ax.errorbar(q[x], q["q50"], yerr=[lo, hi], label=label, color=color, marker="o", capsize=3, **kw)  # type: ignore[arg-type]
+    ax.errorbar(q[x], q["q50"], yerr=[lo, hi], label=label, color=color, marker="o", capsize=3, **kw)  # type: ignore[arg-type]  # matplotlib's stubs type **kwargs narrowly
 
 
 def _cells(runs: pd.DataFrame, cols: list[str]) -> list[tuple[object, ...]]:
@@ -57,8 +57,9 @@ def _cells(runs: pd.DataFrame, cols: list[str]) -> list[tuple[object, ...]]:
 
 
 # ------------------------------------------------------------------------------------- C1 / C2
-def c1_joint_vs_layerwise(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
-                          stem: str = "c1_joint_vs_layerwise") -> list[Path]:  # fmt: skip
+def c1_joint_vs_layerwise(
+    runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "c1_joint_vs_layerwise"
+) -> list[Path]:
     """Left: test MSE after each layer is added (mse_after_l*) and at the end, joint vs layer-wise, one
     panel per (L, dist); lines per gamma. Right: the layer-2 feature error along training (BFC, C2)."""
     runs = _done(runs)
@@ -75,8 +76,14 @@ def c1_joint_vs_layerwise(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Pat
                     continue
                 stages = [f"mse_after_l{top}" for top in range(2, depth + 1)] + ["test_mse"]
                 med = [float(part[s].astype(float).median()) for s in stages]
-                ax.plot(range(len(stages)), med, style, marker="o", color=COLORS[i % len(COLORS)],
-                        label=f"gamma={gamma:g} {proto}")  # fmt: skip
+                ax.plot(
+                    range(len(stages)),
+                    med,
+                    style,
+                    marker="o",
+                    color=COLORS[i % len(COLORS)],
+                    label=f"gamma={gamma:g} {proto}",
+                )
         ax.set_xticks(range(depth), [f"after {top}" for top in range(2, depth + 1)] + ["final"])
         ax.set_yscale("log")
         ax.set_ylabel("test MSE / Var(y) (median over seeds)")
@@ -91,8 +98,13 @@ def c1_joint_vs_layerwise(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Pat
                     med = part.groupby("step")["fe_orth_l2"].median()
                     med = med[med < 1.0]  # before K_2 is distilled the error is exactly 1
                     if not med.empty:
-                        ax.plot(med.index, med.values, style, color=COLORS[i % len(COLORS)],
-                                label=f"gamma={gamma:g} {proto}")  # fmt: skip
+                        ax.plot(
+                            med.index,
+                            med.values,
+                            style,
+                            color=COLORS[i % len(COLORS)],
+                            label=f"gamma={gamma:g} {proto}",
+                        )
         ax.set_yscale("log")
         ax.set_xlabel("epoch")
         ax.set_ylabel("fe_2 (orthogonal Procrustes)")
@@ -147,8 +159,14 @@ def _bars(ax: plt.Axes, runs: pd.DataFrame, key: str, cols: list[str]) -> None:
     for i, col in enumerate(cols):
         q = _quartiles(runs.assign(_k=runs[key].astype(str)), ["_k"], col).set_index("_k").reindex(labels)
         x = np.arange(len(labels)) + i * width
-        ax.bar(x, q["q50"], width, label=col, color=COLORS[i % len(COLORS)],
-               yerr=[(q["q50"] - q["q25"]).clip(lower=0), (q["q75"] - q["q50"]).clip(lower=0)])  # fmt: skip
+        ax.bar(
+            x,
+            q["q50"],
+            width,
+            label=col,
+            color=COLORS[i % len(COLORS)],
+            yerr=[(q["q50"] - q["q25"]).clip(lower=0), (q["q75"] - q["q50"]).clip(lower=0)],
+        )
     ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, fontsize=7)
     ax.legend(fontsize=7)
 
@@ -173,8 +191,13 @@ def c6_kernels(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "
     )
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for i, method in enumerate(sorted(runs["method"].unique())):
-        _errorbars(ax, _quartiles(runs[runs["method"] == method], ["n_train"], "test_mse"), "n_train", method,
-                   COLORS[i % len(COLORS)])  # fmt: skip
+        _errorbars(
+            ax,
+            _quartiles(runs[runs["method"] == method], ["n_train"], "test_mse"),
+            "n_train",
+            method,
+            COLORS[i % len(COLORS)],
+        )
     ax.plot([2000, 8000], [0.619, 0.291], "s:", color="gray", label="spec prototype poly p=4")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -234,14 +257,21 @@ _BASE: dict[str, Callable[..., list[Path]]] = {
     "c5_locality": c5_locality,
     "c6_kernels": c6_kernels,
     "c7_overparam": _simple("m", ["test_mse", "fe_orth_l2"], "C7: width of the W-path (spec: prototype m=6 ~ m=64)"),
-    "c8_distill": _simple("lam_mult", ["test_mse", "fe_orth_l2", "fe_lin_l2"],
-                          "C8: distillation strength (prototype lam=0: fe_2 orth 1.05, lin 0.026)", logx=True),
+    "c8_distill": _simple(
+        "lam_mult",
+        ["test_mse", "fe_orth_l2", "fe_lin_l2"],
+        "C8: distillation strength (prototype lam=0: fe_2 orth 1.05, lin 0.026)",
+        logx=True,
+    ),
     "c9_staging": _categorical("protocol", ["test_mse", "fe_orth_l2"], "C9: staged (joint) vs all from start"),
     "c10_gap_needed": _simple("gamma", ["test_mse", "fe_orth_l2", "fe_orth_l3"], "C10: joint at L = 4 vs gamma"),
-    "c11_truncation": _simple("trunc_b", ["trunc_gap", "test_mse", "test_mse_trunc"],
-                              "C11: truncated training activation: E(F - F~)^2 / Var(y)"),
+    "c11_truncation": _simple(
+        "trunc_b",
+        ["trunc_gap", "test_mse", "test_mse_trunc"],
+        "C11: truncated training activation: E(F - F~)^2 / Var(y)",
+    ),
     "c12_densenet": _categorical("activation", ["test_mse", "train_mse"], "C12: plain DenseNet by activation"),
-}  # fmt: skip
+}
 
 FIGURES: dict[str, Figure] = {
     **{name: _named(fn, name) for name, fn in _BASE.items()},

@@ -69,8 +69,16 @@ def train_densenet(
     gb = generator(p.iseed(), "hierarchical", "batch")
     fwd = FL.densenet_forward(p.d, p.m, target.graph, p.L)
     n_batches = xtr.shape[0] // p.batch
-    curve: dict[str, list[Any]] = {"step": [], "phase": [], "top": [], "loss": [], "test_mse": [], "train_mse": [],
-                                   "val_mse": [], "flops": []}  # fmt: skip
+    curve: dict[str, list[Any]] = {
+        "step": [],
+        "phase": [],
+        "top": [],
+        "loss": [],
+        "test_mse": [],
+        "train_mse": [],
+        "val_mse": [],
+        "flops": [],
+    }
     flops, steps, epochs = 0.0, 0, 0
     status, diverged_step = "ok", None
     row: dict[str, float] = {}
@@ -108,7 +116,7 @@ def train_densenet(
                 reg = sum((t**2).sum() for t in net.w.values())
                 obj = loss + p.wd * reg
                 opt.zero_grad(set_to_none=True)
-                obj.backward()  # type: ignore[union-attr]
+                obj.backward()
                 if p.clip is not None:
                     for t in net.params():
                         torch.nn.utils.clip_grad_norm_([t], p.clip)

@@ -92,13 +92,28 @@ def run_kernel(p: KernelParams, data: Data, device: str) -> tuple[dict[str, Any]
         flops += size**3 / 3.0 + 2.0 * size * (n + xva.shape[0] + xte.shape[0])
         val = nmse(pva.cpu(), data.val.y)
         if math.isfinite(val) and (best is None or val < best[0]):
-            best = (val, nmse(pte.cpu(), data.test.y), nmse(ptr.cpu(), data.train.y),
-                    median_se(pte.cpu(), data.test.y), rel)  # fmt: skip
+            best = (
+                val,
+                nmse(pte.cpu(), data.test.y),
+                nmse(ptr.cpu(), data.train.y),
+                median_se(pte.cpu(), data.test.y),
+                rel,
+            )
     if best is None:
-        summary = {"val_mse": math.inf, "test_mse": math.inf, "train_mse": math.inf, "test_median_se": math.inf,
-                   "ridge": math.nan}  # fmt: skip
+        summary = {
+            "val_mse": math.inf,
+            "test_mse": math.inf,
+            "train_mse": math.inf,
+            "test_median_se": math.inf,
+            "ridge": math.nan,
+        }
     else:
-        summary = {"val_mse": best[0], "test_mse": best[1], "train_mse": best[2], "test_median_se": best[3],
-                   "ridge": best[4]}  # fmt: skip
+        summary = {
+            "val_mse": best[0],
+            "test_mse": best[1],
+            "train_mse": best[2],
+            "test_median_se": best[3],
+            "ridge": best[4],
+        }
     summary["n_monomials"] = float(math.comb(d + (p.degree or 0), p.degree or 0)) if p.kernel == "poly" else math.nan
     return summary, flops

@@ -17,6 +17,7 @@ value used.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any, Literal
 
@@ -215,10 +216,9 @@ class KernelParams(TargetFields):
         out = dict(data)
         kernel = out.get("kernel", "poly")
         if kernel == "poly" and out.get("degree") is None:
-            try:
+            # a bad L is reported by its own field's validation; the default degree just stays unset
+            with contextlib.suppress(TypeError, ValueError):
                 out["degree"] = 2 ** (int(out.get("L", cls.model_fields["L"].default)) - 1)
-            except (TypeError, ValueError):
-                pass
         if kernel == "rf" and out.get("n_features") is None:
             out["n_features"] = 4096
         return out

@@ -26,10 +26,8 @@ def skip_graph(depth: int, j_type: str) -> dict[int, list[int]]:
     """J_l for l = 2..L (spec 1.2), each list sorted with l-1 last (the 'previous layer' block)."""
     graph: dict[int, list[int]] = {2: [0, 1]}
     for layer in range(3, depth + 1):
-        if layer == 3:
-            skip = 0  # J_3 = {0, 2} is forced by the rules (l-2 = 1 is forbidden)
-        else:
-            skip = layer - 3 if j_type == "resnet" else 0
+        # J_3 = {0, 2} is forced by the rules (l-2 = 1 is forbidden)
+        skip = layer - 3 if layer > 3 and j_type == "resnet" else 0
         graph[layer] = [skip, layer - 1]
     return graph
 

@@ -69,43 +69,119 @@ class HierarchicalTask:
     version: ClassVar[str] = "1"
     Params: ClassVar[Any] = HierarchicalParams
     summary_fields: ClassVar[dict[str, FieldType]] = {
-        "test_mse": "float", "train_mse": "float", "val_mse": "float", "test_median_se": "float",
-        "diverged": "bool", "flops_per_sample": "float",
-        "y_scale": "float", "y_kurtosis": "float",
-        **{f"{prefix}{i}": "float" for prefix in ("var_share_l", "alpha_eff_l", "layer_scale_l", "kurtosis_l")
-           for i in LAYERS},
-        "test_mse_trunc": "float", "trunc_gap": "float",
+        "test_mse": "float",
+        "train_mse": "float",
+        "val_mse": "float",
+        "test_median_se": "float",
+        "diverged": "bool",
+        "flops_per_sample": "float",
+        "y_scale": "float",
+        "y_kurtosis": "float",
+        **{
+            f"{prefix}{i}": "float"
+            for prefix in ("var_share_l", "alpha_eff_l", "layer_scale_l", "kurtosis_l")
+            for i in LAYERS
+        },
+        "test_mse_trunc": "float",
+        "trunc_gap": "float",
         **{f"{prefix}{i}": "float" for prefix in ("fe_orth_l", "fe_lin_l", "reg_gap_l") for i in LAYERS},
         **_after_fields(),
-        "wcorr_w2_pre_post": "float", "wcorr_k2_pre_post": "float", "wcorr_w2_init_final": "float",
+        "wcorr_w2_pre_post": "float",
+        "wcorr_k2_pre_post": "float",
+        "wcorr_w2_init_final": "float",
         "wgram_change_w2": "float",
-        "ridge": "float", "n_monomials": "float",
-    }  # fmt: skip
+        "ridge": "float",
+        "n_monomials": "float",
+    }
     curve_fields: ClassVar[dict[str, FieldType]] = {
         c: ("int" if c in ("phase", "top") else "float") for c in CURVE_COLUMNS
     }
     _small: ClassVar[dict[str, Any]] = {"d": 6, "n_mc": 4000, "n_train": 400, "n_val": 100, "n_test": 400}
     examples: ClassVar[list[dict[str, Any]]] = [
-        {**_small, "learner": "wk", "L": 3, "k": [3, 2], "m": 8, "batch": 50, "epochs_per_stage": 2,
-         "final_epochs": 2, "log_every": 1},
-        {**_small, "learner": "wk", "L": 3, "k": [3, 2], "m": 8, "batch": 50, "protocol": "layerwise",
-         "epochs_per_stage": 1, "final_epochs": 1, "dist": "gaussian", "seed": 1},
-        {**_small, "learner": "wk", "L": 4, "k": [3, 2, 2], "m": 8, "batch": 100, "protocol": "window", "window": 1,
-         "epochs_per_stage": 1, "final_epochs": 1, "optimizer": "sgd", "lr": 0.01, "final_lr": 0.005, "clip": 10.0},
-        {**_small, "learner": "wk", "L": 3, "k": [3, 2], "m": 8, "batch": 100, "protocol": "all_from_start",
-         "epochs_per_stage": 1, "final_epochs": 1, "trunc_b": 3.0, "dtype": "float32"},
-        {**_small, "learner": "densenet", "L": 3, "k": [3, 2], "m": 8, "batch": 100, "epochs": 2, "final_epochs": 1,
-         "activation": "relu", "log_every": 1},
+        {
+            **_small,
+            "learner": "wk",
+            "L": 3,
+            "k": [3, 2],
+            "m": 8,
+            "batch": 50,
+            "epochs_per_stage": 2,
+            "final_epochs": 2,
+            "log_every": 1,
+        },
+        {
+            **_small,
+            "learner": "wk",
+            "L": 3,
+            "k": [3, 2],
+            "m": 8,
+            "batch": 50,
+            "protocol": "layerwise",
+            "epochs_per_stage": 1,
+            "final_epochs": 1,
+            "dist": "gaussian",
+            "seed": 1,
+        },
+        {
+            **_small,
+            "learner": "wk",
+            "L": 4,
+            "k": [3, 2, 2],
+            "m": 8,
+            "batch": 100,
+            "protocol": "window",
+            "window": 1,
+            "epochs_per_stage": 1,
+            "final_epochs": 1,
+            "optimizer": "sgd",
+            "lr": 0.01,
+            "final_lr": 0.005,
+            "clip": 10.0,
+        },
+        {
+            **_small,
+            "learner": "wk",
+            "L": 3,
+            "k": [3, 2],
+            "m": 8,
+            "batch": 100,
+            "protocol": "all_from_start",
+            "epochs_per_stage": 1,
+            "final_epochs": 1,
+            "trunc_b": 3.0,
+            "dtype": "float32",
+        },
+        {
+            **_small,
+            "learner": "densenet",
+            "L": 3,
+            "k": [3, 2],
+            "m": 8,
+            "batch": 100,
+            "epochs": 2,
+            "final_epochs": 1,
+            "activation": "relu",
+            "log_every": 1,
+        },
         {**_small, "learner": "kernel", "L": 3, "k": [3, 2], "kernel": "poly"},
         {**_small, "learner": "kernel", "L": 3, "k": [3, 2], "kernel": "ntk", "data_seed": 3},
         {**_small, "learner": "kernel", "L": 3, "k": [3, 2], "kernel": "rf", "n_features": 64},
-    ]  # fmt: skip
+    ]
     # Plain SGD (no momentum, no clip) at lr 50 on the quartic objective: the first steps overshoot and
     # the loss passes 1e150 within the first epoch.
     diverging_example: ClassVar[dict[str, Any] | None] = {
-        **_small, "learner": "wk", "L": 3, "k": [3, 2], "m": 8, "batch": 50, "optimizer": "sgd", "momentum": 0.0,
-        "lr": 50.0, "epochs_per_stage": 2, "final_epochs": 1,
-    }  # fmt: skip
+        **_small,
+        "learner": "wk",
+        "L": 3,
+        "k": [3, 2],
+        "m": 8,
+        "batch": 50,
+        "optimizer": "sgd",
+        "momentum": 0.0,
+        "lr": 50.0,
+        "epochs_per_stage": 2,
+        "final_epochs": 1,
+    }
 
     def run(self, p: WKParams | DenseNetParams | KernelParams, ctx: RunContext) -> Result:
         target = make_target(p)
@@ -129,7 +205,7 @@ class HierarchicalTask:
         summary["diverged"] = status == "diverged"
         curve_out: dict[str, Sequence[Any]] = {**curve}
         return Result(
-            status=status,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]  # the trainers return a Status, typed as str
             summary=summary,
             curve=curve_out,
             flops=flops,

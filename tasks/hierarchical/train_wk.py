@@ -37,9 +37,18 @@ from tasks.hierarchical.wk_model import (
 
 LAYERS = range(2, MAX_L + 1)
 CURVE_COLUMNS = [
-    "phase", "top", "loss", "test_mse", "train_mse", "val_mse", "test_mse_trunc", "flops",
-    *[f"fe_orth_l{i}" for i in LAYERS], *[f"fe_lin_l{i}" for i in LAYERS], *[f"reg_gap_l{i}" for i in LAYERS],
-]  # fmt: skip
+    "phase",
+    "top",
+    "loss",
+    "test_mse",
+    "train_mse",
+    "val_mse",
+    "test_mse_trunc",
+    "flops",
+    *[f"fe_orth_l{i}" for i in LAYERS],
+    *[f"fe_lin_l{i}" for i in LAYERS],
+    *[f"reg_gap_l{i}" for i in LAYERS],
+]
 
 
 def init_net(p: WKParams, target: Target, mean_sq: torch.Tensor, device: str) -> WKNet:
@@ -215,7 +224,7 @@ class Trainer:
                     pred = output(net, self.xtr[idx], phase.top, truncated)
                     obj = ((pred - self.ytr[idx]) ** 2).mean() + self.regulariser(phase)
                     opt.zero_grad(set_to_none=True)
-                    obj.backward()  # type: ignore[no-untyped-call]
+                    obj.backward()
                     if p.clip is not None:
                         for t in params:
                             if t.grad is not None:
