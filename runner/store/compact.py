@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
-from runner.store.files import kill_point
 from runner.store.parts import DamagedPartWarning
 from runner.store.store import (
     ATTEMPTS,
@@ -64,12 +63,11 @@ class CompactReport:
 def compact(store: ResultStore, repair: bool = False) -> CompactReport:
     report = CompactReport()
     with store.writing():
-        txn = Transaction(store.files)
+        txn = Transaction(store.files, "compact")
         for name in store.tasks():
             _compact_task(store, txn, name, repair, report)
         for kind, schema in (("trials", TRIAL_SCHEMA), ("members", MEMBER_SCHEMA)):
             _compact_table(store, txn, kind, schema, repair, report)
-        kill_point("compact-read")
         txn.commit()
         store.reader.damaged.clear()  # quarantined ones are gone; any others are found again on read
     return report

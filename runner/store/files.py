@@ -16,13 +16,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 # The environment variable naming the phase at which the process kills itself (fault tests only):
-# `CONVGRID_STORE_KILL_AT=published` SIGKILLs the first transaction that reaches that phase.
+# `CONVGRID_STORE_KILL_AT=published` SIGKILLs the first transaction that reaches that phase,
+# `CONVGRID_STORE_KILL_AT=flush:published` the first of a driver's flushes (labels: flush, compact, append).
 KILL_ENV = "CONVGRID_STORE_KILL_AT"
 
 
-def kill_point(phase: str) -> None:
+def kill_point(phase: str, label: str = "") -> None:
     """Die here, as a power cut or `kill -9` would, when the fault tests ask for this phase."""
-    if os.environ.get(KILL_ENV) == phase:
+    wanted = os.environ.get(KILL_ENV)
+    if wanted is not None and wanted in (phase, f"{label}:{phase}"):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -93,6 +93,11 @@ class ResultStore:
             for info in self.files.listing(kind):
                 if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
                     names.add(info.base_name.split("=", 1)[1])
+        # a committed transaction's parts may all still be in staging (its writer died before publishing)
+        for final in View.of(self.files).staged:
+            kind, folder = final.split("/")[:2]
+            if kind in (RUNS, ATTEMPTS) and folder.startswith(f"{PARTITION}="):
+                names.add(folder.split("=", 1)[1])
         return sorted(names)
 
     @property
@@ -150,7 +155,7 @@ class ResultStore:
         from runner.store.flush import stage_task
 
         with self.writing():
-            txn = Transaction(self.files)
+            txn = Transaction(self.files, "flush")
             for name, recs in by_task.items():
                 runs_schema, curves_schema = schemas(name)
                 stage_task(self, txn, name, recs, without_partition(runs_schema), curves_schema)

@@ -158,8 +158,8 @@ class View:
 class Transaction:
     """Collects adds, removes and moves; `commit` runs the protocol above. Callers hold the writer lock."""
 
-    def __init__(self, root: Root) -> None:
-        self.root = root
+    def __init__(self, root: Root, label: str = "append") -> None:
+        self.root, self.label = root, label  # the label names it to the fault tests' kill points
         self.marker = Marker(new_id())
         self._staging = f"{STAGING_DIR}/{self.marker.txn}"
 
@@ -171,7 +171,7 @@ class Transaction:
         staged, final = f"{self._staging}/{name}", f"{directory}/{name}"
         write_parquet(self.root.fs, table, self.root.abs(staged))
         self.marker.adds.append((staged, final))
-        kill_point("staging")
+        kill_point("staging", self.label)
         return final
 
     def remove(self, rel: str) -> None:
@@ -194,7 +194,7 @@ class Transaction:
             return
         fs = self.root.fs
         fsync_dir(fs, self.root.abs(self._staging))
-        kill_point("staged")
+        kill_point("staged", self.label)
         ensure_dir(fs, self.root.abs(TXN_DIR))
         marker = f"{TXN_DIR}/{self.marker.txn}.json"
         if is_local(fs):
@@ -204,11 +204,11 @@ class Transaction:
         else:
             write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
         fsync_dir(fs, self.root.abs(TXN_DIR))
-        kill_point("marked")
-        apply(self.root, self.marker)
+        kill_point("marked", self.label)
+        apply(self.root, self.marker, self.label)
 
 
-def apply(root: Root, marker: Marker) -> None:
+def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
     fs = root.fs
     touched: set[str] = set()
@@ -222,10 +222,10 @@ def apply(root: Root, marker: Marker) -> None:
                 fs.move(root.abs(staged), root.abs(final))
                 touched.add(parent)
         if i == 0:
-            kill_point("publishing")
+            kill_point("publishing", label)
     for directory in touched:
         fsync_dir(fs, root.abs(directory))
-    kill_point("published")
+    kill_point("published", label)
     for src, dest in marker.moves:
         if root.exists(src):
             ensure_dir(fs, root.abs(str(PurePosixPath(dest).parent)))
@@ -235,10 +235,10 @@ def apply(root: Root, marker: Marker) -> None:
         delete_quietly(fs, root.abs(rel))
         touched.add(str(PurePosixPath(rel).parent))
         if i == 0:
-            kill_point("deleting")
+            kill_point("deleting", label)
     for directory in touched:
         fsync_dir(fs, root.abs(directory))
-    kill_point("deleted")
+    kill_point("deleted", label)
     delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
     fsync_dir(fs, root.abs(TXN_DIR))
     _delete_tree(root, f"{STAGING_DIR}/{marker.txn}")
