@@ -110,6 +110,9 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
     pairs = pc.binary_join_element_wise(all_runs["run_id"], all_runs["batch_id"], "/")
     history = pa.concat_tables([attempts, all_runs.filter(pc.invert(pc.is_in(pairs, value_set=known)))])
     history = history.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+    if damaged:  # runs with an attempt but no runs row left: lost with a runs part, or dropped above
+        lost = pc.invert(pc.is_in(history["run_id"], value_set=latest["run_id"]))
+        report.rerun = len(set(history.filter(lost)["run_id"].to_pylist()))
 
     report.files_before += len(every)
     report.rows_dropped += all_runs.num_rows - latest.num_rows
@@ -142,7 +145,6 @@ def _drop_runs_missing_curves(latest: pa.Table, curves: pa.Table | None, report:
         want is None or counts.get(rid, 0) >= want
         for rid, want in zip(latest["run_id"].to_pylist(), expected, strict=True)
     ]
-    report.rerun += keep.count(False)
     return latest.filter(pa.array(keep, pa.bool_()))
 
 
