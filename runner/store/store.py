@@ -310,6 +310,8 @@ def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with exactly `schema`'s columns, in its order and types (absent ones as nulls)."""
+    if table.schema.equals(schema, check_metadata=True):
+        return table
     columns = [
         table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
     ]

@@ -19,7 +19,6 @@ new parts: that is the transient state a killed command leaves until the next co
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
@@ -161,14 +160,15 @@ class Transaction:
     def __init__(self, root: Root, label: str = "append") -> None:
         self.root, self.label = root, label  # the label names it to the fault tests' kill points
         self.marker = Marker(new_id())
-        self._staging = f"{STAGING_DIR}/{self.marker.txn}"
 
     def add(self, table: pa.Table, directory: str) -> str:
         """Stage `table` as a new part of `directory`; returns its final relative path."""
         if not self.marker.adds:
-            ensure_dir(self.root.fs, self.root.abs(self._staging))
+            ensure_dir(self.root.fs, self.root.abs(STAGING_DIR))
         name = part_name()
-        staged, final = f"{self._staging}/{name}", f"{directory}/{name}"
+        # one flat staging folder, files prefixed by their transaction: no folder to create (and
+        # fsync) per transaction, which is most of a small flush's cost
+        staged, final = f"{STAGING_DIR}/{self.marker.txn}.{name}", f"{directory}/{name}"
         write_parquet(self.root.fs, table, self.root.abs(staged))
         self.marker.adds.append((staged, final))
         kill_point("staging", self.label)
@@ -193,7 +193,7 @@ class Transaction:
         if self.empty:
             return
         fs = self.root.fs
-        fsync_dir(fs, self.root.abs(self._staging))
+        fsync_dir(fs, self.root.abs(STAGING_DIR))
         kill_point("staged", self.label)
         ensure_dir(fs, self.root.abs(TXN_DIR))
         marker = f"{TXN_DIR}/{self.marker.txn}.json"
@@ -226,6 +226,7 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     for directory in touched:
         fsync_dir(fs, root.abs(directory))
     kill_point("published", label)
+    touched = set()
     for src, dest in marker.moves:
         if root.exists(src):
             ensure_dir(fs, root.abs(str(PurePosixPath(dest).parent)))
@@ -239,15 +240,9 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     for directory in touched:
         fsync_dir(fs, root.abs(directory))
     kill_point("deleted", label)
+    # No fsync after this delete: if a crash undoes it, recovery applies the marker again, which
+    # finds every add published and every remove gone, and changes nothing.
     delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
-    fsync_dir(fs, root.abs(TXN_DIR))
-    _delete_tree(root, f"{STAGING_DIR}/{marker.txn}")
-
-
-def _delete_tree(root: Root, rel: str) -> None:
-    if root.exists(rel):
-        with contextlib.suppress(FileNotFoundError):
-            root.fs.delete_dir(root.abs(rel))
 
 
 def recover(root: Root, locked: bool) -> int:
@@ -263,9 +258,9 @@ def recover(root: Root, locked: bool) -> int:
             delete_quietly(root.fs, info.path)
             done += 1
     now = time.time()
-    for info in root.listing(STAGING_DIR):
+    for info in root.listing(STAGING_DIR):  # staged parts of transactions that never committed
         live_maybe = not locked and not (info.mtime is not None and now - info.mtime.timestamp() > STALE_STAGING_S)
-        if info.type == pafs.FileType.Directory and not live_maybe:
-            _delete_tree(root, root.rel(info.path))
+        if not live_maybe:
+            delete_quietly(root.fs, info.path)
             done += 1
     return done
