@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from runner.store.records import RunRecord
-from runner.store.store import ATTEMPTS, CURVES, RUNS, ResultStore, conform, latest_per_run, task_dir
+from runner.store.store import ATTEMPTS, CURVES, RUNS, ResultStore, conform, latest_per_run, task_dir, without_partition
 from runner.store.txn import Transaction
 
 
@@ -53,34 +53,49 @@ def stage_task(
     reader = store.reader
     runs_dir, curves_dir = task_dir(RUNS, task), task_dir(CURVES, task)
     run_parts = reader.readable(store.parts(runs_dir))
-    target = reader.unified_schema(run_parts, base=runs_schema)
-    txn.add(conform(new, target), task_dir(ATTEMPTS, task))
+    # a store from before this layout has `task` inside its files: the rewritten parts drop it
+    target = without_partition(reader.unified_schema(run_parts, base=runs_schema))
+    history = [conform(new, target)]
 
     # Which new attempts win, and which stored rows they supersede.
     new = latest_per_run(new)
-    index = store.runs_index(task, run_parts)
-    have = index.filter(pc.is_in(index["run_id"], value_set=new["run_id"]))
+    have = store.stored_rows(task, run_parts, new["run_id"].to_pylist())
     stored_finished = dict(zip(have["run_id"].to_pylist(), have["finished"].to_pylist(), strict=True))
-    keep_ids = [
+    keep_ids = {
         rid
         for rid, fin in zip(new["run_id"].to_pylist(), new["finished"].to_pylist(), strict=True)
         if rid not in stored_finished or stored_finished[rid] is None or fin is None or fin >= stored_finished[rid]
-    ]
-    kept = new.filter(pc.is_in(new["run_id"], value_set=pa.array(keep_ids, pa.string())))
+    }
+    kept = new.filter(pc.is_in(new["run_id"], value_set=pa.array(sorted(keep_ids), pa.string())))
     gone = have.filter(pc.is_in(have["run_id"], value_set=kept["run_id"]))
 
     rewrite = set(gone["part"].to_pylist()) | {p for p in run_parts if not _same(target, reader.schema(p))}
-    survivors = [reader.read([p], target).filter(~pc.field("run_id").isin(gone["run_id"])) for p in sorted(rewrite)]
+    survivors = [
+        reader.read([p], target).filter(~pc.field("run_id").isin(gone["run_id"].combine_chunks()))
+        for p in sorted(rewrite)
+    ]
     table = pa.concat_tables([conform(kept, target), *survivors])
-    if table.num_rows:
-        txn.add(table, runs_dir)
+    newest = latest_per_run(table) if survivors else table  # `kept` alone is one row per run already
+    if newest.num_rows < table.num_rows:  # older attempts kept in runs/ by a store from before attempts/
+        pairs = pc.binary_join_element_wise(newest["run_id"], newest["batch_id"], "/")
+        every = pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
+        history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
+    txn.add(pa.concat_tables(history), task_dir(ATTEMPTS, task))
+    if newest.num_rows:
+        store.remember(task, txn.add(newest, runs_dir), newest)
     for part in rewrite:
         txn.remove(part)
 
     curve_parts = reader.readable(store.parts(curves_dir))
     ctarget = reader.unified_schema(curve_parts, base=curves_schema)
-    fresh = curve_table([r for r in recs if r.run_id in set(keep_ids)], batch_id, curves_schema)
-    stale = pc.field("run_id").isin(gone["run_id"]) & pc.field("batch_id").isin(pc.unique(gone["batch_id"]))
+    chosen: dict[str, RunRecord] = {}  # one record per run: the one whose row was kept
+    for rec in recs:
+        if rec.run_id in keep_ids and (rec.run_id not in chosen or _finished(rec) >= _finished(chosen[rec.run_id])):
+            chosen[rec.run_id] = rec
+    fresh = curve_table(list(chosen.values()), batch_id, curves_schema)
+    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks()) & pc.field("batch_id").isin(
+        pc.unique(gone["batch_id"].combine_chunks())
+    )
     crewrite = _parts_with_rows(store, curve_parts, ctarget, stale) if gone.num_rows else set()
     crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
     csurvivors = []
@@ -92,6 +107,10 @@ def stage_task(
     ctable = pa.concat_tables([conform(fresh, ctarget), *csurvivors])
     if ctable.num_rows:
         txn.add(ctable, curves_dir)
+
+
+def _finished(rec: RunRecord) -> str:
+    return str(rec.row.get("finished") or "")
 
 
 def _parts_with_rows(store: ResultStore, parts: Sequence[str], schema: pa.Schema, expr: ds.Expression) -> set[str]:

@@ -79,8 +79,9 @@ class ResultStore:
         self.files = Root(self.fs, self.base)
         self.reader = PartReader(self.files)
         self.lock = WriterLock(self.fs, self.files.abs(f"{INTERNAL}/lock"))
-        # run_id, batch_id, finished of each runs part: what a flush needs to find the rows it supersedes
-        self._index: dict[str, pa.Table] = {}
+        # task -> run_id -> [(part, run_id, batch_id, finished)]: where a flush finds what it supersedes
+        self._index: dict[str, dict[str, list[tuple[str, str, str, datetime | None]]]] = {}
+        self._part_ids: dict[str, dict[str, list[str]]] = {}  # task -> runs part -> its run ids
 
     # ---- paths ---------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -160,24 +161,42 @@ class ResultStore:
                 runs_schema, curves_schema = schemas(name)
                 stage_task(self, txn, name, recs, without_partition(runs_schema), curves_schema)
             txn.commit()
-            for rel in txn.marker.removes:
-                self._index.pop(rel, None)
 
-    def runs_index(self, task: str, parts: Sequence[str]) -> pa.Table:
-        """(part, run_id, batch_id, finished) of every row of the given runs parts (cached per part)."""
-        schema = pa.schema(
-            [("run_id", pa.string()), ("batch_id", pa.string()), ("finished", pa.timestamp("us", "UTC"))]
+    def remember(self, task: str, part: str, table: pa.Table) -> None:
+        """Index a runs part this process is writing, sparing the next flush from reading it back
+        (if its transaction fails, the part is never visible and the next flush forgets it)."""
+        index = self._index.setdefault(task, {})
+        ids = table["run_id"].to_pylist()
+        self._part_ids.setdefault(task, {})[part] = ids
+        rows = zip(ids, table["batch_id"].to_pylist(), table["finished"].to_pylist(), strict=True)
+        for rid, batch, finished in rows:
+            index.setdefault(rid, []).append((part, rid, batch, finished))
+
+    def stored_rows(self, task: str, parts: Sequence[str], run_ids: Sequence[str]) -> pa.Table:
+        """(part, run_id, batch_id, finished) of the rows of `run_ids` in the given runs parts.
+
+        Kept as an in-memory index per task, updated by the parts that appeared or went since the
+        last call (parts are immutable and uniquely named), so a flush costs O(its own rows)."""
+        index = self._index.setdefault(task, {})
+        part_ids = self._part_ids.setdefault(task, {})
+        visible = set(self.reader.readable(parts))
+        for gone in set(part_ids) - visible:
+            for rid in part_ids.pop(gone):
+                index[rid] = [row for row in index.get(rid, []) if row[0] != gone]
+                if not index[rid]:
+                    del index[rid]
+        for new in sorted(visible - set(part_ids)):
+            columns = ["run_id", "batch_id", "finished"]
+            self.remember(task, new, self.reader.read([new], self.reader.unified_schema([new]), columns=columns))
+        rows = [row for rid in run_ids for row in index.get(rid, [])]
+        return pa.table(
+            {
+                "part": pa.array([r[0] for r in rows], pa.string()),
+                "run_id": pa.array([r[1] for r in rows], pa.string()),
+                "batch_id": pa.array([r[2] for r in rows], pa.string()),
+                "finished": pa.array([r[3] for r in rows], pa.timestamp("us", "UTC")),
+            }
         )
-        tables = []
-        for rel in self.reader.readable(parts):
-            if rel not in self._index:
-                table = self.reader.read([rel], self.reader.unified_schema([rel]), columns=schema.names)
-                self._index[rel] = table.cast(schema)
-            piece = self._index[rel]
-            tables.append(piece.append_column("part", pa.array([rel] * piece.num_rows, pa.string())))
-        if not tables:
-            return schema.append(pa.field("part", pa.string())).empty_table()
-        return pa.concat_tables(tables)
 
     def write_members(self, rows: Iterable[dict[str, object]]) -> int:
         """Add membership rows not already present; returns how many were new."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -45,6 +46,8 @@ STAGING_DIR = f"{INTERNAL}/staging"
 QUARANTINE_DIR = f"{INTERNAL}/quarantine"
 # On an object store nothing tells a dead writer's staging from a live one's: leave it this long.
 STALE_STAGING_S = 3600.0
+
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="convgrid-store")
 
 # The phases a transaction passes through, in order: the kill points of the fault tests.
 PHASES = ("staging", "staged", "marked", "publishing", "published", "deleting", "deleted")
@@ -160,6 +163,7 @@ class Transaction:
     def __init__(self, root: Root, label: str = "append") -> None:
         self.root, self.label = root, label  # the label names it to the fault tests' kill points
         self.marker = Marker(new_id())
+        self._writes: list[Future[None]] = []
 
     def add(self, table: pa.Table, directory: str) -> str:
         """Stage `table` as a new part of `directory`; returns its final relative path."""
@@ -169,7 +173,9 @@ class Transaction:
         # one flat staging folder, files prefixed by their transaction: no folder to create (and
         # fsync) per transaction, which is most of a small flush's cost
         staged, final = f"{STAGING_DIR}/{self.marker.txn}.{name}", f"{directory}/{name}"
-        write_parquet(self.root.fs, table, self.root.abs(staged))
+        # parts are written and fsynced in parallel (pyarrow and fsync release the GIL); `commit`
+        # waits for all of them before the marker
+        self._writes.append(_POOL.submit(write_parquet, self.root.fs, table, self.root.abs(staged)))
         self.marker.adds.append((staged, final))
         kill_point("staging", self.label)
         return final
@@ -193,6 +199,8 @@ class Transaction:
         if self.empty:
             return
         fs = self.root.fs
+        for write in self._writes:
+            write.result()  # a failed write raises here, before anything is committed
         fsync_dir(fs, self.root.abs(STAGING_DIR))
         kill_point("staged", self.label)
         ensure_dir(fs, self.root.abs(TXN_DIR))
@@ -223,8 +231,7 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
                 touched.add(parent)
         if i == 0:
             kill_point("publishing", label)
-    for directory in touched:
-        fsync_dir(fs, root.abs(directory))
+    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched))
     kill_point("published", label)
     touched = set()
     for src, dest in marker.moves:
