@@ -86,6 +86,6 @@ def curves(
     )
     wanted = None if columns is None else list(columns)
     table = store.read_curves(
-        task, run_ids=None if every_run else keys["run_id"].to_pylist(), columns=wanted, keys=keys
+        task, run_ids=None if every_run else keys["run_id"].to_pylist(), columns=wanted, keys=keys, sort=False
     )
     return table.drop_columns(["batch_id"]).to_pandas()
