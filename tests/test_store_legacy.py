@@ -50,7 +50,9 @@ def test_a_legacy_store_reads_right_takes_new_runs_and_compacts_into_the_current
     run_grid({"name": "more", "blocks": [{"task": "faulty", "params": {"x": 7.0}}]}, tmp_path, "local", progress=False)
     assert ResultStore(tmp_path).read_runs("faulty").num_rows == 3
 
+    (tmp_path / "runs/task=faulty/.tmp-part-0003-dead.parquet").write_bytes(b"PAR1 half written")  # old crash
     assert main(["compact", str(tmp_path)]) == 0
+    assert not list(tmp_path.rglob(".tmp-*"))
     for part in (tmp_path / "runs" / "task=faulty").glob("*.parquet"):
         assert "task" not in pq.read_schema(part).names
     plain = pd.read_parquet(tmp_path / "runs" / "task=faulty")

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
+from runner.store.files import delete_quietly
 from runner.store.parts import DamagedPartWarning
 from runner.store.store import (
     ATTEMPTS,
@@ -63,6 +65,7 @@ class CompactReport:
 def compact(store: ResultStore, repair: bool = False) -> CompactReport:
     report = CompactReport()
     with store.writing():
+        _delete_old_temporaries(store)
         txn = Transaction(store.files, "compact")
         for name in store.tasks():
             _compact_task(store, txn, name, repair, report)
@@ -71,6 +74,16 @@ def compact(store: ResultStore, repair: bool = False) -> CompactReport:
         txn.commit()
         store.reader.damaged.clear()  # quarantined ones are gone; any others are found again on read
     return report
+
+
+def _delete_old_temporaries(store: ResultStore) -> None:
+    """`.tmp-*` files that drivers from before _store/staging left in part folders when killed: plain
+    clients (DuckDB, polars) read dot-files, so they must go."""
+    folders = [task_dir(k, t) for t in store.tasks() for k in TASK_KINDS] + ["members", "trials"]
+    for folder in folders:
+        for info in store.files.listing(folder):
+            if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
+                delete_quietly(store.fs, info.path)
 
 
 def _quiet_read(store: ResultStore, parts: list[str], schema: pa.Schema) -> pa.Table:

@@ -108,7 +108,10 @@ class ResultStore:
 
     # ---- consistency ---------------------------------------------------------------------------
     def recover(self) -> int:
-        """Restore what a killed command left (see runner.store.txn); every command calls it first."""
+        """Restore what a killed command left (see runner.store.txn); every command calls it first.
+        A root without _store/ has no transaction to finish: nothing is created there."""
+        if not self.files.exists(INTERNAL):
+            return 0
         with self.lock.held():
             return recover(self.files, locked=self.local)
 
