@@ -143,7 +143,7 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
     fig_dir.mkdir(parents=True, exist_ok=True)
     member_frame = members(root)
     # the same counts and failures `convgrid status` prints: one definition of what a grid's state is
-    status = store_status(ResultStore(root))
+    status = store_status(ResultStore(root), verify=False)
     sections: list[GridSection] = []
     failures = list(status.errors)
     provenance: dict[str, set[str]] = {"code_version": set(), "host": set(), "packages": set()}

@@ -156,6 +156,7 @@ def run_grid(
     """Run every cell of a grid not yet in the store. `only` restricts to (and re-runs) given run ids."""
     grid = source if isinstance(source, Grid) else load_grid(source)
     store = ResultStore(results)
+    store.recover()  # finish or undo what a killed command left before planning from the store
     cells = grid.cells
     if only is not None:
         wanted = set(only)

@@ -20,7 +20,8 @@ def _grid(lrs: list[float]) -> dict:
 
 
 def _physical_rows(root: Path) -> int:
-    return ds.dataset(root / "runs", partitioning="hive").count_rows()
+    """Attempts written (runs/ itself holds one row per run: the newest attempt)."""
+    return ds.dataset(root / "attempts", partitioning="hive").count_rows()
 
 
 def test_second_run_executes_nothing_and_grown_grid_only_new_cells(tmp_path: Path) -> None:

@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     compact = sub.add_parser("compact", help="merge small part files; readers see the same results")
     compact.add_argument("results", nargs="?", default="results")
+    compact.add_argument(
+        "--repair",
+        action="store_true",
+        help="move damaged part files to RESULTS/_store/quarantine; runs whose rows were there run again",
+    )
 
     report = sub.add_parser("report", help="figures, grids, failures and provenance as Markdown and HTML")
     report.add_argument("results", nargs="?", default="results")
@@ -122,17 +127,20 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _existing_store(results: str) -> ResultStore:
+    """The store at `results`, with whatever a killed command left there restored first."""
     from runner.store import ResultStore
 
     if "://" not in results and not Path(results).is_dir():
         raise ConfigError("no such results root", file=results, key="results")
-    return ResultStore(results)
+    store = ResultStore(results)
+    store.recover()
+    return store
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
     from runner.store.compact import compact
 
-    print(compact(_existing_store(args.results)).line())
+    print(compact(_existing_store(args.results), repair=args.repair).line())
     return 0
 
 
@@ -173,7 +181,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from runner.cli.tune import cmd_tune as tune
+    from runner.store import ResultStore
 
+    ResultStore(args.results).recover()  # what a killed command left is restored before the study reads
     return tune(args)
 
 

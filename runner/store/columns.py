@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# Columns every runs/ row has. Params, then summary metrics, are added per task after these.
+# The hive partition key of runs/, curves/ and attempts/ (`task=<name>` folders). It is never a column
+# inside the files: a reader that derives it from the path and also finds it in the file fails.
+PARTITION = "task"
+
+# Columns every runs/ row has. Params, then summary metrics, are added per task after these. Together
+# with `task` (from the path) they are the documented shared set every task's runs files carry, what a
+# plain Parquet client reads across the whole runs/ folder (README "Results schema").
 RUN_COLUMNS: list[pa.Field] = [
     pa.field("run_id", pa.string(), nullable=False),
-    pa.field("task", pa.string(), nullable=False),
     pa.field("version", pa.string(), nullable=False),
     pa.field("status", pa.string(), nullable=False),
     pa.field("error", pa.string()),
@@ -27,7 +32,11 @@ RUN_COLUMNS: list[pa.Field] = [
     pa.field("device", pa.string()),
     pa.field("code_version", pa.string()),
     pa.field("packages", pa.string()),
+    # How many curve rows the attempt wrote: a run whose curves were lost (a damaged part moved to
+    # quarantine) is found by it and runs again.
+    pa.field("curve_rows", pa.int64()),
 ]
+SHARED_RUN_COLUMNS: list[str] = [f.name for f in RUN_COLUMNS] + [PARTITION]
 CURVE_COLUMNS: list[pa.Field] = [
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),

@@ -1,21 +1,44 @@
-"""`convgrid compact`: merge many small part files into one per partition without changing what
-readers see (the newest row per run, the curves of those rows, unique memberships).
+"""`convgrid compact [--repair]`: rewrite each task's parts into few large ones without changing what
+any reader sees, in one transaction (runner.store.txn), under the writer lock, so a driver writing at
+the same time waits for it and never loses a row, and a compact killed at any point changes nothing
+convgrid's readers see (the next command finishes or undoes it).
 
-New parts are written (atomically) before old ones are deleted, and only the files read are deleted,
-so a reader or a driver writing at the same time never loses a result: at worst a reader briefly
-sees duplicates, which it drops anyway.
+Per task it writes: runs/ one part (newest attempt per run), curves/ parts of at most
+CURVE_ROWS_PER_PART rows sorted by run (so a later retry rewrites one of them, not all), attempts/ one
+part with every attempt (a store written before attempts/ existed gets its history from runs/).
+
+A task with a damaged part is left alone unless `repair`: then the damaged parts move to
+_store/quarantine/ and the task is rebuilt from what is readable; a run whose runs row or curve rows
+were lost there loses its runs row, so the next `run` runs it again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
-from runner.store.store import ResultStore, latest_per_run
-from runner.store.trials import read_trials
+from runner.store.files import delete_quietly
+from runner.store.parts import DamagedPartWarning
+from runner.store.store import (
+    ATTEMPTS,
+    CURVES,
+    RUNS,
+    TASK_KINDS,
+    ResultStore,
+    kept_curves,
+    latest_per_run,
+    task_dir,
+    without_partition,
+)
+from runner.store.trials import newest_trials
+from runner.store.txn import Transaction
+
+CURVE_ROWS_PER_PART = 1_000_000
 
 
 @dataclass
@@ -23,57 +46,154 @@ class CompactReport:
     files_before: int = 0
     files_after: int = 0
     rows_dropped: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    rerun: int = 0  # runs whose rows were lost with a damaged part: the next `run` runs them again
+    skipped: list[str] = field(default_factory=list)  # tasks left alone because of damaged parts
 
     def line(self) -> str:
-        return (
+        text = (
             f"compacted {self.files_before} part files into {self.files_after}; "
             f"dropped {self.rows_dropped} superseded rows"
         )
+        if self.quarantined:
+            text += f"; moved {len(self.quarantined)} damaged parts to quarantine ({self.rerun} runs will run again)"
+        if self.skipped:
+            text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
+        return text
 
 
-def _read(store: ResultStore, files: list[str], schema: pa.Schema) -> pa.Table:
-    return ds.dataset(files, filesystem=store.fs, format="parquet", schema=schema).to_table()
-
-
-def _replace(store: ResultStore, files: list[str], table: pa.Table, *parts: str, report: CompactReport) -> None:
-    report.files_before += len(files)
-    if len(files) <= 1:
-        report.files_after += len(files)
-        return
-    if table.num_rows:
-        store.write_part(table, *parts)
-        report.files_after += 1
-    for path in files:
-        store.fs.delete_file(path)
-
-
-def compact(store: ResultStore) -> CompactReport:
+def compact(store: ResultStore, repair: bool = False) -> CompactReport:
     report = CompactReport()
-    for name in store.tasks():
-        runs_schema, curves_schema = store.file_schema("runs", name), store.file_schema("curves", name)
-        run_files = store.part_files("runs", f"task={name}")
-        curve_files = store.part_files("curves", f"task={name}")
-        runs_all = _read(store, run_files, runs_schema)
-        runs = latest_per_run(runs_all)
-        report.rows_dropped += runs_all.num_rows - runs.num_rows
-        curves = _read(store, curve_files, curves_schema) if curve_files else curves_schema.empty_table()
-        keys = runs.select(["run_id", "batch_id"])
-        kept = curves.join(keys, keys=["run_id", "batch_id"], join_type="inner").select(curves.schema.names)
-        kept = kept.sort_by([("run_id", "ascending"), ("step", "ascending")])
-        report.rows_dropped += curves.num_rows - kept.num_rows
-        # curves before runs, as in every write: a run never points at curves that are not there yet
-        _replace(store, curve_files, kept.cast(curves_schema), "curves", f"task={name}", report=report)
-        _replace(store, run_files, runs.sort_by("run_id"), "runs", f"task={name}", report=report)
-    trial_files = store.part_files("trials")
-    if trial_files:
-        trials = read_trials(store)  # newest row per (storage, study, number)
-        report.rows_dropped += _read(store, trial_files, TRIAL_SCHEMA).num_rows - trials.num_rows
-        _replace(store, trial_files, trials, "trials", report=report)
-    member_files = store.part_files("members")
-    if member_files:
-        members = _read(store, member_files, MEMBER_SCHEMA).sort_by("added")
-        frame = members.to_pandas().drop_duplicates(["grid", "run_id"], keep="first")
-        unique = pa.Table.from_pandas(frame, schema=MEMBER_SCHEMA, preserve_index=False)
-        report.rows_dropped += members.num_rows - unique.num_rows
-        _replace(store, member_files, unique, "members", report=report)
+    with store.writing():
+        _delete_old_temporaries(store)
+        txn = Transaction(store.files, "compact")
+        for name in store.tasks():
+            _compact_task(store, txn, name, repair, report)
+        for kind, schema in (("trials", TRIAL_SCHEMA), ("members", MEMBER_SCHEMA)):
+            _compact_table(store, txn, kind, schema, repair, report)
+        txn.commit()
+        store.reader.damaged.clear()  # quarantined ones are gone; any others are found again on read
     return report
+
+
+def _delete_old_temporaries(store: ResultStore) -> None:
+    """`.tmp-*` files that drivers from before _store/staging left in part folders when killed: plain
+    clients (DuckDB, polars) read dot-files, so they must go."""
+    folders = [task_dir(k, t) for t in store.tasks() for k in TASK_KINDS] + ["members", "trials"]
+    for folder in folders:
+        for info in store.files.listing(folder):
+            if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
+                delete_quietly(store.fs, info.path)
+
+
+def _quiet_read(store: ResultStore, parts: list[str], schema: pa.Schema) -> pa.Table:
+    """Read every page of `parts` (checksums verified); damaged ones are recorded in store.damaged."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedPartWarning)  # the report names them
+        return store.reader.read(parts, schema)
+
+
+def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool, report: CompactReport) -> None:
+    parts = {kind: store.parts(task_dir(kind, name)) for kind in TASK_KINDS}
+    every = [p for kind in TASK_KINDS for p in parts[kind]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedPartWarning)
+        runs_schema = without_partition(store.reader.unified_schema(parts[RUNS] + parts[ATTEMPTS]))
+        curves_schema = store.reader.unified_schema(parts[CURVES])
+    all_runs = _quiet_read(store, parts[RUNS], runs_schema)
+    attempts = _quiet_read(store, parts[ATTEMPTS], runs_schema)
+    curves = _quiet_read(store, parts[CURVES], curves_schema) if parts[CURVES] else None
+    damaged = [p for p in every if p in store.reader.damaged]
+    if damaged and not repair:
+        report.skipped.append(name)
+        return
+    for part in damaged:
+        txn.quarantine(part)
+        report.quarantined.append(part)
+    readable = {kind: [p for p in parts[kind] if p not in damaged] for kind in TASK_KINDS}
+
+    latest = latest_per_run(all_runs)
+    kept_curve_rows = kept_curves(curves, latest.select(["run_id", "batch_id"])) if curves is not None else None
+    if damaged and "curve_rows" in latest.column_names:
+        latest = _drop_runs_missing_curves(latest, kept_curve_rows, report)
+        if kept_curve_rows is not None:
+            kept_curve_rows = kept_curves(kept_curve_rows, latest.select(["run_id", "batch_id"]))
+    # attempts/ keeps every attempt; rows only in runs/ (a store from before attempts/) join it
+    known = pc.binary_join_element_wise(attempts["run_id"], attempts["batch_id"], "/")
+    pairs = pc.binary_join_element_wise(all_runs["run_id"], all_runs["batch_id"], "/")
+    history = pa.concat_tables([attempts, all_runs.filter(pc.invert(pc.is_in(pairs, value_set=known)))])
+    history = history.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+    if damaged:  # runs with an attempt but no runs row left: lost with a runs part, or dropped above
+        lost = pc.invert(pc.is_in(history["run_id"], value_set=latest["run_id"]))
+        report.rerun = len(set(history.filter(lost)["run_id"].to_pylist()))
+
+    report.files_before += len(every)
+    report.rows_dropped += all_runs.num_rows - latest.num_rows
+    runs_out = [latest.sort_by("run_id")] if latest.num_rows else []
+    _rewrite(txn, readable[RUNS], runs_out, all_runs.num_rows, task_dir(RUNS, name), report)
+    _rewrite(
+        txn,
+        readable[ATTEMPTS],
+        [history] if history.num_rows else [],
+        attempts.num_rows,
+        task_dir(ATTEMPTS, name),
+        report,
+    )
+    if curves is not None and kept_curve_rows is not None:
+        report.rows_dropped += curves.num_rows - kept_curve_rows.num_rows
+        ordered = kept_curve_rows.sort_by([("run_id", "ascending"), ("step", "ascending")])
+        chunks = [ordered.slice(i, CURVE_ROWS_PER_PART) for i in range(0, ordered.num_rows, CURVE_ROWS_PER_PART)]
+        _rewrite(txn, readable[CURVES], chunks, curves.num_rows, task_dir(CURVES, name), report)
+
+
+def _drop_runs_missing_curves(latest: pa.Table, curves: pa.Table | None, report: CompactReport) -> pa.Table:
+    """Runs whose kept attempt has fewer curve rows than it wrote lost them to quarantine: drop their
+    runs row (their attempts stay in the history) so that the next `run` runs them again."""
+    counts: dict[str, int] = {}
+    if curves is not None and curves.num_rows:
+        grouped = curves.group_by("run_id").aggregate([("step", "count")])
+        counts = dict(zip(grouped["run_id"].to_pylist(), grouped["step_count"].to_pylist(), strict=True))
+    expected = latest["curve_rows"].to_pylist()
+    keep = [
+        want is None or counts.get(rid, 0) >= want
+        for rid, want in zip(latest["run_id"].to_pylist(), expected, strict=True)
+    ]
+    return latest.filter(pa.array(keep, pa.bool_()))
+
+
+def _rewrite(
+    txn: Transaction, old: list[str], tables: list[pa.Table], rows_in: int, directory: str, report: CompactReport
+) -> None:
+    """Replace the parts `old` by one part per table; nothing to do when that would change nothing
+    (one part in, the same rows out), so compacting a compacted store writes nothing."""
+    if len(old) == len(tables) <= 1 and sum(t.num_rows for t in tables) == rows_in:
+        report.files_after += len(old)
+        return
+    for table in tables:
+        txn.add(table, directory)
+    for part in old:
+        txn.remove(part)
+    report.files_after += len(tables)
+
+
+def _compact_table(
+    store: ResultStore, txn: Transaction, kind: str, schema: pa.Schema, repair: bool, report: CompactReport
+) -> None:
+    parts = store.parts(kind)
+    table = _quiet_read(store, parts, schema)
+    damaged = [p for p in parts if p in store.reader.damaged]
+    if damaged and not repair:
+        report.skipped.append(kind)
+        return
+    for part in damaged:
+        txn.quarantine(part)
+        report.quarantined.append(part)
+    readable = [p for p in parts if p not in damaged]
+    report.files_before += len(readable)
+    if kind == "trials":
+        unique = newest_trials(table)
+    else:
+        frame = table.sort_by("added").to_pandas().drop_duplicates(["grid", "run_id"], keep="first")
+        unique = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+    report.rows_dropped += table.num_rows - unique.num_rows
+    _rewrite(txn, readable, [unique] if unique.num_rows else [], table.num_rows, kind, report)

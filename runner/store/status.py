@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from runner.store.store import ResultStore
+from runner.store.parts import DamagedPartWarning
+from runner.store.store import TASK_KINDS, ResultStore, task_dir
 from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST
 
 COLUMNS = (*ALL_STATUSES, "missing")
@@ -17,6 +19,7 @@ class StatusReport:
     by_grid: dict[str, Counter[str]] = field(default_factory=dict)
     by_grid_task: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
     errors: list[tuple[str, str, str]] = field(default_factory=list)  # (task, run_id, first line)
+    damaged: dict[str, str] = field(default_factory=dict)  # part path -> why it cannot be read
 
     def format(self, max_errors: int = 10) -> str:
         lines = []
@@ -34,11 +37,34 @@ class StatusReport:
                 lines.append(f"  {task} {rid[:12]}: {err}")
             if len(self.errors) > max_errors:
                 lines.append(f"  ... {len(self.errors) - max_errors} more")
+        if self.damaged:
+            lines.append(
+                f"damaged parts ({len(self.damaged)}; skipped by every reader, `convgrid compact --repair` moves them):"
+            )
+            lines.extend(f"  {path}: {why}" for path, why in sorted(self.damaged.items()))
         return "\n".join(lines).rstrip() or "the store is empty"
 
 
-def store_status(store: ResultStore) -> StatusReport:
-    runs = store.read_runs(columns=["task", "status", "error"])
+def damaged_parts(store: ResultStore) -> dict[str, str]:
+    """Every visible part that cannot be read to its last page (checksums verified): path -> error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedPartWarning)  # listed in the report instead
+        for directory in [*(task_dir(k, t) for t in store.tasks() for k in TASK_KINDS), "members", "trials"]:
+            for part in store.parts(directory):
+                try:
+                    store.reader.verify(part)
+                except FileNotFoundError:
+                    continue  # replaced by a transaction meanwhile: its successor is listed next time
+    return {store.files.abs(rel): why for rel, why in store.reader.damaged.items()}
+
+
+def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
+    """Counts per task and grid; with `verify`, every part is read once to list the damaged ones."""
+    damaged = damaged_parts(store) if verify else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedPartWarning)
+        runs = store.read_runs(columns=["task", "status", "error"])
+        members = store.read_members()
     latest = dict(zip(runs["run_id"].to_pylist(), runs["status"].to_pylist(), strict=True))
     report = StatusReport()
     by_task: dict[str, Counter[str]] = defaultdict(Counter)
@@ -49,7 +75,6 @@ def store_status(store: ResultStore) -> StatusReport:
     ):
         if status in RETRY_ON_REQUEST and error:
             report.errors.append((task, rid, error.strip().splitlines()[0]))
-    members = store.read_members()
     by_grid: dict[str, Counter[str]] = defaultdict(Counter)
     by_grid_task: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     seen: set[tuple[str, str]] = set()
@@ -61,4 +86,5 @@ def store_status(store: ResultStore) -> StatusReport:
         by_grid[grid][latest.get(rid, "missing")] += 1
         by_grid_task[grid, task][latest.get(rid, "missing")] += 1
     report.by_task, report.by_grid, report.by_grid_task = dict(by_task), dict(by_grid), dict(by_grid_task)
+    report.damaged = damaged
     return report

@@ -2,45 +2,53 @@
 
 Layout under the root (a local path or any pyarrow filesystem URI such as s3://bucket/prefix):
 
-    runs/task=<name>/part-*.parquet     one row per run attempt (the newest row of a run_id wins)
-    curves/task=<name>/part-*.parquet   one row per (run_id, step); tied to its runs row by batch_id
-    members/part-*.parquet              which grid or study asked for which run_id
+    runs/task=<name>/part-*.parquet       the current state: one row per run, its newest attempt
+    curves/task=<name>/part-*.parquet     the curve rows of exactly those attempts
+    attempts/task=<name>/part-*.parquet   every attempt ever written (append-only history)
+    members/part-*.parquet                which grid or study asked for which run_id
+    trials/part-*.parquet                 Optuna trials (runner.store.trials)
+    _store/                               lock, transaction markers, staging, quarantine
 
-A part file is written under a dot-prefixed temporary name and renamed into place (pyarrow.dataset
-ignores dot files), so readers never see half a file; on an object store the completed upload is the
-atomic step. Curves are written before their runs row: a run is finished only once its runs part is
-in place, and curves whose batch_id no runs row points to are orphans readers skip. Two drivers on one
-root cannot corrupt it: every part has a unique name, and readers drop duplicates keeping the newest.
+Because runs/ and curves/ are kept as the current state, any Parquet client reads them right with no
+convgrid code whenever no command is running (docs/store.md). Every change is one transaction
+(runner.store.txn): a driver's flush adds its attempts, its curves and its runs rows, and rewrites the
+parts that held rows it supersedes (a retry), all or nothing. `task` is the partition key and never
+a column inside the files.
 
 The store knows data, not code: it writes the schemas its caller hands it (built from the task by
-runner.grid.schema) and reads each task's schema back from the files, which carry it; a store holding
-runs of a task that is not installed here reads like any other.
+runner.grid.schema) and reads each task's schema back from the files.
 """
 
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, RUN_COLUMNS
+from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
+from runner.store.files import WriterLock, is_local
+from runner.store.parts import PartReader
 from runner.store.records import RunRecord
+from runner.store.txn import INTERNAL, Root, Transaction, View, recover
 from tasks.status import FINAL_STATUSES
 
+RUNS, CURVES, ATTEMPTS = "runs", "curves", "attempts"
+TASK_KINDS = (RUNS, CURVES, ATTEMPTS)
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
 
 # task name -> (runs schema, curves schema): how a writer tells the store the columns of a task.
 SchemaFor = Callable[[str], tuple[pa.Schema, pa.Schema]]
+T = TypeVar("T")
 
 
 def open_root(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
@@ -51,6 +59,15 @@ def open_root(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), str(Path(text).resolve())
 
 
+def task_dir(kind: str, task: str) -> str:
+    return f"{kind}/{PARTITION}={task}"
+
+
+def without_partition(schema: pa.Schema) -> pa.Schema:
+    index = schema.get_field_index(PARTITION)
+    return schema.remove(index) if index >= 0 else schema
+
+
 class ResultStore:
     def __init__(self, root: str | os.PathLike[str], filesystem: pafs.FileSystem | None = None) -> None:
         self.root = str(root)
@@ -58,125 +75,220 @@ class ResultStore:
             self.fs, self.base = filesystem, str(root)
         else:
             self.fs, self.base = open_root(root)
-        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.local = is_local(self.fs)
+        self.files = Root(self.fs, self.base)
+        self.reader = PartReader(self.files)
+        self.lock = WriterLock(self.fs, self.files.abs(f"{INTERNAL}/lock"))
+        # task -> run_id -> [(part, run_id, batch_id, finished)]: where a flush finds what it supersedes
+        self._index: dict[str, dict[str, list[tuple[str, str, str, datetime | None]]]] = {}
+        self._part_ids: dict[str, dict[str, list[str]]] = {}  # task -> runs part -> its run ids
 
     # ---- paths ---------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
         return "/".join([self.base.rstrip("/"), *parts])
 
-    def _exists(self, path: str) -> bool:
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
-
     def tasks(self) -> list[str]:
-        """Tasks with at least one runs part."""
-        if not self._exists(self.path("runs")):
-            return []
-        infos = self.fs.get_file_info(pafs.FileSelector(self.path("runs")))
-        return sorted(
-            i.base_name.split("=", 1)[1] for i in infos if i.type == pafs.FileType.Directory and "=" in i.base_name
-        )
+        """Tasks with at least one runs or attempts part."""
+        names: set[str] = set()
+        for kind in (RUNS, ATTEMPTS):
+            for info in self.files.listing(kind):
+                if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
+                    names.add(info.base_name.split("=", 1)[1])
+        # a committed transaction's parts may all still be in staging (its writer died before publishing)
+        for final in View.of(self.files).staged:
+            kind, folder = final.split("/")[:2]
+            if kind in (RUNS, ATTEMPTS) and folder.startswith(f"{PARTITION}="):
+                names.add(folder.split("=", 1)[1])
+        return sorted(names)
+
+    @property
+    def damaged(self) -> dict[str, str]:
+        """Parts found unreadable so far (relative path -> error)."""
+        return self.reader.damaged
+
+    # ---- consistency ---------------------------------------------------------------------------
+    def recover(self) -> int:
+        """Restore what a killed command left (see runner.store.txn); every command calls it first.
+        A root without _store/ has no transaction to finish: nothing is created there."""
+        if not self.files.exists(INTERNAL):
+            return 0
+        with self.lock.held():
+            return recover(self.files, locked=self.local)
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the writer lock, with every earlier crash rolled forward or back first."""
+        with self.lock.held():
+            recover(self.files, locked=self.local)
+            yield
+
+    def parts(self, *directory: str) -> list[str]:
+        """Visible parts (relative paths) of a folder, as of the committed transactions."""
+        return View.of(self.files).parts(self.files, "/".join(directory))
+
+    def part_files(self, *directory: str) -> list[str]:
+        """Absolute paths of the visible parts of a folder, oldest first."""
+        return [self.files.abs(r) for r in self.parts(*directory)]
+
+    def retrying(self, read: Callable[[], T]) -> T:
+        """A transaction may publish or delete a part between our listing and our read: list again."""
+        for _ in range(5):
+            try:
+                return read()
+            except FileNotFoundError:
+                continue
+        return read()
 
     # ---- writing -------------------------------------------------------------------------------
-    def write_part(self, table: pa.Table, *parts: str) -> str:
-        """Write `table` as a new part file under parts; atomic for readers. Returns its path."""
-        directory = self.path(*parts)
-        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
-        final = f"{directory}/{name}"
-        self.fs.create_dir(directory, recursive=True)
-        if self.local:
-            tmp = f"{directory}/.tmp-{name}"
-            pq.write_table(table, tmp, filesystem=self.fs)
-            self.fs.move(tmp, final)  # rename within one directory: atomic on POSIX
-        else:
-            pq.write_table(table, final, filesystem=self.fs)  # object stores publish on completion
-        return final
+    def write_part(self, table: pa.Table, *directory: str) -> str:
+        """Append `table` as one new part (members, trials); atomic for every reader. Returns its path."""
+        with self.writing():
+            txn = Transaction(self.files)
+            final = txn.add(table, "/".join(directory))
+            txn.commit()
+        return self.files.abs(final)
 
     def write_records(self, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
-        """Persist finished runs: per task, curves part first, then the runs part that makes them count."""
+        """Persist finished runs in one transaction: per task, the attempts, the curves of the kept
+        attempts and the runs rows, with the parts holding superseded attempts rewritten without them."""
         by_task: dict[str, list[RunRecord]] = defaultdict(list)
         for rec in records:
             by_task[rec.task].append(rec)
-        for name, recs in by_task.items():
-            runs_schema, schema = schemas(name)
-            batch_id = uuid.uuid4().hex
-            curve_cols: dict[str, list[object]] = defaultdict(list)
-            for rec in recs:
-                n = len(rec.curve.get("step", []))
-                curve_cols["run_id"].extend([rec.run_id] * n)
-                curve_cols["batch_id"].extend([batch_id] * n)
-                for col in schema.names[2:]:
-                    curve_cols[col].extend(rec.curve.get(col, [None] * n))
-            if curve_cols["run_id"]:
-                self.write_part(pa.Table.from_pydict(dict(curve_cols), schema=schema), "curves", f"task={name}")
-            rows = [{**rec.row, "batch_id": batch_id} for rec in recs]
-            self.write_part(pa.Table.from_pylist(rows, schema=runs_schema), "runs", f"task={name}")
+        if not by_task:
+            return
+        from runner.store.flush import stage_task
+
+        with self.writing():
+            txn = Transaction(self.files, "flush")
+            for name, recs in by_task.items():
+                runs_schema, curves_schema = schemas(name)
+                stage_task(self, txn, name, recs, without_partition(runs_schema), curves_schema)
+            txn.commit()
+
+    def remember(self, task: str, part: str, table: pa.Table) -> None:
+        """Index a runs part this process is writing, sparing the next flush from reading it back
+        (if its transaction fails, the part is never visible and the next flush forgets it)."""
+        index = self._index.setdefault(task, {})
+        ids = table["run_id"].to_pylist()
+        self._part_ids.setdefault(task, {})[part] = ids
+        rows = zip(ids, table["batch_id"].to_pylist(), table["finished"].to_pylist(), strict=True)
+        for rid, batch, finished in rows:
+            index.setdefault(rid, []).append((part, rid, batch, finished))
+
+    def stored_rows(self, task: str, parts: Sequence[str], run_ids: Sequence[str]) -> pa.Table:
+        """(part, run_id, batch_id, finished) of the rows of `run_ids` in the given runs parts.
+
+        Kept as an in-memory index per task, updated by the parts that appeared or went since the
+        last call (parts are immutable and uniquely named), so a flush costs O(its own rows)."""
+        index = self._index.setdefault(task, {})
+        part_ids = self._part_ids.setdefault(task, {})
+        visible = set(self.reader.readable(parts))
+        for gone in set(part_ids) - visible:
+            for rid in part_ids.pop(gone):
+                index[rid] = [row for row in index.get(rid, []) if row[0] != gone]
+                if not index[rid]:
+                    del index[rid]
+        for new in sorted(visible - set(part_ids)):
+            columns = ["run_id", "batch_id", "finished"]
+            self.remember(task, new, self.reader.read([new], self.reader.unified_schema([new]), columns=columns))
+        rows = [row for rid in run_ids for row in index.get(rid, [])]
+        return pa.table(
+            {
+                "part": pa.array([r[0] for r in rows], pa.string()),
+                "run_id": pa.array([r[1] for r in rows], pa.string()),
+                "batch_id": pa.array([r[2] for r in rows], pa.string()),
+                "finished": pa.array([r[3] for r in rows], pa.timestamp("us", "UTC")),
+            }
+        )
 
     def write_members(self, rows: Iterable[dict[str, object]]) -> int:
         """Add membership rows not already present; returns how many were new."""
         rows = list(rows)
         if not rows:
             return 0
-        have = set()
-        existing = self.read_members()
-        if existing.num_rows:
-            have = set(zip(existing["grid"].to_pylist(), existing["run_id"].to_pylist(), strict=True))
-        now = datetime.now(UTC)
-        new = [{**r, "added": now} for r in rows if (r["grid"], r["run_id"]) not in have]
-        if new:
-            self.write_part(pa.Table.from_pylist(new, schema=MEMBER_SCHEMA), "members")
+        with self.writing():
+            have = set()
+            existing = self.read_members()
+            if existing.num_rows:
+                have = set(zip(existing["grid"].to_pylist(), existing["run_id"].to_pylist(), strict=True))
+            now = datetime.now(UTC)
+            new = [{**r, "added": now} for r in rows if (r["grid"], r["run_id"]) not in have]
+            if new:
+                self.write_part(pa.Table.from_pylist(new, schema=MEMBER_SCHEMA), "members")
         return len(new)
 
     # ---- reading -------------------------------------------------------------------------------
-    def part_files(self, *parts: str) -> list[str]:
-        """The published part files under parts (temporary and hidden files excluded), oldest first."""
-        directory = self.path(*parts)
-        if not self._exists(directory):
-            return []
-        infos = self.fs.get_file_info(pafs.FileSelector(directory))
-        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith("part-"))
-
     def file_schema(self, kind: str, task: str) -> pa.Schema:
-        """The schema of a task's runs or curves as its files say: the union of every part's columns
-        (a later code version may have added some), with the task and version metadata they carry."""
-        files = self.part_files(kind, f"task={task}")
-        fixed = RUN_COLUMNS if kind == "runs" else CURVE_COLUMNS
-        if not files:
+        """The schema of a task's runs, curves or attempts as its files say: the union of every part's
+        columns (a later code version may have added some), with the metadata of the newest part."""
+        fixed = CURVE_COLUMNS if kind == CURVES else RUN_COLUMNS
+        rels = self.retrying(lambda: self.parts(task_dir(kind, task)))
+        if kind == RUNS:  # legacy stores and a runs folder emptied by a repair: attempts say it too
+            rels = rels + self.retrying(lambda: self.parts(task_dir(ATTEMPTS, task)))
+        schema = self.reader.unified_schema(rels)
+        if not schema.names:
             return pa.schema(fixed)
-        schemas = [pq.read_schema(f, filesystem=self.fs) for f in files]
-        return pa.unify_schemas(schemas[::-1])  # newest first: its metadata (version) wins
-
-    def _dataset(self, *parts: str, schema: pa.Schema | None = None) -> ds.Dataset | None:
-        path = self.path(*parts)
-        if not self._exists(path):
-            return None
-        return ds.dataset(path, filesystem=self.fs, format="parquet", partitioning="hive", schema=schema)
+        return without_partition(schema)
 
     def read_members(self) -> pa.Table:
-        dataset = self._dataset("members", schema=MEMBER_SCHEMA)
-        return dataset.to_table() if dataset is not None else MEMBER_SCHEMA.empty_table()
+        def read() -> pa.Table:
+            return self.reader.read(self.parts("members"), MEMBER_SCHEMA)
 
-    def read_runs(self, task: str | None = None, columns: list[str] | None = None) -> pa.Table:
+        return self.retrying(read)
+
+    def read_table(
+        self,
+        kind: str,
+        task: str,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+        schema: pa.Schema | None = None,
+    ) -> pa.Table:
+        """Every visible row of one task's runs, curves or attempts (no de-duplication), with the
+        `task` column filled in from the partition for runs and attempts."""
+
+        def read() -> pa.Table:
+            file_schema = schema if schema is not None else self.file_schema(kind, task)
+            wanted = None if columns is None else [c for c in columns if c != PARTITION]
+            missing = [c for c in wanted or [] if c not in file_schema.names]
+            # A column no file has yet (a metric of runs not stored, or of a newer task version) reads
+            # as nulls rather than failing: the files are the truth, and they say nothing of it.
+            full = pa.unify_schemas([file_schema, pa.schema([pa.field(c, pa.null()) for c in missing])])
+            table = self.reader.read(self.parts(task_dir(kind, task)), full, wanted, filter)
+            if kind != CURVES and (columns is None or PARTITION in columns):
+                position = 1 if columns is None else columns.index(PARTITION)
+                table = table.add_column(min(position, table.num_columns), PARTITION, pa.array([task] * table.num_rows))
+            return table
+
+        return self.retrying(read)
+
+    def read_runs(
+        self, task: str | None = None, columns: list[str] | None = None, filter: ds.Expression | None = None
+    ) -> pa.Table:
         """The newest row of every run_id (optionally of one task), with the columns asked for.
 
         Without a task, tasks are read one by one and only columns common to all tasks may be asked
-        for (default: STATUS_COLUMNS).
+        for (default: STATUS_COLUMNS). `filter` (on params) is pushed into the scan: every attempt of
+        a run has the same params, so filtering before de-duplication is exact.
         """
         if task is None:
-            cols = list(dict.fromkeys(["run_id", "finished", *(columns or STATUS_COLUMNS)]))
-            parts = [self.read_runs(t, cols) for t in self.tasks()]
+            shared = list(dict.fromkeys(["run_id", "finished", *(columns or STATUS_COLUMNS)]))
+            parts = [self.read_runs(t, shared, filter) for t in self.tasks()]
             if not parts:
-                fixed = {f.name: f for f in RUN_COLUMNS}
-                return pa.schema([fixed[c] for c in cols]).empty_table()
-            return pa.concat_tables(parts)
-        schema = self.file_schema("runs", task)
-        cols = list(dict.fromkeys(["run_id", "finished", *(columns or schema.names)]))
-        # A column no file has yet (a metric of runs not stored, or of a newer task version) reads as
-        # nulls rather than failing: the files are the truth, and they say nothing of it.
-        schema = pa.unify_schemas([schema, pa.schema([pa.field(c, pa.null()) for c in cols if c not in schema.names])])
-        dataset = self._dataset("runs", f"task={task}", schema=schema)
-        if dataset is None:
-            return schema.empty_table().select(cols)
-        return latest_per_run(dataset.to_table(columns=cols))
+                fixed = {f.name: f for f in [*RUN_COLUMNS, pa.field(PARTITION, pa.string())]}
+                return pa.schema([fixed[c] for c in shared]).empty_table()
+            return pa.concat_tables(parts, promote_options="permissive")
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "finished", *columns]))
+        # In a settled store runs/ holds one row per run already; de-duplicating again is cheap and
+        # keeps stores written before the current layout (several attempts in runs/) right.
+        return latest_per_run(self.read_table(RUNS, task, cols, filter))
+
+    def read_attempts(self, task: str, columns: list[str] | None = None) -> pa.Table:
+        """Every attempt of every run of the task, oldest first (the history; runs/ keeps the newest)."""
+        table = self.read_table(ATTEMPTS, task, columns)
+        if table.num_rows and "finished" in table.column_names:
+            table = table.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+        return table
 
     def done_ids(self, task: str | None = None) -> set[str]:
         """Run ids whose newest row is final (ok or diverged): these are never run again."""
@@ -184,20 +296,50 @@ class ResultStore:
         mask = pc.is_in(table["status"], value_set=pa.array(sorted(FINAL_STATUSES)))
         return set(table.filter(mask)["run_id"].to_pylist())
 
-    def read_curves(self, task: str, run_ids: Iterable[str] | None = None) -> pa.Table:
-        """Curve rows belonging to the newest runs row of each run (orphans and stale attempts skipped)."""
-        runs = self.read_runs(task, columns=["batch_id"])
-        schema = self.file_schema("curves", task)
-        dataset = self._dataset("curves", f"task={task}", schema=schema)
-        if dataset is None:
-            return schema.empty_table()
-        keys = runs.select(["run_id", "batch_id"])
+    def read_curves(
+        self,
+        task: str,
+        run_ids: Iterable[str] | None = None,
+        columns: list[str] | None = None,
+        keys: pa.Table | None = None,
+        sort: bool = True,
+    ) -> pa.Table:
+        """Curve rows of the newest attempt of each run (optionally only of `run_ids`, or of the
+        (run_id, batch_id) pairs in `keys`), sorted by run_id and step; with `sort=False` in the
+        order read, which is grouped by run in step order too, and cheaper on millions of rows."""
+        if keys is None:
+            keys = self.read_runs(task, columns=["batch_id"]).select(["run_id", "batch_id"])
         if run_ids is not None:
             keys = keys.filter(pc.is_in(keys["run_id"], value_set=pa.array(list(run_ids), pa.string())))
-        expr = pc.field("run_id").isin(keys["run_id"]) & pc.field("batch_id").isin(keys["batch_id"])
-        table = dataset.to_table(filter=expr)
-        joined = table.join(keys, keys=["run_id", "batch_id"], join_type="inner")
-        return joined.select(table.schema.names).sort_by([("run_id", "ascending"), ("step", "ascending")])
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
+        expr = pc.field("batch_id").isin(pc.unique(keys["batch_id"]))
+        if run_ids is not None:
+            expr = expr & pc.field("run_id").isin(keys["run_id"])
+        table = kept_curves(self.read_table(CURVES, task, cols, expr), keys)
+        return table.sort_by([("run_id", "ascending"), ("step", "ascending")]) if sort and table.num_rows else table
+
+
+def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:
+    """The rows of `table` whose (run_id, batch_id) is in `keys`, in the order read: each run's rows
+    lie in one part, written in step order, so they come grouped by run in step order (sorting 10
+    million rows would cost more than the whole read). In a settled store that is every row read;
+    rows of superseded attempts appear only in stores written before the current layout."""
+    if table.num_rows == 0:
+        return table
+    position = pc.index_in(table["run_id"], value_set=keys["run_id"])
+    expected = pc.take(keys["batch_id"], position)
+    keep = pc.fill_null(pc.equal(expected, table["batch_id"]), False)
+    return table if pc.all(keep).as_py() else table.filter(keep)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly `schema`'s columns, in its order and types (absent ones as nulls)."""
+    if table.schema.equals(schema, check_metadata=True):
+        return table
+    columns = [
+        table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def latest_per_run(table: pa.Table) -> pa.Table:
@@ -209,3 +351,7 @@ def latest_per_run(table: pa.Table) -> pa.Table:
     keep = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
     first = pa.concat_arrays([pa.array([True]), keep.combine_chunks()])
     return table.filter(first)
+
+
+def new_batch_id() -> str:
+    return uuid.uuid4().hex

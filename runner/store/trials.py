@@ -22,16 +22,16 @@ def write_trials(store: ResultStore, rows: Sequence[dict[str, Any]]) -> None:
 
 def read_trials(store: ResultStore, study: str | None = None, storage: str | None = None) -> pa.Table:
     """The newest row of each trial (optionally of one study / storage), sorted by study and number."""
-    path = store.path("trials")
-    if store.fs.get_file_info(path).type.name == "NotFound":
-        return TRIAL_SCHEMA.empty_table()
-    import pyarrow.dataset as ds
-
-    table = ds.dataset(path, filesystem=store.fs, format="parquet", schema=TRIAL_SCHEMA).to_table()
+    table = store.retrying(lambda: store.reader.read(store.parts("trials"), TRIAL_SCHEMA))
     if study is not None:
         table = table.filter(pc.equal(table["study"], study))
     if storage is not None:
         table = table.filter(pc.equal(table["storage"], storage))
+    return newest_trials(table)
+
+
+def newest_trials(table: pa.Table) -> pa.Table:
+    """The newest row (by `written`) of each (storage, study, number)."""
     if table.num_rows == 0:
         return table
     table = table.sort_by(

@@ -1,0 +1,127 @@
+"""File-level primitives of the store: durable Parquet writes, directory fsyncs, the writers' lock and
+the kill points the fault tests use. Nothing here knows what a run is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+# The environment variable naming the phase at which the process kills itself (fault tests only):
+# `CONVGRID_STORE_KILL_AT=published` SIGKILLs the first transaction that reaches that phase,
+# `CONVGRID_STORE_KILL_AT=flush:published` the first of a driver's flushes (labels: flush, compact, append).
+KILL_ENV = "CONVGRID_STORE_KILL_AT"
+
+
+def kill_point(phase: str, label: str = "") -> None:
+    """Die here, as a power cut or `kill -9` would, when the fault tests ask for this phase."""
+    wanted = os.environ.get(KILL_ENV)
+    if wanted is not None and wanted in (phase, f"{label}:{phase}"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def is_local(fs: pafs.FileSystem) -> bool:
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def fsync_dir(fs: pafs.FileSystem, path: str) -> None:
+    """Make a rename or delete in `path` durable (POSIX needs the directory itself synced)."""
+    if not is_local(fs):
+        return  # an object store's put/delete is durable once acknowledged
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_parquet(fs: pafs.FileSystem, table: pa.Table, path: str) -> None:
+    """Write one Parquet file durably, with page checksums so flipped bytes are detected on read."""
+    if is_local(fs):
+        with open(path, "wb") as handle:
+            pq.write_table(table, handle, write_page_checksum=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+    else:
+        pq.write_table(table, path, filesystem=fs, write_page_checksum=True)
+
+
+def write_bytes(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    if is_local(fs):
+        with open(path, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    else:
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+
+
+def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
+    with fs.open_input_stream(path) as stream:
+        return bytes(stream.read())
+
+
+def ensure_dir(fs: pafs.FileSystem, path: str) -> None:
+    if is_local(fs):
+        parent = str(Path(path).parent)
+        existed = os.path.isdir(path)
+        os.makedirs(path, exist_ok=True)
+        if not existed:
+            fsync_dir(fs, parent)  # the new directory's entry must survive a crash too
+    else:
+        fs.create_dir(path, recursive=True)
+
+
+def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
+    """Delete a file that may already be gone (recovery repeats deletions a dead process began)."""
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if "not found" not in str(exc).lower() and "no such" not in str(exc).lower():
+            raise
+
+
+class WriterLock:
+    """One writer at a time per local root: an flock on `_store/lock`, released by the kernel when its
+    holder dies (a SIGKILLed driver never leaves the store locked). Re-entrant within a process.
+
+    Object stores have no lock here: one writing command at a time is assumed there (docs/store.md)."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str) -> None:
+        self.fs, self.path = fs, path
+        self._depth = 0
+        self._fd: int | None = None
+        self._thread_lock = threading.RLock()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._thread_lock:
+            if self._depth == 0 and is_local(self.fs):
+                import fcntl
+
+                ensure_dir(self.fs, str(Path(self.path).parent))
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._fd = fd
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    os.close(self._fd)  # closing releases the flock
+                    self._fd = None

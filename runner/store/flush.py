@@ -1,0 +1,131 @@
+"""One task's share of a driver's flush: what keeps runs/ and curves/ the current state.
+
+Within the caller's transaction (writer lock held, earlier crashes recovered):
+  - every new attempt goes to attempts/ (the history keeps all of them);
+  - a new attempt is kept unless the run already has a newer one (two drivers, clocks of workers);
+  - the parts of runs/ and curves/ holding a superseded attempt are rewritten without it, in the same
+    part as the new rows; so are parts whose schema differs from the task's current one (a new task
+    version's column), so that one task's files always share one schema, as polars requires;
+  - the kept attempts' rows go to runs/ and their curve rows to curves/.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from runner.store.records import RunRecord
+from runner.store.store import ATTEMPTS, CURVES, RUNS, ResultStore, conform, latest_per_run, task_dir, without_partition
+from runner.store.txn import Transaction
+
+
+def curve_table(recs: Sequence[RunRecord], batch_id: str, schema: pa.Schema) -> pa.Table:
+    cols: dict[str, list[object]] = defaultdict(list)
+    for rec in recs:
+        n = len(rec.curve.get("step", []))
+        cols["run_id"].extend([rec.run_id] * n)
+        cols["batch_id"].extend([batch_id] * n)
+        for col in schema.names[2:]:
+            cols[col].extend(rec.curve.get(col, [None] * n))
+    return pa.Table.from_pydict({c: cols[c] for c in schema.names}, schema=schema)
+
+
+def _same(a: pa.Schema, b: pa.Schema | None) -> bool:
+    return b is not None and a.equals(b, check_metadata=False)
+
+
+def stage_task(
+    store: ResultStore,
+    txn: Transaction,
+    task: str,
+    recs: Sequence[RunRecord],
+    runs_schema: pa.Schema,
+    curves_schema: pa.Schema,
+) -> None:
+    batch_id = uuid.uuid4().hex
+    rows = [{**rec.row, "batch_id": batch_id, "curve_rows": len(rec.curve.get("step", []))} for rec in recs]
+    new = pa.Table.from_pylist(rows, schema=runs_schema)
+    reader = store.reader
+    runs_dir, curves_dir = task_dir(RUNS, task), task_dir(CURVES, task)
+    run_parts = reader.readable(store.parts(runs_dir))
+    # a store from before this layout has `task` inside its files: the rewritten parts drop it
+    target = without_partition(reader.unified_schema(run_parts, base=runs_schema))
+    history = [conform(new, target)]
+
+    # Which new attempts win, and which stored rows they supersede.
+    new = latest_per_run(new)
+    have = store.stored_rows(task, run_parts, new["run_id"].to_pylist())
+    stored_finished = dict(zip(have["run_id"].to_pylist(), have["finished"].to_pylist(), strict=True))
+    keep_ids = {
+        rid
+        for rid, fin in zip(new["run_id"].to_pylist(), new["finished"].to_pylist(), strict=True)
+        if rid not in stored_finished or stored_finished[rid] is None or fin is None or fin >= stored_finished[rid]
+    }
+    kept = new.filter(pc.is_in(new["run_id"], value_set=pa.array(sorted(keep_ids), pa.string())))
+    gone = have.filter(pc.is_in(have["run_id"], value_set=kept["run_id"]))
+
+    rewrite = set(gone["part"].to_pylist()) | {p for p in run_parts if not _same(target, reader.schema(p))}
+    survivors = [
+        reader.read([p], target).filter(~pc.field("run_id").isin(gone["run_id"].combine_chunks()))
+        for p in sorted(rewrite)
+    ]
+    table = pa.concat_tables([conform(kept, target), *survivors])
+    newest = latest_per_run(table) if survivors else table  # `kept` alone is one row per run already
+    if newest.num_rows < table.num_rows:  # older attempts kept in runs/ by a store from before attempts/
+        pairs = pc.binary_join_element_wise(newest["run_id"], newest["batch_id"], "/")
+        every = pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
+        history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
+    txn.add(pa.concat_tables(history), task_dir(ATTEMPTS, task))
+    if newest.num_rows:
+        store.remember(task, txn.add(newest, runs_dir), newest)
+    for part in rewrite:
+        txn.remove(part)
+
+    curve_parts = reader.readable(store.parts(curves_dir))
+    ctarget = reader.unified_schema(curve_parts, base=curves_schema)
+    chosen: dict[str, RunRecord] = {}  # one record per run: the one whose row was kept
+    for rec in recs:
+        if rec.run_id in keep_ids and (rec.run_id not in chosen or _finished(rec) >= _finished(chosen[rec.run_id])):
+            chosen[rec.run_id] = rec
+    fresh = curve_table(list(chosen.values()), batch_id, curves_schema)
+    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks()) & pc.field("batch_id").isin(
+        pc.unique(gone["batch_id"].combine_chunks())
+    )
+    crewrite = _parts_with_rows(store, curve_parts, ctarget, stale) if gone.num_rows else set()
+    crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
+    csurvivors = []
+    for part in sorted(crewrite):
+        rows_ = reader.read([part], ctarget)
+        doomed = _pairs_mask(rows_, gone)
+        csurvivors.append(rows_.filter(pc.invert(doomed)))
+        txn.remove(part)
+    ctable = pa.concat_tables([conform(fresh, ctarget), *csurvivors])
+    if ctable.num_rows:
+        txn.add(ctable, curves_dir)
+
+
+def _finished(rec: RunRecord) -> str:
+    return str(rec.row.get("finished") or "")
+
+
+def _parts_with_rows(store: ResultStore, parts: Sequence[str], schema: pa.Schema, expr: ds.Expression) -> set[str]:
+    """Curve parts holding a row that matches `expr` (row-group statistics on run_id prune the scan)."""
+    found = set()
+    for part in parts:
+        if store.reader.read([part], schema, columns=["run_id"], filter=expr).num_rows:
+            found.add(part)
+    return found
+
+
+def _pairs_mask(rows: pa.Table, gone: pa.Table) -> pa.ChunkedArray:
+    """True where a curve row belongs to a superseded (run_id, batch_id)."""
+    if gone.num_rows == 0 or rows.num_rows == 0:
+        return pa.chunked_array([pa.array([False] * rows.num_rows)])
+    position = pc.index_in(rows["run_id"], value_set=gone["run_id"])
+    old_batch = pc.take(gone["batch_id"], position)
+    return pc.fill_null(pc.equal(old_batch, rows["batch_id"]), False)

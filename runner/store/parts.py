@@ -1,0 +1,126 @@
+"""Reading part files so that one damaged file costs a warning naming it, never the whole store.
+
+A part is damaged when its footer cannot be read (a zero-byte or truncated file) or a page fails to
+decode or to match its checksum (flipped bytes; every part is written with page checksums). Readers
+try the fast path (one dataset scan over all parts); only when that fails do they read part by part
+to find, name and skip the damaged ones.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from runner.store.txn import Root
+
+# Every read verifies page checksums: flipped bytes become an error naming the file, not wrong numbers.
+PARQUET = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+)
+
+
+class DamagedPartWarning(UserWarning):
+    """A part file could not be read and was skipped (see `convgrid status`, `convgrid compact --repair`)."""
+
+
+class PartReader:
+    """Footers and tables of part files, remembering which parts are damaged. Parts are immutable and
+    their names unique, so a footer read once stays valid for the life of the process."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self._schemas: dict[str, pa.Schema] = {}
+        self.damaged: dict[str, str] = {}  # relative path -> the error that made it unreadable
+
+    def mark_damaged(self, rel: str, error: BaseException) -> None:
+        if rel not in self.damaged:
+            self.damaged[rel] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            warnings.warn(
+                f"convgrid: skipping damaged part {self.root.abs(rel)} ({self.damaged[rel]}); "
+                "`convgrid compact --repair` moves it to quarantine",
+                DamagedPartWarning,
+                stacklevel=3,
+            )
+
+    def schema(self, rel: str) -> pa.Schema | None:
+        """The part's schema from its footer; None (and a warning) when the part is damaged."""
+        if rel in self._schemas:
+            return self._schemas[rel]
+        if rel in self.damaged:
+            return None
+        try:
+            schema = pq.read_schema(self.root.abs(rel), filesystem=self.root.fs)
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            self.mark_damaged(rel, exc)
+            return None
+        self._schemas[rel] = schema
+        return schema
+
+    def readable(self, rels: Sequence[str]) -> list[str]:
+        return [r for r in rels if self.schema(r) is not None]
+
+    def unified_schema(self, rels: Sequence[str], base: pa.Schema | None = None) -> pa.Schema:
+        """The union of the parts' columns, newest part first (its metadata, e.g. version, wins)."""
+        schemas = [s for r in reversed(rels) if (s := self.schema(r)) is not None]
+        if base is not None:
+            schemas.insert(0, base)
+        if not schemas:
+            return pa.schema([])
+        return pa.unify_schemas(schemas, promote_options="permissive")
+
+    def read(
+        self,
+        rels: Sequence[str],
+        schema: pa.Schema,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+    ) -> pa.Table:
+        """The rows of the readable parts among `rels`, cast to `schema`; damaged parts skipped."""
+        rels = self.readable(rels)
+        if not rels:
+            table = schema.empty_table()
+            return table.select(columns) if columns is not None else table
+        try:
+            return self._scan(rels, schema, columns, filter)
+        except FileNotFoundError:
+            raise  # a transaction moved a part meanwhile: the caller lists again
+        except (OSError, pa.ArrowException):
+            pass
+        tables = []
+        for rel in rels:  # slow path: find the part(s) that fail, name them, keep the rest
+            try:
+                tables.append(self._scan([rel], schema, columns, filter))
+            except FileNotFoundError:
+                raise
+            except (OSError, pa.ArrowException) as exc:
+                self.mark_damaged(rel, exc)
+        if not tables:
+            table = schema.empty_table()
+            return table.select(columns) if columns is not None else table
+        return pa.concat_tables(tables)
+
+    def verify(self, rel: str) -> bool:
+        """Read every page of the part (checksums included); False (and recorded) when damaged."""
+        if self.schema(rel) is None:
+            return False
+        try:
+            pq.ParquetFile(self.root.fs.open_input_file(self.root.abs(rel)), page_checksum_verification=True).read()
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            self.mark_damaged(rel, exc)
+            return False
+        return True
+
+    def _scan(
+        self, rels: Sequence[str], schema: pa.Schema, columns: list[str] | None, filter: ds.Expression | None
+    ) -> pa.Table:
+        paths = [self.root.abs(r) for r in rels]
+        dataset = ds.dataset(paths, filesystem=self.root.fs, format=PARQUET, schema=schema)
+        return dataset.to_table(columns=columns, filter=filter)

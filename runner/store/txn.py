@@ -1,0 +1,273 @@
+"""Transactions over part files: every change to the store (a driver's flush, a compaction, a repair)
+adds parts and removes parts atomically for convgrid's readers.
+
+The protocol, in the order it runs (each step durable before the next):
+
+    1. staging   new parts are written under _store/staging/<txn>/ (no reader, no glob ever sees them)
+    2. marker    _store/txn/<txn>.json names every add (staged -> final path), remove and move: the
+                 commit point. Before it exists the transaction never happened; after, it did.
+    3. publish   each staged part is renamed to its final path (runs/task=x/part-...parquet, ...)
+    4. delete    the replaced parts are deleted (deletion last), damaged parts moved to quarantine
+    5. done      the marker and the staging folder are removed
+
+convgrid's readers honour the marker (`View`): a removed part is invisible from step 2 on, a staged
+part is read in place until it is published. A process killed at any step leaves a state the next
+writer (or any command: `recover`) rolls forward (a marker exists) or back (staging without a marker).
+Plain Parquet clients see only final paths, so between steps 3 and 5 they may briefly see both old and
+new parts: that is the transient state a killed command leaves until the next command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from runner.store.files import (
+    delete_quietly,
+    ensure_dir,
+    fsync_dir,
+    is_local,
+    kill_point,
+    read_bytes,
+    write_bytes,
+    write_parquet,
+)
+
+INTERNAL = "_store"
+TXN_DIR = f"{INTERNAL}/txn"
+STAGING_DIR = f"{INTERNAL}/staging"
+QUARANTINE_DIR = f"{INTERNAL}/quarantine"
+# On an object store nothing tells a dead writer's staging from a live one's: leave it this long.
+STALE_STAGING_S = 3600.0
+
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="convgrid-store")
+
+# The phases a transaction passes through, in order: the kill points of the fault tests.
+PHASES = ("staging", "staged", "marked", "publishing", "published", "deleting", "deleted")
+
+
+def new_id() -> str:
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+
+
+def part_name() -> str:
+    """A globally unique part file name; its time prefix sorts parts oldest first."""
+    return f"part-{new_id()}.parquet"
+
+
+@dataclass
+class Marker:
+    """What one committed transaction does; paths are relative to the root."""
+
+    txn: str
+    adds: list[tuple[str, str]] = field(default_factory=list)  # (staged, final)
+    removes: list[str] = field(default_factory=list)
+    moves: list[tuple[str, str]] = field(default_factory=list)  # (damaged part, quarantine path)
+
+    def to_json(self) -> bytes:
+        body = {"txn": self.txn, "adds": self.adds, "removes": self.removes, "moves": self.moves}
+        return json.dumps(body, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Marker:
+        body = json.loads(data)
+        return cls(
+            body["txn"],
+            [(a, b) for a, b in body["adds"]],
+            list(body["removes"]),
+            [(a, b) for a, b in body.get("moves", [])],
+        )
+
+
+class Root:
+    """A filesystem and a base path: where relative store paths live."""
+
+    def __init__(self, fs: pafs.FileSystem, base: str) -> None:
+        self.fs, self.base = fs, base.rstrip("/")
+
+    def abs(self, rel: str) -> str:
+        return f"{self.base}/{rel}" if rel else self.base
+
+    def rel(self, path: str) -> str:
+        return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.abs(rel)).type != pafs.FileType.NotFound
+
+    def listing(self, rel: str) -> list[pafs.FileInfo]:
+        if not self.exists(rel):
+            return []
+        try:
+            return list(self.fs.get_file_info(pafs.FileSelector(self.abs(rel))))
+        except FileNotFoundError:
+            return []
+
+
+def read_markers(root: Root) -> list[Marker]:
+    """Every committed transaction not yet finished (normally none; one after a crash or mid-write)."""
+    markers = []
+    for info in root.listing(TXN_DIR):
+        if info.type != pafs.FileType.File or not info.base_name.endswith(".json") or info.base_name.startswith("."):
+            continue
+        try:
+            markers.append(Marker.from_json(read_bytes(root.fs, info.path)))
+        except FileNotFoundError:
+            continue  # finished between the listing and the read: its effects are in place
+    return markers
+
+
+@dataclass
+class View:
+    """What convgrid's readers must see: final parts minus those removed by a committed transaction,
+    plus committed parts still in staging."""
+
+    removed: set[str] = field(default_factory=set)
+    staged: dict[str, str] = field(default_factory=dict)  # final -> staged, both relative
+
+    @classmethod
+    def of(cls, root: Root) -> View:
+        view = cls()
+        for marker in read_markers(root):
+            view.removed.update(marker.removes)
+            view.removed.update(src for src, _ in marker.moves)
+            view.staged.update({final: staged for staged, final in marker.adds})
+        return view
+
+    def parts(self, root: Root, directory: str) -> list[str]:
+        """Relative paths of the visible parts in `directory` (staged ones by their staged path)."""
+        listed = {
+            f"{directory}/{i.base_name}"
+            for i in root.listing(directory)
+            if i.type == pafs.FileType.File and i.base_name.startswith("part-")
+        }
+        pending = {
+            final: staged
+            for final, staged in self.staged.items()
+            if str(PurePosixPath(final).parent) == directory and final not in listed
+        }
+        visible = [p for p in listed if p not in self.removed]
+        # sorted by part name (its time prefix): oldest first, wherever the file currently lies
+        return sorted([*visible, *pending.values()], key=lambda p: PurePosixPath(p).name)
+
+
+class Transaction:
+    """Collects adds, removes and moves; `commit` runs the protocol above. Callers hold the writer lock."""
+
+    def __init__(self, root: Root, label: str = "append") -> None:
+        self.root, self.label = root, label  # the label names it to the fault tests' kill points
+        self.marker = Marker(new_id())
+        self._writes: list[Future[None]] = []
+
+    def add(self, table: pa.Table, directory: str) -> str:
+        """Stage `table` as a new part of `directory`; returns its final relative path."""
+        if not self.marker.adds:
+            ensure_dir(self.root.fs, self.root.abs(STAGING_DIR))
+        name = part_name()
+        # one flat staging folder, files prefixed by their transaction: no folder to create (and
+        # fsync) per transaction, which is most of a small flush's cost
+        staged, final = f"{STAGING_DIR}/{self.marker.txn}.{name}", f"{directory}/{name}"
+        # parts are written and fsynced in parallel (pyarrow and fsync release the GIL); `commit`
+        # waits for all of them before the marker
+        self._writes.append(_POOL.submit(write_parquet, self.root.fs, table, self.root.abs(staged)))
+        self.marker.adds.append((staged, final))
+        kill_point("staging", self.label)
+        return final
+
+    def remove(self, rel: str) -> None:
+        if rel.startswith(STAGING_DIR):
+            raise ValueError(f"cannot replace {rel}: a committed part still in staging (recover first)")
+        if rel not in self.marker.removes:
+            self.marker.removes.append(rel)
+
+    def quarantine(self, rel: str) -> str:
+        dest = f"{QUARANTINE_DIR}/{self.marker.txn}/{rel}"
+        self.marker.moves.append((rel, dest))
+        return dest
+
+    @property
+    def empty(self) -> bool:
+        return not (self.marker.adds or self.marker.removes or self.marker.moves)
+
+    def commit(self) -> None:
+        if self.empty:
+            return
+        fs = self.root.fs
+        for write in self._writes:
+            write.result()  # a failed write raises here, before anything is committed
+        fsync_dir(fs, self.root.abs(STAGING_DIR))
+        kill_point("staged", self.label)
+        ensure_dir(fs, self.root.abs(TXN_DIR))
+        marker = f"{TXN_DIR}/{self.marker.txn}.json"
+        if is_local(fs):
+            tmp = f"{TXN_DIR}/.{self.marker.txn}.json.tmp"
+            write_bytes(fs, self.root.abs(tmp), self.marker.to_json())
+            fs.move(self.root.abs(tmp), self.root.abs(marker))
+        else:
+            write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
+        fsync_dir(fs, self.root.abs(TXN_DIR))
+        kill_point("marked", self.label)
+        apply(self.root, self.marker, self.label)
+
+
+def apply(root: Root, marker: Marker, label: str = "recover") -> None:
+    """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
+    fs = root.fs
+    touched: set[str] = set()
+    for i, (staged, final) in enumerate(marker.adds):
+        if root.exists(staged):
+            if root.exists(final):
+                delete_quietly(fs, root.abs(staged))  # an object store's move is copy then delete
+            else:
+                parent = str(PurePosixPath(final).parent)
+                ensure_dir(fs, root.abs(parent))
+                fs.move(root.abs(staged), root.abs(final))
+                touched.add(parent)
+        if i == 0:
+            kill_point("publishing", label)
+    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched))
+    kill_point("published", label)
+    touched = set()
+    for src, dest in marker.moves:
+        if root.exists(src):
+            ensure_dir(fs, root.abs(str(PurePosixPath(dest).parent)))
+            fs.move(root.abs(src), root.abs(dest))
+            touched.add(str(PurePosixPath(src).parent))
+    for i, rel in enumerate(marker.removes):
+        delete_quietly(fs, root.abs(rel))
+        touched.add(str(PurePosixPath(rel).parent))
+        if i == 0:
+            kill_point("deleting", label)
+    for directory in touched:
+        fsync_dir(fs, root.abs(directory))
+    kill_point("deleted", label)
+    # No fsync after this delete: if a crash undoes it, recovery applies the marker again, which
+    # finds every add published and every remove gone, and changes nothing.
+    delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
+
+
+def recover(root: Root, locked: bool) -> int:
+    """Finish what dead writers left: roll committed transactions forward, uncommitted staging back,
+    and delete temporary files. `locked`: the caller holds the writer lock, so no staging is live.
+    Returns how many leftovers were dealt with."""
+    done = 0
+    for marker in read_markers(root):
+        apply(root, marker)
+        done += 1
+    for info in root.listing(TXN_DIR):
+        if info.base_name.startswith("."):  # a marker whose writer died before publishing it
+            delete_quietly(root.fs, info.path)
+            done += 1
+    now = time.time()
+    for info in root.listing(STAGING_DIR):  # staged parts of transactions that never committed
+        live_maybe = not locked and not (info.mtime is not None and now - info.mtime.timestamp() > STALE_STAGING_S)
+        if not live_maybe:
+            delete_quietly(root.fs, info.path)
+            done += 1
+    return done
