@@ -72,17 +72,22 @@ def _driver(grid: Path, root: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Path) -> None:
+def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Path, ray_local: object) -> None:
     import yaml
 
+    probe = tmp_path / "finished"
+    probe.mkdir()
+    spec = _sleepy_grid(100, 0.05, "killed")
+    spec["blocks"][0]["params"]["probe_dir"] = str(probe)
     grid = tmp_path / "grid.yaml"
-    grid.write_text(yaml.safe_dump(_sleepy_grid(100, 0.05, "killed")))
+    grid.write_text(yaml.safe_dump(spec))
     root = tmp_path / "results"
-    # Small flushes make a kill during a part write likely; several kills at different moments, each
-    # once this driver has stored something new (a fixed delay would race the start-up on a busy machine).
+    address = ray_local.get_runtime_context().gcs_address
+    # The Ray executor (drivers joined to the module's Ray), small flushes so that a kill during a part
+    # write is likely; several kills at different moments, each once this driver has stored something.
     for delay in (0.0, 0.15, 0.4):
         stored = len(_parts(root))
-        proc = _driver(grid, root, "--executor", "local", "--flush-every", "1")
+        proc = _driver(grid, root, "--address", address, "--workers", "2", "--flush-every", "1")
         deadline = time.monotonic() + 120
         while len(_parts(root)) <= stored and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -91,6 +96,9 @@ def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Pat
         proc.wait(timeout=30)
         ids = _physical_ids(root) if (root / "runs").exists() else []
         assert len(ids) == len(set(ids))  # readable, every visible part complete, nothing twice
+        finished = {float(p.name) for p in probe.iterdir()}
+        stored_x = set(ResultStore(root).read_runs("faulty", columns=["x"])["x"].to_pylist())
+        assert stored_x <= finished  # nothing stored that the probe did not see finish
     before = len(set(_physical_ids(root)))
     assert 0 < before < 100
     final = subprocess.run(
@@ -102,8 +110,8 @@ def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Pat
             str(grid),
             "--results",
             str(root),
-            "--executor",
-            "local",
+            "--address",
+            address,
             "--no-progress",
         ],
         cwd=REPO,

@@ -93,9 +93,7 @@ def _frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 @pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)
 def test_small_grid_runs_and_draws(path: Path, tmp_path: Path) -> None:
-    t0 = time.perf_counter()
     runs, curves = _frames(path)
-    assert time.perf_counter() - t0 < 15.0
     assert set(runs["status"]) == {"ok"}
     name = load_grid(path).name
     written = FIGURES[name](runs, curves, tmp_path)
