@@ -46,8 +46,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 
 # Credentials a results URI, a storage URL or an object-store query string may carry: the password of
-# scheme://user:password@host, a bare token of scheme://token@host, and query values whose names say secret.
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]+)(:[^@/\s]*)?@")
+# scheme://user:password@host (the user name stays: it says whose database it is), and query values
+# whose names say secret.
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]+):[^@/\s]*@")
 _QUERY = re.compile(
     r"([?&;](?:password|passwd|pwd|secret|secret_key|secret_access_key|access_key|token|session_token|"
     r"api_key|apikey|key|sig|signature|credentials?)=)[^&;#\s]*",
@@ -57,8 +58,7 @@ _QUERY = re.compile(
 
 def redact(text: str) -> str:
     """`text` with every credential in a URI replaced by ***: what may be printed or written anywhere."""
-    text = _USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@" if m.group(3) else f"{m.group(1)}***@", text)
-    return _QUERY.sub(r"\1***", text)
+    return _QUERY.sub(r"\1***", _USERINFO.sub(r"\1:***@", text))
 
 
 class Terminated(KeyboardInterrupt):

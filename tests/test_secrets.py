@@ -24,7 +24,7 @@ SECRET = "SuperSecret123"
     [
         ("s3://AKID:SuperSecret123@bucket/p", "s3://AKID:***@bucket/p"),
         ("postgresql://user:SuperSecret123@127.0.0.1:5432/db", "postgresql://user:***@127.0.0.1:5432/db"),
-        ("gs://SuperSecret123@bucket/p", "gs://***@bucket/p"),
+        ("postgresql://postgres@127.0.0.1/db", "postgresql://postgres@127.0.0.1/db"),  # a user name, no secret
         (
             "s3://b/p?endpoint_override=h&secret_key=SuperSecret123&x=1",
             "s3://b/p?endpoint_override=h&secret_key=***&x=1",
