@@ -12,8 +12,7 @@ pays only for what it uses.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tasks.lazy import lazy_exports
 
 _EXPORTS = {
     "Cell": "runner.grid.spec",
@@ -33,8 +32,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'runner' has no attribute {name!r}")
+__getattr__ = lazy_exports("runner", _EXPORTS)

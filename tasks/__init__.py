@@ -6,8 +6,7 @@ pydantic models or torch, so the names below load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tasks.lazy import lazy_exports
 
 _EXPORTS = {
     "FINAL_STATUSES": "tasks.status",
@@ -21,8 +20,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'tasks' has no attribute {name!r}")
+__getattr__ = lazy_exports("tasks", _EXPORTS)

@@ -17,21 +17,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.figures import save_figure
+
 Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
 
 def _done(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["status"].isin(["ok", "diverged"])] if "status" in runs else runs
-
-
-def _save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{stem}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
 
 
 def _quartiles(runs: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:
@@ -111,7 +104,7 @@ def c1_joint_vs_layerwise(
         ax.set_title("C2: layer-2 features along training", fontsize=9)
         ax.legend(fontsize=6)
     fig.suptitle("joint (solid) vs layer-wise (dashed); prototype gap 8.5-74x", fontsize=9)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def c3_gap_sweep(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "c3_gap_sweep") -> list[Path]:
@@ -127,7 +120,7 @@ def c3_gap_sweep(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str =
     ax.set_ylabel("fe_2 right after stage 2")
     ax.set_title("C3: over-fitting of layer 2 grows with the gap", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def _window(runs: pd.DataFrame) -> pd.Series:
@@ -150,7 +143,7 @@ def c4_window(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "c
     ax.set_xlabel("window w (layers l-w..l train at stage l)")
     ax.set_title("C4: how deep BFC must go", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def _bars(ax: plt.Axes, runs: pd.DataFrame, key: str, cols: list[str]) -> None:
@@ -177,7 +170,7 @@ def c5_locality(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = 
     fig, ax = plt.subplots(figsize=(6, 4))
     _bars(ax, runs, "cell", ["wcorr_w2_pre_post", "wcorr_w2_init_final", "wcorr_k2_pre_post", "wgram_change_w2"])
     ax.set_title("C5: neuron-wise cosine of W_2 / K_2 rows, after stage 2 vs final (paper: > 0.9)", fontsize=8)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def c6_kernels(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "c6_kernels") -> list[Path]:
@@ -208,7 +201,7 @@ def c6_kernels(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "
     ax.set_ylabel("test MSE / Var(y)")
     ax.set_title("C6: kernels need far more samples", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def _simple(key: str, cols: list[str], title: str, logx: bool = False) -> Callable[..., list[Path]]:
@@ -223,7 +216,7 @@ def _simple(key: str, cols: list[str], title: str, logx: bool = False) -> Callab
         ax.set_xlabel(key)
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
-        return _save(fig, out_dir, stem)
+        return save_figure(fig, out_dir, stem)
 
     return figure
 
@@ -237,7 +230,7 @@ def _categorical(key: str, cols: list[str], title: str) -> Callable[..., list[Pa
         _bars(ax, runs, "cell", cols)
         ax.set_yscale("log")
         ax.set_title(title, fontsize=9)
-        return _save(fig, out_dir, stem)
+        return save_figure(fig, out_dir, stem)
 
     return figure
 

@@ -22,6 +22,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.figures import save_figure
+
 Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
 COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + [plt.get_cmap("Dark2")(i) for i in range(8)]  # 18 lines
 
@@ -29,15 +31,6 @@ COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + [plt.get_cmap("Dark2")(
 def _done(runs: pd.DataFrame) -> pd.DataFrame:
     out = runs[runs["status"].isin(["ok", "diverged"])] if "status" in runs else runs
     return out[out["algo"] == "l2o"] if "algo" in out else out
-
-
-def _save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{stem}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
 
 
 def _label(key: tuple | str, names: list[str]) -> str:
@@ -103,7 +96,7 @@ def training(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str)
         lo = min(-0.1, float(np.nanquantile(curves[col].replace([np.inf, -np.inf], np.nan), 0.05)))
         ax.set_ylim(max(lo, -2.0), 1.05)
     axes[1].legend(fontsize=7, title="dotted 2/(b+b0), dash-dot best c", title_fontsize=7)
-    return _save(fig, out_dir, f"{stem}_training")
+    return save_figure(fig, out_dir, f"{stem}_training")
 
 
 def _traj(text: object) -> np.ndarray | None:
@@ -135,7 +128,7 @@ def trajectories(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: 
                 ax.plot(np.arange(base.size), base, color="black", ls=ls, lw=1.2, label=name)
         ax.set(yscale="log", xlabel="GD iteration t", ylabel="F(X_t)", title=_label(key, keys))
         ax.legend(fontsize=6, ncol=2)
-    return _save(fig, out_dir, f"{stem}_trajectories")
+    return save_figure(fig, out_dir, f"{stem}_trajectories")
 
 
 def final_vs(runs: pd.DataFrame, out_dir: Path, stem: str, x: str, title: str) -> list[Path]:
@@ -155,7 +148,7 @@ def final_vs(runs: pd.DataFrame, out_dir: Path, stem: str, x: str, title: str) -
         ax.set(xscale="log", xlabel=x, ylabel=col, title=f"{title}: {col} (dotted: 2/(beta+beta0))")
         ax.set_ylim(max(-2.0, min(-0.1, float(runs[col].min()) - 0.05)), 1.05)
         ax.legend(fontsize=7)
-    return _save(fig, out_dir, f"{stem}_final_vs_{x}")
+    return save_figure(fig, out_dir, f"{stem}_final_vs_{x}")
 
 
 def width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
@@ -175,7 +168,7 @@ def width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str) ->
     axes[1].plot(n2, (med["alpha0_thin"] / med["sigma_max_g0"]).clip(lower=1e-300), "o-", label="alpha_0 / sigma_max")
     axes[1].set(xscale="log", yscale="log", xlabel="n2", title="alpha_0 relative to sigma_max (C6)")
     axes[1].legend(fontsize=7)
-    out = _save(fig, out_dir, f"{stem}_rank")
+    out = save_figure(fig, out_dir, f"{stem}_rank")
     return out + training(runs, curves, out_dir, stem)
 
 
@@ -200,7 +193,7 @@ def e_threshold(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     axes[0].set(xscale="log", yscale="log", xlabel="e", ylabel="r_T (clipped at 1e-6)", title="improvement vs e (C8)")
     axes[0].legend(fontsize=6, ncol=2)
     axes[1].set(xscale="log", yscale="log", xlabel="lr e^{2(L-1)}", title="the same against eta_eff (spec G6)")
-    return _save(fig, out_dir, f"{stem}_e_threshold")
+    return save_figure(fig, out_dir, f"{stem}_e_threshold")
 
 
 def learned_steps(runs: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
@@ -229,7 +222,7 @@ def learned_steps(runs: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
         title="learned multipliers (dotted: 2 beta/(beta+beta0), dash-dot: best c)",
     )
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, f"{stem}_steps")
+    return save_figure(fig, out_dir, f"{stem}_steps")
 
 
 def main_fig(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:

@@ -4,7 +4,6 @@ numbers drawn beside ours where it reports them. pandas, numpy and matplotlib on
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -14,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.figures import Figure, save_figure
 from analysis.ldminv import paper
 from analysis.ldminv.frames import (
     coeffs,
@@ -24,17 +24,6 @@ from analysis.ldminv.frames import (
     opt_label,
     trained,
 )
-
-Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
-
-
-def _save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{stem}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
 
 
 def fig1_kl(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -59,7 +48,7 @@ def fig1_kl(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pat
     fig.suptitle(
         "Fig. 1(a): median log10 TestLoss; paper LD-Minv: (K,L)=(7,4) -1.0, (7,9) -4.6, (2,9) +0.32", fontsize=9
     )
-    return _save(fig, out_dir, "fig1_kl")
+    return save_figure(fig, out_dir, "fig1_kl")
 
 
 def _sweep(runs: pd.DataFrame, out_dir: Path, axis: str, stem: str, title: str) -> list[Path]:
@@ -80,7 +69,7 @@ def _sweep(runs: pd.DataFrame, out_dir: Path, axis: str, stem: str, title: str) 
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)
 
 
 def fig1_k(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -109,7 +98,7 @@ def table2_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
     ax.set_title("Table 2: K = 4, L = 10, A = U S V, S ~ U(1/kappa, 1)", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return _save(fig, out_dir, "table2_kappa")
+    return save_figure(fig, out_dir, "table2_kappa")
 
 
 def table3_dsvd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -149,7 +138,7 @@ def table3_dsvd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle("Table 3: D-SVD, inner LD-Minv K = 6, L = 4", fontsize=9)
-    return _save(fig, out_dir, "table3_dsvd")
+    return save_figure(fig, out_dir, "table3_dsvd")
 
 
 def theory_lemma1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -167,7 +156,7 @@ def theory_lemma1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> li
     ax.set_xticks(x, labels, rotation=70, fontsize=6)
     ax.set_title("Lemma 1 / Prop. 1 on the float64 matrix path (fixed D-Minv)", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, "theory_lemma1")
+    return save_figure(fig, out_dir, "theory_lemma1")
 
 
 def theory_prop1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -186,7 +175,7 @@ def theory_prop1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
     fig.suptitle(
         "Prop. 1 on rank-deficient A: float64 stays invariant, float32 null-space noise grows (spec 6.4)", fontsize=9
     )
-    return _save(fig, out_dir, "theory_prop1")
+    return save_figure(fig, out_dir, "theory_prop1")
 
 
 def _xy(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -217,7 +206,7 @@ def theory_cost(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
     ax.set_title("Cost to a fixed precision ~ L/ln L (spec 4.3)", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, out_dir, "theory_cost")
+    return save_figure(fig, out_dir, "theory_cost")
 
 
 def theory_lemma2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -233,7 +222,7 @@ def theory_lemma2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> li
     ax.set_ylabel("learned C_k (init 0)")
     ax.set_title("Lemma 2: warm-up coefficients after GD (theory: C_k -> about 1 for k < K)", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, "theory_lemma2")
+    return save_figure(fig, out_dir, "theory_lemma2")
 
 
 def theory_thm1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -248,7 +237,7 @@ def theory_thm1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
     ax.set_ylabel("training loss Eq. 4 (median over seeds)")
     ax.set_title("Theorem 1: full-batch GD on the coefficients (linear convergence?)", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, "theory_thm1")
+    return save_figure(fig, out_dir, "theory_thm1")
 
 
 def theory_thm2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -268,7 +257,7 @@ def theory_thm2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
         ax.legend()
         ax.grid(alpha=0.3)
     fig.suptitle("Theorem 2: generalisation gap against K and n", fontsize=9)
-    return _save(fig, out_dir, "theory_thm2")
+    return save_figure(fig, out_dir, "theory_thm2")
 
 
 def theory_prop4(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -282,7 +271,7 @@ def theory_prop4(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
     ax.set_ylabel("||e_K||_inf")
     ax.legend(fontsize=8)
     ax.set_title("Prop. 4: perturbed coefficients leave a floor about 2 delta", fontsize=9)
-    return _save(fig, out_dir, "theory_prop4")
+    return save_figure(fig, out_dir, "theory_prop4")
 
 
 FIGURES: dict[str, Figure] = {

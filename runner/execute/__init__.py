@@ -5,8 +5,7 @@ Executor contract. Executors load on first use: importing this package imports n
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tasks.lazy import lazy_exports
 
 _EXPORTS = {
     "Executor": "runner.execute.base",
@@ -18,8 +17,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'runner.execute' has no attribute {name!r}")
+__getattr__ = lazy_exports("runner.execute", _EXPORTS)
