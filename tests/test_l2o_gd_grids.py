@@ -4,9 +4,7 @@ real runs; and one small grid goes end to end through `convgrid run`, `report` a
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
@@ -17,8 +15,9 @@ from analysis.l2o_gd.figures import FIGURES
 from runner.cli import main
 from runner.grid.spec import load_grid
 from tasks.base import RunContext
-from tasks.l2o_gd.params import GDParams, L2OParams
+from tasks.l2o_gd.params import L2OParams
 from tasks.l2o_gd.task import L2OGDTask
+from tests.grid_frames import grid_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "grids" / "l2o_gd"
@@ -66,29 +65,7 @@ def test_main_grid_is_the_paper_run_and_a_shrunken_copy_runs_one_epoch() -> None
 
 
 def _frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows: list[dict[str, Any]] = []
-    curves = []
-    for i, cell in enumerate(load_grid(path).cells):
-        t0 = time.perf_counter()
-        assert isinstance(cell.params, L2OParams | GDParams)
-        res = TASK.run(cell.params, RunContext())
-        res.validate(TASK)
-        run_id = f"{path.stem}-{i}"
-        rows.append(
-            {
-                "run_id": run_id,
-                "status": res.status,
-                **cell.params.model_dump(mode="json"),
-                **res.summary,
-                "flops": res.flops,
-                "n_steps": res.n_steps,
-                "wall_s": time.perf_counter() - t0,
-            }
-        )
-        c = pd.DataFrame(res.curve)
-        c.insert(0, "run_id", run_id)
-        curves.append(c)
-    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+    return grid_frames(path)
 
 
 @pytest.mark.parametrize("path", SMALL, ids=lambda p: p.stem)

@@ -14,8 +14,8 @@ from pydantic import TypeAdapter
 
 from analysis.linear_resnet.figures import FIGURES
 from runner.grid.spec import load_grid
-from tasks.base import RunContext
 from tasks.linear_resnet.task import LinearResNetTask
+from tests.grid_frames import grid_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "grids" / "linear_resnet"
@@ -33,27 +33,7 @@ def expand(path: Path) -> Iterator[Any]:
 
 def frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """runs (one row per run: run_id, status, params, summary, flops, n_steps, wall_s) and curves."""
-    rows, curves = [], []
-    for i, p in enumerate(expand(path)):
-        t0 = time.perf_counter()
-        res = TASK.run(p, RunContext())
-        res.validate(TASK)
-        run_id = f"{path.stem}-{i}"
-        rows.append(
-            {
-                "run_id": run_id,
-                "status": res.status,
-                **p.model_dump(mode="json"),
-                **res.summary,
-                "flops": res.flops,
-                "n_steps": res.n_steps,
-                "wall_s": time.perf_counter() - t0,
-            }
-        )
-        curve = pd.DataFrame(res.curve)
-        curve.insert(0, "run_id", run_id)
-        curves.append(curve)
-    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+    return grid_frames(path)
 
 
 def grid_name(path: Path) -> str:
