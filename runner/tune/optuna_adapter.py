@@ -14,15 +14,14 @@ from typing import Any
 
 from runner.errors import ConfigError, redact
 from runner.store import ResultStore
-from runner.tune.spec import (
+from runner.tune.space import (
     CategoricalParam,
     FloatParam,
     FloatVectorParam,
     IntParam,
-    StudyPlan,
     element_name,
-    load_study,
 )
+from runner.tune.spec import StudyPlan, load_study
 
 JOURNAL_NAME = "optuna.journal"
 

@@ -14,13 +14,27 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from runner.errors import ConfigError, did_you_mean
 from runner.grid.identity import ParamValueError, run_id, validate_params
 from runner.grid.spec import Cell, params_error, read_source
+from runner.tune.space import (
+    MAX_GRID_POINTS,
+    AnySpaceParam,
+    CategoricalParam,
+    FloatParam,
+    FloatVectorParam,
+    IntParam,
+    SpaceParam,
+    Strict,
+    element_name,
+    extremes,
+    first_point,
+    grid_points,
+)
 from tasks import Task, UnknownTaskError, get_task, task_names
 
 # Run columns an objective may name besides the task's summary metrics.
@@ -29,68 +43,7 @@ SAMPLERS = ("tpe", "cmaes", "gp", "grid", "random")
 PRUNERS = ("nop", "median", "successive_halving", "hyperband")
 
 
-# Bounds of a search space must be numbers Optuna can sample between (`high: .inf` is not).
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-MAX_GRID_POINTS = 1_000_000  # the grid sampler materialises its grid; more points than this is a typo
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class FloatParam(_Strict):
-    type: Literal["float"]
-    low: FiniteFloat
-    high: FiniteFloat
-    log: bool = False
-    step: float | None = Field(None, gt=0)
-    grid: list[float] | None = Field(None, min_length=1, description="the points the grid sampler visits")
-
-
-class IntParam(_Strict):
-    type: Literal["int"]
-    low: int
-    high: int
-    log: bool = False
-    step: int = Field(1, ge=1)
-    grid: list[int] | None = Field(None, min_length=1)
-
-
-class CategoricalParam(_Strict):
-    type: Literal["categorical"]
-    choices: list[None | bool | int | float | str] = Field(min_length=1)
-
-
-class FloatVectorParam(_Strict):
-    """A list-valued param searched element-wise, e.g. the K*L coefficients of a learned polynomial.
-
-    The sampler sees `size` floats named `name[0]`, ..., `name[size-1]`; the task receives one list.
-    `start` (a value for every element, or one per element) is where CMA-ES centres its first
-    generation and what the space's validation point uses."""
-
-    type: Literal["float_vector"]
-    size: int = Field(ge=1, le=4096)
-    low: FiniteFloat
-    high: FiniteFloat
-    log: bool = False
-    start: float | list[float] | None = None
-
-    def start_values(self) -> list[float]:
-        if self.start is None:
-            return [self.low] * self.size
-        return list(self.start) if isinstance(self.start, list) else [self.start] * self.size
-
-
-SpaceParam = Annotated[FloatParam | IntParam | CategoricalParam | FloatVectorParam, Field(discriminator="type")]
-AnySpaceParam = FloatParam | IntParam | CategoricalParam | FloatVectorParam
-
-
-def element_name(name: str, i: int) -> str:
-    """The sampler's name of element i of a vector param (also its key in the trials/ params)."""
-    return f"{name}[{i}]"
-
-
-class Objective(_Strict):
+class Objective(Strict):
     metric: str
     direction: Literal["minimize", "maximize"] = "minimize"
     log: bool = Field(False, description="tell log10(metric) (values <= 0 are clipped to 1e-300 first)")
@@ -99,13 +52,13 @@ class Objective(_Strict):
     )
 
 
-class SamplerSpec(_Strict):
+class SamplerSpec(Strict):
     name: Literal["tpe", "cmaes", "gp", "grid", "random"] = "tpe"
     seed: int | None = 0
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class PrunerSpec(_Strict):
+class PrunerSpec(Strict):
     name: Literal["nop", "median", "successive_halving", "hyperband"] = "nop"
     options: dict[str, Any] = Field(default_factory=dict)
     metric: str | None = Field(None, description="curve column reported as the intermediate value")
@@ -113,11 +66,11 @@ class PrunerSpec(_Strict):
     every: int = Field(1, ge=1, description="forward only steps divisible by this (aligned across trials)")
 
 
-class Baseline(_Strict):
+class Baseline(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class StudyFile(_Strict):
+class StudyFile(Strict):
     name: str | None = None
     description: str = ""
     task: str
@@ -266,28 +219,12 @@ def _check_params(
         raise ConfigError(f"{exc}; with {varied}", file=file, key=where) from None
 
 
-def _first(p: AnySpaceParam) -> Any:
-    if isinstance(p, CategoricalParam):
-        return p.choices[0]
-    if isinstance(p, FloatVectorParam):
-        return p.start_values()
-    return p.grid[0] if p.grid else p.low
-
-
-def _extremes(p: AnySpaceParam) -> list[Any]:
-    if isinstance(p, CategoricalParam):
-        return list(p.choices)
-    if isinstance(p, FloatVectorParam):
-        return [[p.low] * p.size, [p.high] * p.size]
-    return list(p.grid) if p.grid else [p.low, p.high]
-
-
 def _corners(space: dict[str, Any]) -> list[dict[str, Any]]:
     """The first point of the space, then each param at each of its extremes (others at first)."""
-    first = {n: _first(p) for n, p in space.items()}
+    first = {n: first_point(p) for n, p in space.items()}
     out = [first]
     for n, p in space.items():
-        out.extend({**first, n: v} for v in _extremes(p))
+        out.extend({**first, n: v} for v in extremes(p))
     return out
 
 
@@ -300,22 +237,10 @@ def _check_vector(p: FloatVectorParam, sampler: str, file: str, key: str) -> Non
         raise ConfigError(f"start values must lie in [{p.low}, {p.high}]", file=file, key=f"{key}.start")
 
 
-def _grid_points(p: AnySpaceParam) -> int:
-    """How many points the grid sampler would visit for one param, counted without listing them."""
-    if isinstance(p, CategoricalParam):
-        return len(p.choices)
-    if isinstance(p, FloatVectorParam):
-        return 0  # refused separately
-    if p.grid is not None:
-        return len(p.grid)
-    step = p.step or 1
-    return int(math.floor((p.high - p.low) / step + 1e-9)) + 1
-
-
 def _check_grid_size(space: dict[str, AnySpaceParam], file: str) -> None:
-    total = math.prod(_grid_points(p) for p in space.values())
+    total = math.prod(grid_points(p) for p in space.values())
     if total > MAX_GRID_POINTS:
-        sizes = ", ".join(f"{n}: {_grid_points(p):,}" for n, p in space.items())
+        sizes = ", ".join(f"{n}: {grid_points(p):,}" for n, p in space.items())
         raise ConfigError(
             f"the grid sampler's space has {total:,} points ({sizes}), more than {MAX_GRID_POINTS:,}; "
             "use a coarser step or a grid list",
