@@ -127,6 +127,29 @@ class Task(Hashable, Protocol):
     def run(self, p: Any, ctx: RunContext) -> Result: ...
 
 
+@runtime_checkable
+class BatchableTask(Task, Protocol):
+    """A task that can run many configs of one shape as one batched computation (HFTA-style: batched
+    matmuls or `torch.func.vmap` over a leading config axis).
+
+    `batch_key(p)`: configs with equal keys (never None) may share a batch: the key holds everything
+    that fixes tensor shapes and the algorithm (dims, depth, width, algorithm, dtype, n_iters...), not
+    what varies per member (seed, init scale, step size, coefficients). None means "run alone".
+    `batch_bytes(p)`: the device memory one member needs, so the executor can size batches for memory.
+    `run_batch(ps, ctxs)`: one Result per member, in order, each equal to `run(p, ctx)` of that member
+    alone (float64: to 1e-12 relative; run ids, statuses, steps, curves identical). `ctxs` are the
+    members' own contexts (same device and threads, each with its own deadline and reporter): a member
+    that diverges, or whose `ctx.report` answers False, stops alone at its own step with the status and
+    `diverged_step` its single run would have; the others go on.
+    """
+
+    def batch_key(self, p: Any) -> Hashable | None: ...
+
+    def batch_bytes(self, p: Any) -> int: ...
+
+    def run_batch(self, ps: Sequence[Any], ctxs: Sequence[RunContext]) -> list[Result]: ...
+
+
 def is_diverged(value: float, limit: float = 1e150) -> bool:
     """A metric that is NaN, infinite or astronomically large means the learner diverged."""
     return not math.isfinite(value) or abs(value) > limit
