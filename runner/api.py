@@ -60,7 +60,9 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
     if kind == "local":
         from runner.execute.local import LocalExecutor
 
-        return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"))
+        return LocalExecutor(
+            threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"), batch=options.get("batch", True)
+        )
     if kind == "ray":
         from runner.execute.ray_pool import RayExecutor
 

@@ -63,6 +63,11 @@ def add_execution_options(p: argparse.ArgumentParser, flush_every: bool = True) 
         help="write parts at least every S seconds (default 2): a crash loses at most that much finished work",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    p.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="run every cell alone, never as a batched call of cells with equal batch keys (comparisons, debugging)",
+    )
 
 
 def check_results_root(results: str) -> None:
@@ -90,6 +95,7 @@ def executor_options(args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         "timeout_s": args.timeout,
         "grace_s": args.grace,
+        "batch": not args.no_batch,
     }
 
 

@@ -26,6 +26,17 @@ class WorkItem:
     params: dict[str, Any]  # full validated params, JSON-ready
 
 
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How a worker groups the cells of a chunk into batched calls (runner.execute.batching).
+    `enabled=False` runs every cell alone (comparisons, debugging); `budget_bytes=None` picks the
+    device's default (a fraction of free GPU memory, a fixed budget on the CPU)."""
+
+    enabled: bool = True
+    max_size: int = 64
+    budget_bytes: int | None = None
+
+
 # A run's `RunContext.report` callback: (step, metrics) -> go on?
 Reporter = Callable[[int, Mapping[str, float]], bool]
 # Builds the reporter of one run where the run executes (so it must pickle for Ray).

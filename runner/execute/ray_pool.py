@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import BatchPolicy, Judge, ReportChannel, ReportSpec, WorkItem
 from runner.store.records import RunRecord
 
 
@@ -62,6 +62,8 @@ class RayExecutor:
     target_chunk_s: float = 1.0
     in_flight_per_worker: int = 2
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
+    batch: bool = True  # run cells with equal batch keys as one batched call (False: every cell alone)
+    max_batch: int = 64
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
     down: dict[int, Any] = field(default_factory=dict, init=False)  # dead actor index -> its liveness probe
@@ -97,6 +99,13 @@ class RayExecutor:
 
         self.start()
         lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
+        keys: dict[str, Any] = {}
+        if self.batch:  # equal keys adjacent, so that a chunk cut from the front holds whole batches
+            from runner.execute.batching import order_by_key
+
+            ordered = order_by_key(items)
+            keys = {item.run_id: key for item, key in ordered}
+            items = [item for item, _ in ordered]
         queue: deque[WorkItem] = deque(items)
         sizer = ChunkSizer(self.target_chunk_s)
         pending: dict[Any, _Chunk] = {}  # a chunk's streaming generator -> what it was given
@@ -104,7 +113,7 @@ class RayExecutor:
         killed: set[str] = set()  # run ids recorded as hard timeouts; dropped when their chunk is requeued
         last_check = time.monotonic()
         while queue or pending:
-            self._fill(queue, pending, load, sizer, channel.reporters if channel is not None else None)
+            self._fill(queue, pending, load, sizer, channel.reporters if channel is not None else None, keys)
             probes = {ref: idx for idx, ref in self.down.items()}
             ready, _ = ray.wait([*pending, *probes], num_returns=1, timeout=self._poll_s())
             if not ready:
@@ -165,15 +174,33 @@ class RayExecutor:
         load: list[int],
         sizer: ChunkSizer,
         reporters: Any,
+        keys: dict[str, Any],
     ) -> None:
         alive = [idx for idx in range(len(self.actors)) if idx not in self.down]
+        policy = BatchPolicy(enabled=self.batch, max_size=self.max_batch)
         for idx in sorted(alive, key=load.__getitem__):
             while queue and load[idx] < self.in_flight_per_worker:
-                n = sizer.size(len(queue), len(alive) * self.in_flight_per_worker)
+                slots = len(alive) * self.in_flight_per_worker
+                n = max(sizer.size(len(queue), slots), self._batch_at_front(queue, keys, slots))
                 chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
-                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = _Chunk(idx, chunk)
+                gen = self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters, policy)
+                pending[gen] = _Chunk(idx, chunk)
                 load[idx] += 1
                 self.chunks_submitted += 1
+
+    def _batch_at_front(self, queue: deque[WorkItem], keys: dict[str, Any], slots: int) -> int:
+        """How many items at the queue's front share one batch key (at most a batch, and at most a fair
+        share of the rest, so that every actor still gets work): a chunk holds at least that many."""
+        key = keys.get(queue[0].run_id) if queue else None
+        if key is None:
+            return 1
+        cap = min(self.max_batch, max(1, math.ceil(len(queue) / slots)))
+        n = 0
+        for item in queue:
+            if n >= cap or keys.get(item.run_id) != key:
+                break
+            n += 1
+        return n
 
     def _poll_s(self) -> float:
         """How long to wait for a record before yielding control: short enough for the caller's flush
@@ -195,13 +222,13 @@ class RayExecutor:
             return
         items = {i.run_id: i for c in pending.values() for i in c.items}
         for idx, state in zip(busy, states, strict=True):
-            if state is None or state[1] < limit or state[0] in killed:
+            if state is None or state[1] < limit or killed.issuperset(state[0]):
                 continue
-            run_id, elapsed = state
-            killed.add(run_id)
+            run_ids, elapsed = state
+            killed.update(run_ids)
             ray.kill(self.actors[idx], no_restart=False)
             self.hard_kills += 1
-            yield [timeout_record(items[run_id], elapsed, self.timeout_s)]
+            yield [timeout_record(items[run_id], elapsed, self.timeout_s) for run_id in run_ids]
 
     def worker_pids(self) -> list[int]:
         import ray
