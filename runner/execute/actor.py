@@ -22,10 +22,18 @@ from runner.store.records import RunRecord
 
 
 class _ChunkActor:
-    def __init__(self, threads: int, device: str) -> None:
+    def __init__(self, threads: int, device: str, gpu_fraction: float | None = None) -> None:
         configure_threads(threads)
         self.threads = threads
         self.device = device
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                self.device = "cpu"  # a GPU Ray counted but torch cannot see (a simulated GPU node)
+            elif gpu_fraction is not None and gpu_fraction < 1:
+                # Ray's fractional GPUs are bookkeeping only: the cap on this process's allocations is ours.
+                torch.cuda.set_per_process_memory_fraction(gpu_fraction)
         self._lock = threading.Lock()
         self._current: tuple[tuple[str, ...], float] | None = None
 
@@ -68,6 +76,11 @@ class _ChunkActor:
     @ray.method(concurrency_group="control")
     def pid(self) -> int:
         return os.getpid()
+
+    @ray.method(concurrency_group="control")
+    def placement(self) -> tuple[str, str]:
+        """(Ray node id, device the runs compute on) of this actor."""
+        return ray.get_runtime_context().get_node_id(), self.device
 
 
 # Applied as a call, not a decorator, so that type checkers see the plain class above and the actor

@@ -20,6 +20,7 @@ class LocalExecutor:
     timeout_s: float | None = None
     batch: bool = True
     max_batch: int = 64
+    device: str = "cpu"  # "cuda": tasks that compute on ctx.device use this process's GPU
     name: str = "local"
 
     def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
@@ -28,6 +29,7 @@ class LocalExecutor:
         configure_threads(self.threads)
         records = run_items(
             items,
+            device=self.device,
             threads=self.threads,
             timeout_s=self.timeout_s,
             reporters=channel.reporters if channel is not None else None,

@@ -64,8 +64,10 @@ class RayExecutor:
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
     batch: bool = True  # run cells with equal batch keys as one batched call (False: every cell alone)
     max_batch: int = 64
+    gpus_per_worker: float = 0.0  # > 0: GPU actors (num_gpus=this) for tasks that compute on ctx.device
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
+    kinds: list[str] = field(default_factory=list, init=False)  # "gpu" or "cpu", per actor
     down: dict[int, Any] = field(default_factory=dict, init=False)  # dead actor index -> its liveness probe
     chunks_submitted: int = field(default=0, init=False)
     chunks_resubmitted: int = field(default=0, init=False)
@@ -81,10 +83,18 @@ class RayExecutor:
         ray = connect(self.address, runtime_env=runtime_env()) if self.address else connect(None)
         from runner.execute.actor import ChunkActor  # imports ray: only after connect set its environment
 
-        # One actor per CPU slot. The shipped tasks compute on the CPU (float64, small matrices), so
-        # actors reserve no GPU; a task that uses ctx.device would add a GPU-share option here.
-        n = self.workers if self.workers is not None else int(ray.cluster_resources().get("CPU", 1) // self.threads)
-        self.actors = [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(max(1, n))]
+        # With a GPU share: one actor per share of the cluster's GPUs (Ray places them on GPU nodes only),
+        # for the tasks that compute on ctx.device; CPU actors on the CPU slots left, for the others.
+        # Without: one CPU actor per CPU slot.
+        resources = ray.cluster_resources()
+        f = self.gpus_per_worker
+        n_gpu = int(resources.get("GPU", 0) // f) if f > 0 else 0
+        gpu = ChunkActor.options(num_cpus=self.threads, num_gpus=f)
+        self.actors = [gpu.remote(self.threads, "cuda", f) for _ in range(n_gpu)]
+        free = int(resources.get("CPU", 1) // self.threads) - n_gpu
+        n = self.workers if self.workers is not None else (free if n_gpu else max(1, free))
+        self.actors += [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(n)]
+        self.kinds = ["gpu"] * n_gpu + ["cpu"] * (len(self.actors) - n_gpu)
         self.down = {}
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
@@ -106,14 +116,16 @@ class RayExecutor:
             ordered = order_by_key(items)
             keys = {item.run_id: key for item, key in ordered}
             items = [item for item, _ in ordered]
-        queue: deque[WorkItem] = deque(items)
+        queues: dict[str, deque[WorkItem]] = {"gpu": deque(), "cpu": deque()}
+        for item in items:
+            queues[self._kind(item)].append(item)
         sizer = ChunkSizer(self.target_chunk_s)
         pending: dict[Any, _Chunk] = {}  # a chunk's streaming generator -> what it was given
         load = [0] * len(self.actors)
         killed: set[str] = set()  # run ids recorded as hard timeouts; dropped when their chunk is requeued
         last_check = time.monotonic()
-        while queue or pending:
-            self._fill(queue, pending, load, sizer, channel.reporters if channel is not None else None, keys)
+        while queues["gpu"] or queues["cpu"] or pending:
+            self._fill(queues, pending, load, sizer, channel.reporters if channel is not None else None, keys)
             probes = {ref: idx for idx, ref in self.down.items()}
             ready, _ = ray.wait([*pending, *probes], num_returns=1, timeout=self._poll_s())
             if not ready:
@@ -144,7 +156,7 @@ class RayExecutor:
                     load[idx] = 0
                     for lost_chunk in reversed(mine):
                         rest = [i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed]
-                        queue.extendleft(reversed(rest))
+                        queues[self.kinds[idx]].extendleft(reversed(rest))
                     self.chunks_resubmitted += len(mine)
                     self.down.setdefault(idx, self.actors[idx].pid.remote())
                     continue
@@ -169,7 +181,7 @@ class RayExecutor:
 
     def _fill(
         self,
-        queue: deque[WorkItem],
+        queues: dict[str, deque[WorkItem]],
         pending: dict[Any, _Chunk],
         load: list[int],
         sizer: ChunkSizer,
@@ -179,14 +191,27 @@ class RayExecutor:
         alive = [idx for idx in range(len(self.actors)) if idx not in self.down]
         policy = BatchPolicy(enabled=self.batch, max_size=self.max_batch)
         for idx in sorted(alive, key=load.__getitem__):
+            queue = queues[self.kinds[idx]]
             while queue and load[idx] < self.in_flight_per_worker:
-                slots = len(alive) * self.in_flight_per_worker
+                slots = sum(self.kinds[i] == self.kinds[idx] for i in alive) * self.in_flight_per_worker
                 n = max(sizer.size(len(queue), slots), self._batch_at_front(queue, keys, slots))
                 chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
                 gen = self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters, policy)
                 pending[gen] = _Chunk(idx, chunk)
                 load[idx] += 1
                 self.chunks_submitted += 1
+
+    def _kind(self, item: WorkItem) -> str:
+        """Which actors run `item`: GPU actors when there are some and its task computes on ctx.device."""
+        if "gpu" not in self.kinds or "cpu" not in self.kinds:
+            return self.kinds[0]  # one kind of actor: it runs everything (a CPU task on a GPU actor uses the CPU)
+        from tasks.base import device_for
+        from tasks.registry import get_task
+
+        try:
+            return "gpu" if device_for(get_task(item.task), "cuda") != "cpu" else "cpu"
+        except Exception:  # noqa: BLE001 - a task that cannot load fails on whichever actor runs it, as a record
+            return "cpu"
 
     def _batch_at_front(self, queue: deque[WorkItem], keys: dict[str, Any], slots: int) -> int:
         """How many items at the queue's front share one batch key (at most a batch, and at most a fair
@@ -242,4 +267,5 @@ class RayExecutor:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
+        self.kinds = []
         self.down = {}

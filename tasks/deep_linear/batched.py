@@ -7,9 +7,10 @@ another kernel than a plain matrix product (a naive loop instead of BLAS below a
 per matrix), so the two differ in the last bits, and the exact line search of BCGD amplifies that to
 1e-7 relative near the error floor within 80 iterations. The batched kernel gives every member the same
 bits whatever the batch size (products with one column excepted, which is why those configs run alone),
-so a member of a batch of 64 equals its single run exactly. Covered: GD (both step rules) and L2 BCGD with the exact line search
-(eq. 3.4, one step per member and layer) or a constant step; the rest (L4 loss, the Thm 3.2 rules and
-checks, BCSGD) runs alone.
+so a member of a batch of 64 equals its single run exactly.
+
+Covered: GD (both step rules) and L2 BCGD with the exact line search (eq. 3.4, one step per member and
+layer) or a constant step; the rest (L4 loss, the Thm 3.2 rules and checks, BCSGD) runs alone.
 
 The learners are the single-run ones (`gd_steps`, `gauss_seidel_slots`, `layer_gradients`,
 `apply_update` work on a stack as on one matrix); per-member scalars (steps, line-search numerators and
@@ -66,7 +67,9 @@ def batch_bytes(p: AnyParams) -> int:
     return itemsize * (4 * weights + products + data)
 
 
-def run_batch(ps: Sequence[AnyParams], ctxs: Sequence[RunContext], summary_fields: dict[str, FieldType]) -> list[Result]:
+def run_batch(
+    ps: Sequence[AnyParams], ctxs: Sequence[RunContext], summary_fields: dict[str, FieldType]
+) -> list[Result]:
     """One Result per member, each equal to the member's single run (see the module docstring)."""
     keys = {batch_key(p) for p in ps}
     if len(keys) != 1 or None in keys:

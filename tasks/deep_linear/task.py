@@ -25,6 +25,7 @@ from tasks.deep_linear.tracker import Tracker, prepare
 class DeepLinearTask:
     name: ClassVar[str] = "deep_linear"
     version: ClassVar[str] = "2"  # 2: GD and L2 BCGD compute with a leading config axis (last-bit changes)
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # computes on ctx.device (tasks.base.device_for)
     Params: ClassVar[Any] = DeepLinearParams
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "err_0": "float",

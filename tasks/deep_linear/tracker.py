@@ -83,7 +83,12 @@ def prepare(p: AnyParams, summary_fields: dict[str, FieldType], device: str = "c
     numbers do not depend on where it computes) and moved to `device`; the theory's predictions."""
     prob = make_problem(p)
     ws = init_weights(
-        p.init, p.layer_widths(), p.init_seed_eff(), torch_dtype(p.dtype), balanced_std=p.balanced_std, random_std=p.random_std
+        p.init,
+        p.layer_widths(),
+        p.init_seed_eff(),
+        torch_dtype(p.dtype),
+        balanced_std=p.balanced_std,
+        random_std=p.random_std,
     )
     summary: dict[str, Any] = {k: NAN for k, t in summary_fields.items() if t == "float"}
     summary.update(theory_summary(p, prob, end_to_end(ws)))
