@@ -16,14 +16,15 @@ The learners are the single-run ones (`gd_steps`, `gauss_seidel_slots`, `layer_g
 `apply_update` work on a stack as on one matrix); per-member scalars (steps, line-search numerators and
 denominators) are tensors with one entry per member. Each member has its own Tracker, so early stop,
 divergence, curve, pruning (its own `ctx.report`) and deadline are judged per member at its own step.
-A member that stopped stays in the stack (its rows keep computing, possibly NaN, touching no other
-member's rows) until every member has stopped: cutting it out would change no other member's numbers
-but would cost a re-stack of every cached product.
+A member that stops leaves a GD stack (its rows are gathered out; the others' numbers do not change,
+the batched kernel being blind to the batch size). In a BCGD stack it stays until every member has
+stopped (its rows keep computing, possibly NaN, touching no other member's rows): the sweep caches
+products of every row, and cutting them all would cost more than the rows it saves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Generator, Hashable, Sequence
 
 import torch
 
@@ -83,16 +84,23 @@ def run_batch(
         ws = [torch.stack([s.ws[j] for s in setups]) for j in range(len(setups[0].ws))]
         sxx = torch.stack([s.prob.sxx for s in setups])
         syx = torch.stack([s.prob.syx for s in setups])
-        updates = _gd(ps, setups, sxx, syx, ws, counter) if ps[0].algo == "gd" else _bcgd(ps, sxx, syx, ws, counter)
-        errors = _errors(setups)
+        compacts = ps[0].algo == "gd"  # GD's state is its weights: dropping stopped rows is one gather
+        updates = _gd(ps, setups, sxx, syx, ws, counter) if compacts else _bcgd(ps, sxx, syx, ws, counter)
+        errors = _Errors(setups)
+        rows = list(range(len(ps)))  # the member of each row of the stack
+        keep: list[int] | None = None
         t = 0
         while any(going):
             t += 1
-            layer, lrs, m = next(updates)
-            errs = errors(m)
-            for i, tracker in enumerate(trackers):
+            layer, lrs, m = updates.send(keep)
+            errs = errors(m, keep)
+            for pos, i in enumerate(rows):
                 if going[i]:
-                    going[i] = tracker.step(t, errs[i], lrs[i], layer)
+                    going[i] = trackers[i].step(t, errs[pos], lrs[pos], layer)
+            alive = [pos for pos, i in enumerate(rows) if going[i]]
+            keep = alive if compacts and 0 < len(alive) < len(rows) else None
+            if keep is not None:
+                rows = [rows[pos] for pos in keep]
     return [tr.result() for tr in trackers]
 
 
@@ -103,19 +111,26 @@ def _gd(
     syx: torch.Tensor,
     ws: list[torch.Tensor],
     counter: FlopCounter,
-) -> Iterator[BatchUpdate]:
+) -> Generator[BatchUpdate, list[int] | None, None]:
+    """GD on the stack; rows sent back (members that stopped dropped) are all that compute next."""
     lrs = [s.lr_const for s in setups]
     # the single run multiplies by the Python float lr * grad_scale; the same number in the weights' dtype
     step = [lr * p.grad_scale for lr, p in zip(lrs, ps, strict=True)]
     steps = torch.tensor(step, dtype=ws[0].dtype, device=ws[0].device).view(-1, 1, 1)
-    for m in gd_steps(sxx, syx, ws, steps, counter):
-        yield -1, lrs, m
+    learner = gd_steps(sxx, syx, ws, steps, counter)
+    m = next(learner)
+    while True:
+        keep = yield -1, lrs, m
+        if keep is not None:
+            lrs = [lrs[pos] for pos in keep]
+        m = learner.send(keep)
 
 
 def _bcgd(
     ps: Sequence[AnyParams], sxx: torch.Tensor, syx: torch.Tensor, ws: list[torch.Tensor], counter: FlopCounter
-) -> Iterator[BatchUpdate]:
-    """bcgd() for L2 with the exact line search or a constant step, every member its own step."""
+) -> Generator[BatchUpdate, list[int] | None, None]:
+    """bcgd() for L2 with the exact line search or a constant step, every member its own step. Rows sent
+    back are ignored: the sweep caches products of every row, so stopped members compute on."""
     first = ps[0]
     assert isinstance(first, BCGDParams)  # batch_key admits GD and these BCGD configs only
     d_out, d_in = syx.shape[-2:]
@@ -136,20 +151,28 @@ def _bcgd(
         yield slot.i, eta.tolist(), m_new
 
 
-def _errors(setups: Sequence[Setup]) -> Callable[[torch.Tensor], list[float]]:
+class _Errors:
     """The members' L2 errors from the stacked end-to-end matrices: L2Objective.err, stacked when every
-    member's X factor has the same shape (the usual case: X of full rank), else member by member."""
-    objs = [s.obj for s in setups]
-    assert all(isinstance(o, L2Objective) for o in objs)  # batch_key admits the L2 loss only
-    l2 = [o for o in objs if isinstance(o, L2Objective)]
-    if len({o.xh.shape for o in l2}) > 1:
-        return lambda m: [o.err(m[i]) for i, o in enumerate(l2)]
-    w_ls = torch.stack([o.w_ls for o in l2])
-    xh = torch.stack([o.xh for o in l2])
+    member's X factor has the same shape (the usual case: X of full rank), else member by member. Called
+    with the rows kept when the stack drops members, it drops the same ones."""
 
-    def errors(m: torch.Tensor) -> list[float]:
-        e = (m - w_ls) @ xh
+    def __init__(self, setups: Sequence[Setup]) -> None:
+        objs = [s.obj for s in setups]
+        self.objs = [o for o in objs if isinstance(o, L2Objective)]
+        assert len(self.objs) == len(objs)  # batch_key admits the L2 loss only
+        self.stacked = len({o.xh.shape for o in self.objs}) == 1
+        if self.stacked:
+            self.w_ls = torch.stack([o.w_ls for o in self.objs])
+            self.xh = torch.stack([o.xh for o in self.objs])
+
+    def __call__(self, m: torch.Tensor, keep: list[int] | None) -> list[float]:
+        if keep is not None:
+            self.objs = [self.objs[pos] for pos in keep]
+            if self.stacked:
+                rows = torch.tensor(keep, device=m.device)
+                self.w_ls, self.xh = self.w_ls[rows], self.xh[rows]
+        if not self.stacked:
+            return [o.err(m[i]) for i, o in enumerate(self.objs)]
+        e = (m - self.w_ls) @ self.xh
         sums = (e * e).sum((-2, -1)).tolist()
-        return [s / o.m - o.offset for s, o in zip(sums, l2, strict=True)]
-
-    return errors
+        return [s / o.m - o.offset for s, o in zip(sums, self.objs, strict=True)]

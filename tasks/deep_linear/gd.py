@@ -8,7 +8,7 @@ The Du & Hu step n_L / (3 L ||X||^2) is offered because the paper reports that i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import torch
 
@@ -42,10 +42,11 @@ def gd(prob: Problem, ws: list[torch.Tensor], lr: float, grad_scale: int, counte
 
 def gd_steps(
     sxx: torch.Tensor, syx: torch.Tensor, ws: list[torch.Tensor], step: float | torch.Tensor, counter: FlopCounter
-) -> Iterator[torch.Tensor]:
+) -> Generator[torch.Tensor, list[int] | None, None]:
     """Update `ws` in place by GD steps of size `step` (the gradient's scale included) and yield the
     end-to-end matrix after each, forever. Written for one config's matrices or a stack of them with a
-    leading config axis (then `step` has shape (B, 1, 1)): the same operations either way."""
+    leading config axis (then `step` has shape (B, 1, 1)): the same operations either way. A stack's
+    owner may send the rows to keep (members that stopped dropped): the next steps compute only those."""
     depth = len(ws)
     pref, m = _prefixes(ws, counter)
     while True:
@@ -65,4 +66,10 @@ def gd_steps(
             ws[j] = ws[j] - step * g
             counter.add(2.0 * entries(g))
         pref, m = _prefixes(ws, counter)
-        yield m
+        keep = yield m
+        if keep is not None:
+            rows = torch.tensor(keep, device=m.device)
+            ws[:] = [w[rows] for w in ws]
+            pref = [None if q is None else q[rows] for q in pref]
+            m, sxx, syx = m[rows], sxx[rows], syx[rows]
+            step = step[rows] if isinstance(step, torch.Tensor) else step
