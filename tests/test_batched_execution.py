@@ -13,7 +13,7 @@ import pytest
 from runner import ResultStore, run_grid
 from runner.cli.options import add_execution_options, executor_options
 from runner.execute.base import BatchPolicy, WorkItem
-from runner.execute.batching import order_by_key, plan_groups
+from runner.execute.batching import batch_key, plan_groups
 from runner.execute.local import LocalExecutor
 from runner.execute.worker import run_item, run_items
 from runner.grid.spec import load_grid
@@ -71,22 +71,23 @@ def test_a_batched_grid_stores_exactly_what_the_unbatched_grid_stores(tmp_path: 
     assert gd["wall_s"].nunique() == 1 and gd["wall_s"].iloc[0] > 0
 
 
-def test_groups_are_consecutive_equal_keys_within_the_size_and_memory_caps() -> None:
+def test_a_chunk_is_grouped_by_key_within_the_size_and_memory_caps() -> None:
     items = _items(GRID)  # 9 gd, 2 bcgd desc, 2 bcgd asc, 2 bcsgd, 2 least_squares
     bad = WorkItem("bad", "deep_linear", {"algo": "gd", "lr": -1.0})  # fails validation: runs (and fails) alone
 
     def sizes(policy: BatchPolicy, work: list[WorkItem]) -> list[int]:
-        return [len(g.items) for g in plan_groups(work, policy, "cpu")]
+        groups = list(plan_groups(work, policy, "cpu"))
+        assert sorted(i.run_id for g in groups for i in g.items) == sorted(i.run_id for i in work)
+        return [len(g.items) for g in groups]
 
-    grouped = [item for item, _ in order_by_key([*items, bad])]
-    assert sizes(BatchPolicy(), grouped) == [9, 2, 2, 1, 1, 2, 1]
-    assert sizes(BatchPolicy(max_size=4), grouped) == [4, 4, 1, 2, 2, 1, 1, 2, 1]
+    assert sizes(BatchPolicy(), [*items, bad]) == [9, 2, 2, 1, 1, 2, 1]
+    assert sizes(BatchPolicy(max_size=4), [*items, bad]) == [4, 4, 1, 2, 2, 1, 1, 2, 1]
     one = DeepLinearTask().batch_bytes(_validated(items[0]))
-    assert sizes(BatchPolicy(budget_bytes=3 * one), grouped)[:3] == [3, 3, 3]
-    assert sizes(BatchPolicy(enabled=False), grouped) == [1] * len(grouped)
-    # without reordering, the grid's own order decides: a key that comes back later starts a new batch
-    assert sizes(BatchPolicy(), [*items[:3], items[9], *items[3:9]]) == [3, 1, 6]
-    assert [k is None for _, k in order_by_key([bad, items[0]])] == [True, False]
+    assert sizes(BatchPolicy(budget_bytes=3 * one), items)[:3] == [3, 3, 3]
+    assert sizes(BatchPolicy(enabled=False), items) == [1] * len(items)
+    # equal keys need not be adjacent in the chunk: a key's first appearance places its batch
+    assert sizes(BatchPolicy(), [*items[:3], items[9], *items[3:9]]) == [9, 1]
+    assert batch_key(bad) is None and batch_key(items[0]) == batch_key(items[8]) != batch_key(items[9])
 
 
 def _validated(item: WorkItem) -> Any:

@@ -1,15 +1,15 @@
 """Which cells of a chunk run together as one batched computation (tasks.base.BatchableTask).
 
-Consecutive items of one task with equal, non-None `batch_key` form a batch, capped by a member count
-(`max_size`) and a memory budget (the sum of the members' `batch_bytes`). Everything else (a task
+Items of one chunk with the same task and equal, non-None `batch_key` form a batch, capped by a member
+count (`max_size`) and a memory budget (the sum of the members' `batch_bytes`). Everything else (a task
 without the batch methods, a key of None, a config that does not even validate) is a batch of one and
 runs through the task's plain `run`. Imports the tasks (and so torch): worker side, or a driver that
-orders its queue by key.
+cuts chunks to hold whole batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,47 +60,38 @@ def _member(item: WorkItem) -> tuple[BatchableTask, Hashable, Any] | None:
     return None if key is None else (task, key, params)
 
 
-def order_by_key(items: Iterable[WorkItem]) -> list[tuple[WorkItem, Any]]:
-    """Items regrouped so that equal batch keys are adjacent (stable: a key's first appearance decides
-    its place), each with its key (None: runs alone), so that chunks can be cut to hold whole batches."""
-    groups: dict[Any, list[tuple[WorkItem, Any]]] = {}
-    for n, item in enumerate(items):
-        key = batch_key(item)
-        groups.setdefault(("single", n) if key is None else key, []).append((item, key))
-    return [pair for group in groups.values() for pair in group]
-
-
 def plan_groups(items: Sequence[WorkItem], policy: BatchPolicy, device: str) -> Iterator[Group]:
-    """Cut `items` into groups, in order: batches of consecutive equal keys within the policy's caps."""
+    """Cut a chunk into groups: items of one task with equal keys form batches (in the order of their
+    key's first appearance, wherever in the chunk they are), within the policy's caps; the rest, and
+    everything when batching is off, run alone in their order."""
     if not policy.enabled:
         for item in items:
             yield Group([item])
         return
     budget = policy.budget_bytes if policy.budget_bytes is not None else default_budget(device)
-    current: list[tuple[WorkItem, Any]] = []
-    current_key: Any = None
-    used = 0
-    batch_task: BatchableTask | None = None
-
-    def flush() -> Iterator[Group]:
-        if len(current) == 1:
-            yield Group([current[0][0]])
-        elif current:
-            yield Group([i for i, _ in current], batch_task, tuple(p for _, p in current))
-        current.clear()
-
-    for item in items:
+    buckets: dict[Any, list[tuple[WorkItem, tuple[BatchableTask, Hashable, Any] | None]]] = {}
+    for n, item in enumerate(items):
         member = _member(item)
-        if member is None:
-            yield from flush()
-            yield Group([item])
-            continue
-        task, key, params = member
-        size = max(0, int(task.batch_bytes(params)))
-        fits = len(current) < policy.max_size and used + size <= budget
-        if not current or (item.task, key) != current_key or not fits:
-            yield from flush()
-            current_key, used, batch_task = (item.task, key), 0, task
-        current.append((item, params))
-        used += size
-    yield from flush()
+        buckets.setdefault(("alone", n) if member is None else (item.task, member[1]), []).append((item, member))
+    for bucket in buckets.values():
+        batch: list[tuple[WorkItem, Any]] = []
+        used = 0
+        for item, member in bucket:
+            if member is None:
+                yield Group([item])
+                continue
+            task, _key, params = member
+            size = max(0, int(task.batch_bytes(params)))
+            if batch and (len(batch) >= policy.max_size or used + size > budget):
+                yield _group(batch, task)
+                batch, used = [], 0
+            batch.append((item, params))
+            used += size
+        if batch:
+            yield _group(batch, task)
+
+
+def _group(batch: list[tuple[WorkItem, Any]], task: BatchableTask) -> Group:
+    if len(batch) == 1:
+        return Group([batch[0][0]])
+    return Group([i for i, _ in batch], task, tuple(p for _, p in batch))

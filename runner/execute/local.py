@@ -4,10 +4,11 @@ order of events, as the Ray executor."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from runner.execute.base import BatchPolicy, Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem
 from runner.execute.report_channel import LocalChannel
 from runner.store.records import RunRecord
 
@@ -23,20 +24,47 @@ class LocalExecutor:
     device: str = "cpu"  # "cuda": tasks that compute on ctx.device use this process's GPU
     name: str = "local"
 
-    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
+    ) -> Iterator[list[RunRecord]]:
+        from runner.execute.batching import batch_key
         from runner.execute.worker import configure_threads, run_items  # imports the tasks (and torch)
 
         configure_threads(self.threads)
-        records = run_items(
-            items,
-            device=self.device,
-            threads=self.threads,
-            timeout_s=self.timeout_s,
-            reporters=channel.reporters if channel is not None else None,
-            policy=BatchPolicy(enabled=self.batch, max_size=self.max_batch),
-        )
-        for record in records:
-            yield [record]
+        policy = BatchPolicy(enabled=self.batch, max_size=self.max_batch)
+        reporters = channel.reporters if channel is not None else None
+
+        def run(group: list[WorkItem]) -> Iterator[list[RunRecord]]:
+            for record in run_items(
+                group,
+                device=self.device,
+                threads=self.threads,
+                timeout_s=self.timeout_s,
+                reporters=reporters,
+                policy=policy,
+            ):
+                yield [record]
+            group.clear()
+
+        # Items are pulled one at a time; a run starts once the next item cannot join it: a batchable item
+        # waits for the items after it while they share its batch key (up to a batch), anything else runs
+        # at once. A source that answers None (it waits for runs) gets the batch held so far run first.
+        group: list[WorkItem] = []
+        key: Any = None
+        for item in items:
+            if item is None:
+                if not group:
+                    raise FeedStalled()  # nothing runs between two pulls here, so a waiting source waits forever
+                yield from run(group)
+                continue
+            k = batch_key(item) if self.batch else None
+            if group and k != key:
+                yield from run(group)
+            group.append(item)
+            key = k
+            if k is None or len(group) >= self.max_batch:
+                yield from run(group)
+        yield from run(group)
 
     def start(self) -> None:
         pass  # nothing to acquire: runs execute in this process

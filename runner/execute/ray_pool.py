@@ -1,6 +1,7 @@
 """RayExecutor: long-lived actors (one per CPU slot) on an embedded or existing Ray cluster, fed
 chunks of cells sized from measured run times, so tiny tasks do not pay one Ray call each, with a
-bounded number of chunks in flight per actor. A chunk lost with its actor is queued again.
+bounded number of chunks in flight per actor. Cells are pulled from their source only as chunk slots
+free up (`runner.execute.feed`). A chunk lost with its actor is queued again.
 
 An actor that died is given no work until it answers again: Ray restarts it, but after a lost node
 the cluster may have no CPU slot left for it, and a call sent to it would wait forever.
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from runner.execute.base import BatchPolicy, Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.feed import Feed
 from runner.store.records import RunRecord
 
 
@@ -31,7 +32,8 @@ class _Chunk:
 class ChunkSizer:
     """Chunk sizes from measured per-run seconds: aim at `target_s` of work per chunk, but never so big
     that the last chunks leave actors idle (at most the remaining work split over every chunk slot,
-    so the tail is cut finer and all actors finish together)."""
+    so the tail is cut finer and all actors finish together). `remaining` is None while the source
+    has more than is held (no tail yet)."""
 
     def __init__(self, target_s: float = 2.0, max_chunk: int = 1024) -> None:
         self.target_s = target_s
@@ -43,11 +45,11 @@ class ChunkSizer:
         self.total_s += sum(float(r.row.get("wall_s") or 0.0) for r in records)
         self.count += len(records)
 
-    def size(self, remaining: int, slots: int) -> int:
+    def size(self, remaining: int | None, slots: int) -> int:
         if self.count == 0:
             return 1  # measure first
         per_run = max(self.total_s / self.count, 1e-6)
-        fair = max(1, math.ceil(remaining / slots))
+        fair = self.max_chunk if remaining is None else max(1, math.ceil(remaining / slots))
         return max(1, min(self.max_chunk, int(self.target_s / per_run), fair))
 
 
@@ -103,29 +105,26 @@ class RayExecutor:
 
         return RayChannel(judge, spec)
 
-    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
+    ) -> Iterator[list[RunRecord]]:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
         self.start()
         lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
-        keys: dict[str, Any] = {}
-        if self.batch:  # equal keys adjacent, so that a chunk cut from the front holds whole batches
-            from runner.execute.batching import order_by_key
-
-            ordered = order_by_key(items)
-            keys = {item.run_id: key for item, key in ordered}
-            items = [item for item, _ in ordered]
-        queues: dict[str, deque[WorkItem]] = {"gpu": deque(), "cpu": deque()}
-        for item in items:
-            queues[self._kind(item)].append(item)
+        feed = Feed(items)
         sizer = ChunkSizer(self.target_chunk_s)
         pending: dict[Any, _Chunk] = {}  # a chunk's streaming generator -> what it was given
         load = [0] * len(self.actors)
         killed: set[str] = set()  # run ids recorded as hard timeouts; dropped when their chunk is requeued
         last_check = time.monotonic()
-        while queues["gpu"] or queues["cpu"] or pending:
-            self._fill(queues, pending, load, sizer, channel.reporters if channel is not None else None, keys)
+        while True:
+            self._fill(feed, pending, load, sizer, channel.reporters if channel is not None else None)
+            if not pending and feed.done:
+                break
+            if not pending and not feed.held and feed.waiting:
+                raise FeedStalled()
             probes = {ref: idx for idx, ref in self.down.items()}
             ready, _ = ray.wait([*pending, *probes], num_returns=1, timeout=self._poll_s())
             if not ready:
@@ -155,8 +154,7 @@ class RayExecutor:
                     mine += [pending.pop(other) for other in [g for g, c in pending.items() if c.actor == idx]]
                     load[idx] = 0
                     for lost_chunk in reversed(mine):
-                        rest = [i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed]
-                        queues[self.kinds[idx]].extendleft(reversed(rest))
+                        feed.give_back(i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed)
                     self.chunks_resubmitted += len(mine)
                     self.down.setdefault(idx, self.actors[idx].pid.remote())
                     continue
@@ -181,25 +179,38 @@ class RayExecutor:
 
     def _fill(
         self,
-        queues: dict[str, deque[WorkItem]],
+        feed: Feed,
         pending: dict[Any, _Chunk],
         load: list[int],
         sizer: ChunkSizer,
         reporters: Any,
-        keys: dict[str, Any],
     ) -> None:
+        """Give every free chunk slot a chunk, least loaded actor first (so a few items spread over the
+        actors), pulling from the source at most one chunk per free slot (the bounded look-ahead; with
+        batching, at least a batch per slot, so that a chunk can hold the batch at the front). Each
+        actor takes the items of its kind (GPU or CPU task) only."""
         alive = [idx for idx in range(len(self.actors)) if idx not in self.down]
+        free = sum(self.in_flight_per_worker - load[idx] for idx in alive)
+        if free <= 0:
+            return
+        slots = len(alive) * self.in_flight_per_worker
+        feed.pull(max(sizer.size(None, slots), self.max_batch if self.batch else 1) * free)
+        n = sizer.size(feed.held if feed.dry else None, slots)
         policy = BatchPolicy(enabled=self.batch, max_size=self.max_batch)
-        for idx in sorted(alive, key=load.__getitem__):
-            queue = queues[self.kinds[idx]]
-            while queue and load[idx] < self.in_flight_per_worker:
-                slots = sum(self.kinds[i] == self.kinds[idx] for i in alive) * self.in_flight_per_worker
-                n = max(sizer.size(len(queue), slots), self._batch_at_front(queue, keys, slots))
-                chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
-                gen = self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters, policy)
-                pending[gen] = _Chunk(idx, chunk)
-                load[idx] += 1
-                self.chunks_submitted += 1
+        while feed.held:
+            idle = [idx for idx in sorted(alive, key=load.__getitem__) if load[idx] < self.in_flight_per_worker]
+            for idx in idle:
+                size = max(n, self._batch_at_front(feed, slots))
+                where = None if len(set(self.kinds)) == 1 else (lambda item, k=self.kinds[idx]: self._kind(item) == k)
+                chunk = feed.take(size, where)
+                if chunk:
+                    break
+            else:
+                return  # no free actor, or none of the kind the held items need
+            gen = self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters, policy)
+            pending[gen] = _Chunk(idx, chunk)
+            load[idx] += 1
+            self.chunks_submitted += 1
 
     def _kind(self, item: WorkItem) -> str:
         """Which actors run `item`: GPU actors when there are some and its task computes on ctx.device."""
@@ -213,16 +224,23 @@ class RayExecutor:
         except Exception:  # noqa: BLE001 - a task that cannot load fails on whichever actor runs it, as a record
             return "cpu"
 
-    def _batch_at_front(self, queue: deque[WorkItem], keys: dict[str, Any], slots: int) -> int:
-        """How many items at the queue's front share one batch key (at most a batch, and at most a fair
-        share of the rest, so that every actor still gets work): a chunk holds at least that many."""
-        key = keys.get(queue[0].run_id) if queue else None
+    def _batch_at_front(self, feed: Feed, slots: int) -> int:
+        """How many held items at the front share one batch key (at most a batch, and, once the source
+        has ended, at most a fair share of what is left, so that every actor still gets work): a chunk
+        holds at least that many, so that its worker can run them as one batch."""
+        if not self.batch:
+            return 1
+        from runner.execute.batching import batch_key
+
+        front = iter(feed.peek())
+        first = next(front, None)
+        key = batch_key(first) if first is not None else None
         if key is None:
             return 1
-        cap = min(self.max_batch, max(1, math.ceil(len(queue) / slots)))
-        n = 0
-        for item in queue:
-            if n >= cap or keys.get(item.run_id) != key:
+        cap = min(self.max_batch, max(1, math.ceil(feed.held / slots))) if feed.dry else self.max_batch
+        n = 1
+        for item in front:
+            if n >= cap or batch_key(item) != key:
                 break
             n += 1
         return n
