@@ -108,7 +108,7 @@ def run_items(
     policy: BatchPolicy | None = None,
     on_start: Callable[[Sequence[WorkItem]], None] | None = None,
 ) -> Iterator[RunRecord]:
-    """Run a chunk, yielding each record as its run (or its batch) finishes: consecutive items with
+    """Run a chunk, yielding each record as its run (or its batch) finishes: items of one task with
     equal batch keys run as one `run_batch` call (see runner.execute.batching), the rest one by one.
     `on_start(group_items)` is told what is about to run (the actor's hard-timeout bookkeeping)."""
     for group in plan_groups(items, policy or BatchPolicy(), device):
