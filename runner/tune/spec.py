@@ -80,7 +80,12 @@ class StudyFile(Strict):
     sampler: SamplerSpec | Literal["tpe", "cmaes", "gp", "grid", "random"] = Field(default_factory=SamplerSpec)
     pruner: PrunerSpec | Literal["nop", "median", "successive_halving", "hyperband"] = Field(default_factory=PrunerSpec)
     n_trials: int | None = Field(None, ge=1, le=1_000_000)
-    parallel: int = Field(4, ge=1, le=10_000, description="trials asked (and evaluated) per batch")
+    parallel: int = Field(4, ge=1, le=10_000, description="trials in flight at once")
+    mode: Literal["async", "deterministic"] = Field(
+        "async",
+        description="async: ask a trial as each finishes, tell in completion order; deterministic: ask "
+        "`parallel` at once and tell them in trial-number order when all finished (reproducible)",
+    )
     max_failed: int | None = Field(None, ge=1, description="stop after this many FAILed trials in one invocation")
     baselines: list[Baseline] = Field(default_factory=list)
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="one study per combination")
@@ -105,6 +110,7 @@ class StudyPlan:
     max_failed: int
     baselines: list[Cell] = field(default_factory=list)
     report: list[str] = field(default_factory=list)
+    mode: Literal["async", "deterministic"] = "async"
 
     @property
     def directions(self) -> list[Literal["minimize", "maximize"]]:
@@ -359,6 +365,7 @@ def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
             max_failed=0,
             baselines=baselines,
             report=list(spec.report),
+            mode=spec.mode,
         )
         n_trials = spec.n_trials
         if sampler.name == "grid":

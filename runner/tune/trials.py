@@ -68,6 +68,7 @@ class TuneReport:
     states: Counter[str] = field(default_factory=Counter)
     ran: int = 0
     from_store: int = 0
+    repaired: int = 0  # runs of told trials that a killed driver had not written, run again at start
     recovered: list[int] = field(default_factory=list)
     stopped_early: str | None = None
     best: list[dict[str, Any]] = field(default_factory=list)
@@ -82,6 +83,8 @@ class TuneReport:
         ]
         if self.recovered:
             out.append(f"  trials left RUNNING by a stopped driver, told FAIL and asked again: {self.recovered}")
+        if self.repaired:
+            out.append(f"  runs of told trials missing from the store (a killed driver), run again: {self.repaired}")
         if self.stopped_early:
             out.append(f"  stopped early: {self.stopped_early}")
         for b in self.best:
