@@ -55,7 +55,7 @@ from runner.tune.optuna_adapter import (
 from runner.tune.pruning import PruningHub
 from runner.tune.schedule import TrialSchedule
 from runner.tune.spec import StudyPlan
-from runner.tune.trials import TuneReport, missing_rows
+from runner.tune.trials import TuneReport, missing_rows, run_status, trial_run_id
 from tasks.status import PRUNED, is_settled
 
 __all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "tune", "with_overrides"]
@@ -143,7 +143,6 @@ class StudyDriver:
                 tell(self.study, trial, state=TrialState.FAIL)
                 rejected += 1
                 continue
-            trial.set_user_attr("run_id", cell.run_id)
             asked.append((trial, cell))
         return asked, rejected
 
@@ -151,16 +150,21 @@ class StudyDriver:
         """Run again the cells of finished trials whose run is not in the store: a driver killed after
         telling a trial but before its flush. Pruned trials are left alone (a pruned run is not done
         either way; it runs again when asked)."""
-        trials = self.study.get_trials(deepcopy=False)
-        told = {t.user_attrs["run_id"]: t for t in trials if t.state.is_finished() and "run_id" in t.user_attrs}
         stored = set(self.store.read_runs(self.p.task, columns=["status"])["run_id"].to_pylist())
-        lost = [
-            self.p.cell(dict(t.params))
-            for rid, t in told.items()
-            if rid not in stored and t.user_attrs.get("run_status") not in (None, PRUNED)
-        ]
+        lost: dict[str, Cell] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state.is_finished() and run_status(t) not in (None, PRUNED):  # None: never ran (rejected, recovered)
+                cell = self.p.cell(dict(t.params))
+                if cell.run_id not in stored:
+                    lost[cell.run_id] = cell
         if lost:
-            execute_cells(lost, self.store, self.executor, f"{self.p.name} (runs of told trials)", progress=progress)
+            execute_cells(
+                list(lost.values()),
+                self.store,
+                self.executor,
+                f"{self.p.name} (runs of told trials)",
+                progress=progress,
+            )
             self.report.repaired = len(lost)
 
     def loop(self, progress: bool, flush_s: float, flush_every: int = 256) -> None:
@@ -191,7 +195,7 @@ class StudyDriver:
         """Write what is buffered (plus any finished trial trials/ lacks), release Ray resources."""
         written = {r["number"] for r in self.rows}
         rest = [t for t in self.study.get_trials(deepcopy=False) if t.number not in written]
-        self.rows.extend(missing_rows(self.store, self.p.name, self.label, self.p.task, rest))
+        self.rows.extend(missing_rows(self.store, self.p, self.label, rest))
         self.flush()
         if self.channel is not None:
             self.channel.close()
@@ -209,16 +213,17 @@ class StudyDriver:
             best = self.study.best_trials if len(p.objectives) > 1 else [self.study.best_trial]
             seen: set[str] = set()
             for t in sorted(best, key=lambda t: t.number):
-                if t.user_attrs.get("run_id") in seen or len(seen) >= 20:
+                rid = trial_run_id(p, t)
+                if rid in seen or len(seen) >= 20:
                     continue  # one line per distinct run (a Pareto front repeats integer points)
-                seen.add(t.user_attrs.get("run_id", ""))
-                run = runs.get(t.user_attrs.get("run_id", ""), {})
+                seen.add(rid or "")
+                run = runs.get(rid or "", {})
                 self.report.best.append(
                     {
                         "number": t.number,
                         "values": t.values,
                         "params": t.params,
-                        "run_id": t.user_attrs.get("run_id"),
+                        "run_id": rid,
                         "metrics": {m: run.get(m) for m in metrics},
                     }
                 )
@@ -251,7 +256,7 @@ def run_study(
     store = ResultStore(results)
     options = {k: v for k, v in executor_options.items() if v is not None}
     driver = StudyDriver(p, store, storage, executor, options, retry_failed, flush_s)
-    write_trials(store, missing_rows(store, p.name, driver.label, p.task, driver.study.get_trials(deepcopy=False)))
+    write_trials(store, missing_rows(store, p, driver.label, driver.study.get_trials(deepcopy=False)))
     try:
         driver.repair_runs(progress)
         driver.run_baselines(progress)

@@ -106,7 +106,8 @@ class TrialSchedule:
         TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
 
         state, values, note = verdict(self.d.p, row)
-        trial.set_user_attr("run_status", row["status"])
+        if state != TrialState.COMPLETE:  # COMPLETE means an ok run: no attribute (one journal write less)
+            trial.set_user_attr("run_status", row["status"])
         if note:
             trial.set_user_attr("note", note)
         frozen = tell(self.d.study, trial, values, state=state)
@@ -116,7 +117,7 @@ class TrialSchedule:
         self.d.report.from_store += not fresh
         self.d.member(cell)
         if frozen is not None:  # else the grid sampler stopped the study: close() writes its row
-            self.d.rows.append(trial_row(self.d.p.name, self.d.label, self.d.p.task, frozen))
+            self.d.rows.append(trial_row(self.d.p, self.d.label, frozen, cell.run_id))
         self.d.bar.update([row["status"]])
 
     def _room(self) -> int | None:
