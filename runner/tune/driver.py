@@ -22,6 +22,7 @@ is handled by the executor, which runs the lost runs again. One driver per study
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from contextlib import nullcontext
@@ -78,7 +79,8 @@ class StudyDriver:
         storage_obj, self.label = open_storage(storage, store)
         self.study = open_study(p, storage_obj)
         self.report = TuneReport(p.name, self.label, p.n_trials, recovered=recover(self.study))
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []  # trials/ rows not written yet; appended by the teller thread too
+        self.rows_lock = threading.Lock()
         self.new_members: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
         self.known: dict[str, dict[str, Any]] = {}  # settled runs: run_id -> its row (what a trial is told)
@@ -103,11 +105,16 @@ class StudyDriver:
                 {**member_row(cell, self.p.name, "study", self.p.source), "added": datetime.now(UTC)}
             )
 
+    def add_row(self, row: dict[str, Any]) -> None:
+        with self.rows_lock:
+            self.rows.append(row)
+
     def flush(self) -> None:
-        write_trials(self.store, self.rows)
+        with self.rows_lock:
+            rows, self.rows = self.rows, []
+        write_trials(self.store, rows)
         if self.new_members:
             self.store.write_part(pa.Table.from_pylist(self.new_members, schema=MEMBER_SCHEMA), "members")
-        self.rows.clear()
         self.new_members.clear()
         self.last_flush = time.monotonic()
 
@@ -186,9 +193,11 @@ class StudyDriver:
                     sink=schedule.finished,
                 )
         except KeyboardInterrupt:
+            schedule.close()  # the tells already decided land first
             self.report.recovered += recover(self.study)  # leave nothing RUNNING
             raise
         finally:
+            schedule.close()
             self.bar.close()
 
     def close(self) -> None:

@@ -17,12 +17,19 @@ part files, not one per trial or batch.
 
 Either way, a trial whose run is already in the store is told from the stored row without running,
 and trials in flight that ask for the same cell share one run.
+
+In async mode the tells themselves (Optuna storage writes: an fsynced journal append, an RDB round
+trip) run on a thread of their own, in order, so the next ask and the worker waiting for it do not
+wait for them; the sampler sees a trial as running until its tell lands, as with the threads of
+`study.optimize(n_jobs=...)`. Told in line instead: `parallel: 1` (a sequential study's next ask
+should see the last result) and the grid sampler (it counts the points told to know which remain).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from runner.grid.spec import Cell
@@ -48,6 +55,9 @@ class TrialSchedule:
         self.waiting: dict[str, list[tuple[Any, Cell]]] = {}  # run in flight -> the trials it will tell
         self.batch: list[tuple[Any, Cell]] = []  # deterministic: this batch's trials, in number order
         self.rows: dict[str, dict[str, Any]] = {}  # deterministic: this batch's finished runs
+        background = not self.deterministic and driver.p.parallel > 1 and driver.p.sampler.name != "grid"
+        self._teller = ThreadPoolExecutor(1, thread_name_prefix="convgrid-tell") if background else None
+        self._tells: list[Future[None]] = []
 
     def cells(self) -> Iterator[Cell | None]:
         """The executor's source: cells of newly asked trials, None while there is no room."""
@@ -102,23 +112,48 @@ class TrialSchedule:
         self.batch.clear()
         self.rows.clear()
 
+    def close(self) -> None:
+        """Wait for the tells still being written (and raise what failed in one). Idempotent."""
+        if self._teller is not None:
+            self._teller.shutdown(wait=True)
+        self._collect()
+
+    def _collect(self) -> None:
+        """Raise the error of a tell that failed on the teller thread; forget those done."""
+        done = [f for f in self._tells if f.done()]
+        self._tells = [f for f in self._tells if not f.done()]
+        for f in done:
+            f.result()
+
     def _tell(self, trial: Any, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
         TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
 
         state, values, note = verdict(self.d.p, row)
-        if state != TrialState.COMPLETE:  # COMPLETE means an ok run: no attribute (one journal write less)
-            trial.set_user_attr("run_status", row["status"])
-        if note:
-            trial.set_user_attr("note", note)
-        frozen = tell(self.d.study, trial, values, state=state)
         self.running -= 1
         self.done += state in (TrialState.COMPLETE, TrialState.PRUNED)
         self.failed += state == TrialState.FAIL
         self.d.report.from_store += not fresh
         self.d.member(cell)
-        if frozen is not None:  # else the grid sampler stopped the study: close() writes its row
-            self.d.rows.append(trial_row(self.d.p, self.d.label, frozen, cell.run_id))
         self.d.bar.update([row["status"]])
+        args = (trial, cell.run_id, row["status"], state, values, note)
+        if self._teller is None:
+            self._write_tell(*args)
+            return
+        self._tells.append(self._teller.submit(self._write_tell, *args))
+        self._collect()
+
+    def _write_tell(
+        self, trial: Any, run_id: str, status: str, state: Any, values: list[float] | None, note: str | None
+    ) -> None:
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
+
+        if state != TrialState.COMPLETE:  # COMPLETE means an ok run: no attribute (one journal write less)
+            trial.set_user_attr("run_status", status)
+        if note:
+            trial.set_user_attr("note", note)
+        frozen = tell(self.d.study, trial, values, state=state)
+        if frozen is not None:  # else the grid sampler stopped the study: close() writes its row
+            self.d.add_row(trial_row(self.d.p, self.d.label, frozen, run_id))
 
     def _room(self) -> int | None:
         """How many trials to ask now: 0 to wait for trials in flight, None to ask no more."""
