@@ -154,7 +154,9 @@ def child(contender: str, objective: str, trials: int, root: Path) -> dict[str, 
 def spawn(contender: str, objective: str, trials: int, root: Path) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", contender, "--objective", objective, "--trials", str(trials)]
     t0 = time.perf_counter()
-    proc = subprocess.run([*cmd, "--root", str(root)], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    # Ray's workers import this checkout's runner too (not an installed copy)
+    proc = subprocess.run([*cmd, "--root", str(root)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{contender} {objective} failed:\n{proc.stderr[-3000:]}")

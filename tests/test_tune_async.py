@@ -7,12 +7,13 @@ chooses, which Ray would give only by timing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
 from runner.execute.report_channel import LocalChannel
 from runner.execute.worker import run_item
 from runner.store import ResultStore, RunRecord
@@ -23,18 +24,18 @@ from tests.test_tune import ls_study
 
 class ScriptedExecutor:
     """Pulls items until the source waits (at most `hold`), then finishes the newest one first (LIFO)
-    or the oldest (FIFO). Logs each pull ("+run_id", or "wait") and each finished run ("-run_id")."""
+    or the oldest (FIFO). Logs each pull ("+run_id", or "wait") and each finished run ("-run_id"),
+    and the sizes of the groups it was given."""
 
     name = "scripted"
 
     def __init__(self, lifo: bool, hold: int = 16) -> None:
         self.lifo, self.hold = lifo, hold
         self.log: list[str] = []
+        self.groups: list[int] = []
         self.max_in_flight = 0
 
-    def execute(
-        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
-    ) -> Iterator[list[RunRecord]]:
+    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
         source = iter(items)
         held: list[WorkItem] = []
         ended = False
@@ -47,9 +48,10 @@ class ScriptedExecutor:
                     self.log.append("wait")
                     break
                 else:
-                    assert isinstance(item, WorkItem)
-                    self.log.append("+" + item.run_id)
-                    held.append(item)
+                    group = item if isinstance(item, list) else [item]
+                    self.groups.append(len(group))
+                    self.log += ["+" + i.run_id for i in group]
+                    held += group
             self.max_in_flight = max(self.max_in_flight, len(held))
             if not held:
                 assert ended, "the source waited with nothing in flight"
@@ -131,3 +133,25 @@ def test_trials_in_flight_with_the_same_params_share_one_run(tmp_path: Path) -> 
     # two points: each run sent to the executor once, the other trials share it or are told from the store
     assert report.ran == len({r["run_id"] for r in rows}) == 2
     assert sum(e.startswith("+") for e in executor.log) == 2
+
+
+def test_a_batch_of_trials_is_asked_and_handed_over_as_one_group(tmp_path: Path) -> None:
+    from runner.tune.driver import run_study
+    from runner.tune.optuna_adapter import load_plans
+
+    (plan,) = load_plans(ls_study("grouped", n_trials=12, parallel=6, sampler={"name": "random", "seed": 2}))
+    # least_squares has no run_batch, so the file would refuse `batch: 3`; the grouping is the tuner's part
+    executor = ScriptedExecutor(lifo=False)
+    report = run_study(replace(plan, batch=3), tmp_path, executor, progress=False)
+    assert report.states == {"COMPLETE": 12}
+    assert executor.groups == [3, 3, 3, 3]  # never a trial alone: refilled when a whole group finished
+    assert executor.max_in_flight == 6
+
+
+def test_batch_needs_a_task_with_run_batch() -> None:
+    from runner.errors import ConfigError
+    from runner.tune.optuna_adapter import load_plans
+
+    with pytest.raises(ConfigError, match="no run_batch") as err:
+        load_plans(ls_study("b", n_trials=4, parallel=4, batch=2))
+    assert err.value.key == "batch"

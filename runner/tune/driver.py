@@ -287,7 +287,7 @@ def with_overrides(
         p = replace(p, n_trials=n_trials, max_failed=max(p.max_failed, n_trials))
     if deterministic:
         p = replace(p, mode="deterministic")
-    return replace(p, parallel=parallel) if parallel is not None else p
+    return replace(p, parallel=parallel, batch=min(p.batch, parallel)) if parallel is not None else p
 
 
 def tune(

@@ -59,8 +59,9 @@ class TrialSchedule:
         self._teller = ThreadPoolExecutor(1, thread_name_prefix="convgrid-tell") if background else None
         self._tells: list[Future[None]] = []
 
-    def cells(self) -> Iterator[Cell | None]:
-        """The executor's source: cells of newly asked trials, None while there is no room."""
+    def cells(self) -> Iterator[Cell | list[Cell] | None]:
+        """The executor's source: cells of newly asked trials (in groups of `batch`, for a task that
+        runs them as one batch), None while there is no room."""
         while True:
             room = self._room()
             if room is None:
@@ -71,6 +72,7 @@ class TrialSchedule:
             asked, rejected = self.d.ask(room)
             self.failed += rejected
             self.d.bar.update([FAILED] * rejected)
+            group: list[Cell] = []
             for trial, cell in asked:
                 self.running += 1
                 if self.deterministic:
@@ -83,7 +85,15 @@ class TrialSchedule:
                 else:
                     self.waiting[cell.run_id] = [(trial, cell)]
                     self.d.hub.add(cell.run_id, trial)
-                    yield cell
+                    if self.d.p.batch == 1:
+                        yield cell
+                        continue
+                    group.append(cell)
+                    if len(group) == self.d.p.batch:
+                        yield group
+                        group = []
+            if group:
+                yield group
             self._settle_batch()  # a batch wholly answered from the store is told at once
 
     def finished(self, records: list[RunRecord]) -> None:
@@ -163,9 +173,12 @@ class TrialSchedule:
         if self.failed >= p.max_failed:
             self.d.report.stopped_early = f"{self.failed} trials failed (max_failed)"
             return None
-        room = min(p.parallel - self.running, p.n_trials - self.done - self.running)
+        need = p.n_trials - self.done - self.running
+        room = min(p.parallel - self.running, need)
         if self.deterministic and self.running:
             room = 0  # the batch is told before the next one is asked
+        if room < min(p.batch, need):
+            room = 0  # refill a whole batch at a time: a batch of one would waste the batched path
         if room > 0 and p.sampler.name == "grid":
             # never ask past the unvisited points (the grid sampler would repeat some)
             trials = self.d.study.get_trials(deepcopy=False)
