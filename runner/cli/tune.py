@@ -93,7 +93,8 @@ def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
             k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()
         }
         have = existing.get(p.name)
-        print(f"{p.name} ({p.source}): task {p.task}, {p.n_trials} trials, {p.parallel} per batch")
+        grouped = f", handed over {p.batch} at a time" if p.batch > 1 else ""
+        print(f"{p.name} ({p.source}): task {p.task}, {p.n_trials} trials, {p.parallel} in flight{grouped}, {p.mode}")
         print(
             f"  objectives: "
             f"{', '.join(('log10 ' if o.log else '') + o.metric + ' ' + o.direction for o in p.objectives)}"
