@@ -155,3 +155,35 @@ def test_batch_needs_a_task_with_run_batch() -> None:
     with pytest.raises(ConfigError, match="no run_batch") as err:
         load_plans(ls_study("b", n_trials=4, parallel=4, batch=2))
     assert err.value.key == "batch"
+
+
+def test_a_pruned_run_asked_again_is_judged_afresh() -> None:
+    """The report channel stays open for the whole study now: a stop verdict for a run must not
+    reach a later run of the same id (a pruned point asked again), in the judge or the channel actor."""
+    from runner.execute.channel_actor import _ReportChannelActor
+    from runner.tune.pruning import PruningHub
+
+    class Trial:
+        def __init__(self, prune: bool) -> None:
+            self.prune, self.reported = prune, []
+
+        def report(self, value: float, step: int) -> None:
+            self.reported.append(step)
+
+        def should_prune(self) -> bool:
+            return self.prune
+
+    hub = PruningHub()
+    hub.add("r", Trial(prune=True))
+    assert hub.judge("r", 1, 0.5) is False and hub.judge("r", 2, 0.5) is False  # stopped, and stays so
+    hub.finish("r")
+    again = Trial(prune=False)
+    hub.add("r", again)
+    assert hub.judge("r", 1, 0.5) is True and again.reported == [1]
+    hub.finish("r")
+    assert hub.judge("r", 2, 0.5) is True and again.reported == [1]  # a told trial gets no more values
+
+    channel = _ReportChannelActor()
+    channel.stop(["r"])
+    assert channel.report("r", 3, 0.5) is False  # the same run: stop
+    assert channel.report("r", 1, 0.5, True) is True  # the first value of a new run of that id: judged afresh
