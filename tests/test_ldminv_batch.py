@@ -33,7 +33,8 @@ SHAPE: dict[str, Any] = {
 
 def members(path: str, optimizer: str) -> list[dict[str, Any]]:
     """Six members of one key: mixed seeds, data laws, X0 rules, inits, lr schedules, clipping and
-    budgets; member 2 (lr 1e3, c0 at the edge of Lemma 1) diverges at step 2 or 3, member 3 is pruned by its reporter (see the test)."""
+    budgets; member 2 (lr 1e3, c0 at the edge of Lemma 1) diverges at step 2 or 3, member 3 is pruned
+    by its reporter (see the test)."""
     lr = 1e-3 if optimizer == "adam" else 1e-2
     base = {**SHAPE, "path": path, "optimizer": optimizer, "lr": lr}
     extra: dict[str, Any] = {"theory_checks": True} if path == "matrix" else {}
@@ -103,3 +104,21 @@ def test_batch_computes_on_cuda(path: str) -> None:
     torch.cuda.reset_peak_memory_stats()
     check_batch(TASK, members(path, "adam")[:2], ADAPTER, device="cuda", rtol=1e-9)
     assert torch.cuda.max_memory_allocated() > 0
+
+
+def test_each_member_follows_its_own_step_lr_schedule() -> None:
+    """Per-member halving (a LambdaLR factor per param group) gives the lr sequence torch's StepLR gives
+    each config alone, logged before each step as the single run always logged it."""
+    schedules = ((0, 1e-2, 5), (1, 3e-2, 7), (2, 1e-2, 0))
+    configs = [{**SHAPE, "seed": s, "lr": lr, "lr_halve_every": every, "log_every": 1} for s, lr, every in schedules]
+    ps = [ADAPTER.validate_python(c) for c in configs]
+    results = TASK.run_batch(ps, [RunContext() for _ in ps])
+    for p, r in zip(ps, results, strict=True):
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=p.lr)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=p.lr_halve_every or 10**9, gamma=0.5)
+        expected = [p.lr]  # the curve's step-0 row
+        for _ in range(p.iters):
+            expected.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        assert r.curve["lr"] == expected

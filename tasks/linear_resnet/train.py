@@ -268,6 +268,7 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
     bsz = p0.batch_size
     samplers = {id(mb): _sampler(mb) for mb in members}
     live = Live(members, ctxs[0].device)
+    live.t["xt"], live.t["yt"] = live.t["x"].mT.contiguous(), live.t["y"].mT.contiguous()
     full_cost = F.gram_eval(m, d, k, depth, resnet) + F.grad_norms(m, depth) + F.weight_distance(m, depth)
     batch_cost = F.sgd_eval(m, d, k, depth, bsz, p0.form, resnet)
     for t in range(max(p.n_iters for p in ps) + 1):
@@ -305,8 +306,9 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
         if not live.members:
             break
         idx = torch.stack([samplers[id(mb)].next() for mb in live.members]).to(live.ws[0].device)
-        xb = torch.take_along_dim(live.t["x"], idx[:, None, :], dim=2)
-        yb = torch.take_along_dim(live.t["y"], idx[:, None, :], dim=2)
+        rows = torch.arange(len(live.members), device=idx.device)[:, None]
+        # Gathering whole sample rows of the (B, n, d) transposes is a plain copy per sample.
+        xb, yb = live.t["xt"][rows, idx].mT, live.t["yt"][rows, idx].mT
         if p0.form == "gram":
             batch_loss, grads = gram_batch_loss_grad(live.ws, live.t["a"], live.t["b"], xb, yb, resnet)
         else:
