@@ -69,6 +69,50 @@ def test_batch_equals_single_runs(path: str, optimizer: str) -> None:
     assert len({r.summary["coeffs_json"] for r in alone}) == len(alone)
 
 
+DSVD: dict[str, Any] = {
+    "algo": "dsvd",
+    "m": 6,
+    "n_hat": 10,
+    "K_svd": 2,
+    "K_inv": 3,
+    "L_inv": 4,
+    "iters": 4,
+    "n_train": 8,
+    "batch": 4,
+    "n_test": 4,
+    "inner_iters": 2,
+    "log_every": 1,
+}
+# ||U^T U - I|| + ||V^T V - I|| sits at the rounding floor (~3e-15): batched kernels round it differently,
+# so it is compared in absolute terms, far below any drift that matters (the single runs show ~1e-15).
+ORTH = {"orth_err": 1e-13}
+
+
+@pytest.mark.parametrize(("inverse", "optimizer"), [("ldminv", "sgd"), ("ldminv", "adam"), ("exact", "sgd")])
+def test_dsvd_batch_equals_single_runs(inverse: str, optimizer: str) -> None:
+    """D-SVD (training the step offsets, and the inner LD-Minv per layer): mixed seeds, inits, learning
+    rates, budgets and cadences; member 2 pruned at step 2; member 3 never trains."""
+    inner = {"inner_iters": 0} if inverse == "exact" else {}
+    base = {**DSVD, "inverse": inverse, "optimizer": optimizer, **inner}
+    configs = [
+        {**base, "seed": 0},
+        {
+            **base,
+            "seed": 1,
+            "lr": 0.05,
+            "log_every": 2,
+            "iters": 5,
+            **({"coeff_init": "uniform", "inner_lr": 1e-2} if not inner else {}),
+        },
+        {**base, "seed": 2, "data_seed": 0, "entry_scale": "var"},
+        {**base, "seed": 3, "iters": 0},
+    ]
+    alone = check_batch(TASK, configs, ADAPTER, prune={2: 2}, atol=ORTH)
+    assert [r.status for r in alone] == ["ok", "ok", "pruned", "ok"]
+    assert [len(r.curve["step"]) for r in alone] == [5, 4, 3, 1]
+    assert len({r.summary["t_offsets_json"] for r in alone}) == 4
+
+
 def test_fresh_matrices_every_iteration() -> None:
     """n_train None: each member draws its own fresh batches from its own stream."""
     configs = [{**SHAPE, "n_train": None, "seed": s, "iters": 12} for s in range(3)]
@@ -81,8 +125,11 @@ def test_batch_key() -> None:
     assert key(p) == key(ADAPTER.validate_python({**SHAPE, "seed": 4, "lr": 0.1, "coeff_init": "uniform"}))
     for other in ({"K": 4}, {"rows": 12}, {"path": "matrix"}, {"optimizer": "adam"}, {"batch": 4}, {"n_test": 4}):
         assert key(p) != key(ADAPTER.validate_python({**SHAPE, **other})), other
-    dsvd = ADAPTER.validate_python({"algo": "dsvd", "m": 6, "n_hat": 10})
-    assert key(dsvd) is None
+    dsvd = ADAPTER.validate_python(DSVD)
+    assert key(dsvd) == key(ADAPTER.validate_python({**DSVD, "seed": 3, "lr": 0.5, "coeff_init": "uniform"}))
+    for other in ({"K_svd": 3}, {"inverse": "exact"}, {"inner_iters": 1}, {"step_rule": "literal"}, {"m": 5}):
+        assert key(dsvd) != key(ADAPTER.validate_python({**DSVD, **other})), other
+    assert TASK.batch_bytes(dsvd) > 0
     assert TASK.batch_bytes(ADAPTER.validate_python({**SHAPE, "path": "matrix"})) > TASK.batch_bytes(p) > 0
     with pytest.raises(ValueError, match="one batch key"):
         TASK.run_batch([p, dsvd], [RunContext(), RunContext()])
