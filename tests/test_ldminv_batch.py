@@ -10,7 +10,7 @@ import pytest
 import torch
 from pydantic import TypeAdapter
 
-from tasks.base import RunContext
+from tasks.base import BatchableTask, RunContext
 from tasks.ldminv.task import LdminvTask
 from tests.test_linear_resnet_batch import check_batch
 
@@ -116,6 +116,7 @@ def test_fresh_matrices_every_iteration() -> None:
 
 
 def test_batch_key() -> None:
+    assert isinstance(TASK, BatchableTask)  # the executor recognises the batched path by this protocol
     key = TASK.batch_key
     p = ADAPTER.validate_python(SHAPE)
     assert key(p) == key(ADAPTER.validate_python({**SHAPE, "seed": 4, "lr": 0.1, "coeff_init": "uniform"}))

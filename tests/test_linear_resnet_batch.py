@@ -144,6 +144,7 @@ def test_members_of_one_seed_differ_only_in_their_step() -> None:
 
 
 def test_batch_key_separates_shapes_and_algorithms() -> None:
+    assert isinstance(TASK, BatchableTask)  # the executor recognises the batched path by this protocol
     key = TASK.batch_key
     gd = ADAPTER.validate_python({"algo": "gd", "m": 20, "n": 100})
     assert key(gd) == key(ADAPTER.validate_python({"algo": "gd", "m": 20, "n": 100, "seed": 3, "c": 0.1}))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -151,16 +150,14 @@ class Live:
         self.members = members
         ss = [mb.s for mb in members]
 
-        def stack(get: Any) -> torch.Tensor:
-            return torch.stack([get(s) for s in ss]).to(device)
+        def stack(parts: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack(parts).to(device)
 
-        self.t: dict[str, torch.Tensor] = {
-            name: stack(lambda s, name=name: getattr(s, name)) for name in ("x", "y", "sigma", "phi", "a", "b")
-        }
+        names = ("x", "y", "sigma", "phi", "a", "b")
+        self.data: dict[str, torch.Tensor] = {name: stack([getattr(s, name) for s in ss]) for name in names}
         dtype = ss[0].x.dtype
-        self.t["eta"] = torch.tensor([s.eta for s in ss], dtype=dtype, device=device)[:, None, None]
-        depth = len(ss[0].w0)
-        self.w0 = [stack(lambda s, l=l: s.w0[l]) for l in range(depth)]
+        self.data["eta"] = torch.tensor([s.eta for s in ss], dtype=dtype, device=device)[:, None, None]
+        self.w0 = [stack([s.w0[layer] for s in ss]) for layer in range(len(ss[0].w0))]
         self.ws = [w.clone() for w in self.w0]
 
     def stop(self, j: int, t: int, status: str, diverged_step: int | None = None) -> None:
@@ -176,7 +173,7 @@ class Live:
         keep = [j for j in range(len(self.members)) if j not in gone]
         idx = torch.tensor(keep, dtype=torch.long, device=self.ws[0].device)
         self.members = [self.members[j] for j in keep]
-        self.t = {k: v[idx] for k, v in self.t.items()}
+        self.data = {k: v[idx] for k, v in self.data.items()}
         self.w0 = [w[idx] for w in self.w0]
         self.ws = [w[idx] for w in self.ws]
         return [g[idx] for g in grads]
@@ -188,7 +185,7 @@ class Live:
         return sq.tolist(), dist.amax(dim=1).tolist()
 
     def update(self, grads: list[torch.Tensor], scale: float = 1.0) -> None:
-        step = self.t["eta"] * scale if scale != 1.0 else self.t["eta"]
+        step = self.data["eta"] * scale if scale != 1.0 else self.data["eta"]
         for w, g in zip(self.ws, grads, strict=True):
             w.sub_(g * step)
 
@@ -210,13 +207,13 @@ def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunCo
     live = Live(members, ctxs[0].device)
     if p0.form == "direct":
         # A is fixed: cache A X once (spec §5), and phi X for the exact suboptimality.
-        live.t["h0"] = live.t["a"] @ live.t["x"]
-        live.t["phix"] = live.t["phi"] @ live.t["x"]
+        live.data["h0"] = live.data["a"] @ live.data["x"]
+        live.data["phix"] = live.data["phi"] @ live.data["x"]
         for mb in members:
             mb.total = mb.total + F.direct_setup(m, d, k, n)
 
     def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        t = live.t
+        t = live.data
         if p0.form == "gram":
             return gram_excess_grad(live.ws, t["a"], t["b"], t["sigma"], t["phi"], resnet)
         _, out, grads = direct_loss_grad(live.ws, t["h0"], t["b"], t["y"], resnet)
@@ -268,14 +265,14 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
     bsz = p0.batch_size
     samplers = {id(mb): _sampler(mb) for mb in members}
     live = Live(members, ctxs[0].device)
-    live.t["xt"], live.t["yt"] = live.t["x"].mT.contiguous(), live.t["y"].mT.contiguous()
+    live.data["xt"], live.data["yt"] = live.data["x"].mT.contiguous(), live.data["y"].mT.contiguous()
     full_cost = F.gram_eval(m, d, k, depth, resnet) + F.grad_norms(m, depth) + F.weight_distance(m, depth)
     batch_cost = F.sgd_eval(m, d, k, depth, bsz, p0.form, resnet)
     for t in range(max(p.n_iters for p in ps) + 1):
         stopped: list[int] = []
         if any(t % mb.p.log_every == 0 or t == mb.p.n_iters for mb in live.members):
             # Every member is evaluated when one logs (one batched pass); only the loggers use it.
-            tt = live.t
+            tt = live.data
             excess_t, grads = gram_excess_grad(live.ws, tt["a"], tt["b"], tt["sigma"], tt["phi"], resnet)
             excesses = excess_t.tolist()
             stats: tuple[list[list[float]], list[float]] | None = None
@@ -308,11 +305,11 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
         idx = torch.stack([samplers[id(mb)].next() for mb in live.members]).to(live.ws[0].device)
         rows = torch.arange(len(live.members), device=idx.device)[:, None]
         # Gathering whole sample rows of the (B, n, d) transposes is a plain copy per sample.
-        xb, yb = live.t["xt"][rows, idx].mT, live.t["yt"][rows, idx].mT
+        xb, yb = live.data["xt"][rows, idx].mT, live.data["yt"][rows, idx].mT
         if p0.form == "gram":
-            batch_loss, grads = gram_batch_loss_grad(live.ws, live.t["a"], live.t["b"], xb, yb, resnet)
+            batch_loss, grads = gram_batch_loss_grad(live.ws, live.data["a"], live.data["b"], xb, yb, resnet)
         else:
-            batch_loss, _, grads = direct_loss_grad(live.ws, live.t["a"] @ xb, live.t["b"], yb, resnet)
+            batch_loss, _, grads = direct_loss_grad(live.ws, live.data["a"] @ xb, live.data["b"], yb, resnet)
         stopped = []
         for j, (mb, value) in enumerate(zip(live.members, batch_loss.tolist(), strict=True)):
             mb.total = mb.total + batch_cost
