@@ -22,7 +22,7 @@ from tasks.ldminv import dsvd as D
 from tasks.ldminv import matrix_path as MP
 from tasks.ldminv.coefficients import initial_coefficients
 from tasks.ldminv.data import DataSpec, Source
-from tasks.ldminv.engine import eq4
+from tasks.ldminv.engine import eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import DsvdParams
 from tasks.ldminv.train_minv import MinvOutcome
@@ -74,13 +74,13 @@ class Models:
             return out, data.a, data.c0, data.t_rule
 
         # The exact inverse has no coefficients: vmap maps tensors only, so it gets its own mapped function.
-        self.half_exact = torch.func.vmap(lambda m, u, v, offset: half(m, u, v, offset, None))
+        self.half_exact = over_members(lambda m, u, v, offset: half(m, u, v, offset, None))
 
         def inner_loss(a: torch.Tensor, x0: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
             return eq4([MP.residual_sq(a, x) for x in MP.ldminv(a, x0, c, "hyperpower", p.L_inv)])
 
-        self.half = torch.func.vmap(half)
-        self.inner_loss = torch.func.vmap(inner_loss)
+        self.half = over_members(half)
+        self.inner_loss = over_members(inner_loss)
 
     def step(
         self, m: torch.Tensor, u: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, k: int, side: int
@@ -135,7 +135,7 @@ class Models:
                             model.first_layer_neg.append(float((t < 0).to(torch.float64).mean()))
                 else:
                     v = new
-            fs.append(torch.func.vmap(D.objective)(m, u, v))
+            fs.append(over_members(D.objective)(m, u, v))
         return fs, u, v
 
 
@@ -154,7 +154,7 @@ def evaluate(models: Sequence[DsvdModel], tests: Sequence[tuple[torch.Tensor, ..
     m, u0, v0, sigma_sum = (torch.stack(parts) for parts in zip(*tests, strict=True))
     with torch.no_grad():
         fs, u, v = Models(models).forward(m, u0, v0, models[0].p.K_svd)
-        mse, orth = torch.func.vmap(D.svd_errors)(m, u, v)
+        mse, orth = over_members(D.svd_errors)(m, u, v)
     out = []
     for i, model in enumerate(models):
         obj = float(fs[-1][i].mean())
@@ -235,7 +235,7 @@ def run_dsvd_batch(ps: Sequence[DsvdParams], ctxs: Sequence[RunContext]) -> list
         fs, _, _ = Models([mb.model for mb in live]).forward(
             batch[0], batch[1], batch[2], ps[0].K_svd, train_inner=True
         )
-        loss = torch.func.vmap(lambda *f: torch.stack([x.mean() for x in f]).mean())(*fs)
+        loss = over_members(lambda *f: torch.stack([x.mean() for x in f]).mean())(*fs)
         values = loss.detach().tolist()
         running = [j for j, v in enumerate(values) if not is_diverged(v)]
         for j in set(range(len(live))) - set(running):

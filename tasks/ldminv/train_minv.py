@@ -20,7 +20,7 @@ from tasks.common import generator, torch_dtype
 from tasks.ldminv import theory as T
 from tasks.ldminv.coefficients import identity_value, initial_coefficients, project_box
 from tasks.ldminv.data import DataSpec, Source
-from tasks.ldminv.engine import Batch, Engine, eq4
+from tasks.ldminv.engine import Batch, Engine, eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import MinvParams
 
@@ -256,7 +256,7 @@ def run_minv_batch(ps: Sequence[MinvParams], ctxs: Sequence[RunContext]) -> list
     Every member keeps its own data, batch order, coefficients (a leaf tensor of its own) and optimiser
     state (a param group of its own, so its own lr and halving schedule); one training step stacks the
     running members' batches and coefficients on a leading axis and evaluates Eq. 4 for all of them at
-    once with `torch.func.vmap`. The summed loss gives each member exactly its own gradient (members
+    once (`over_members`: torch.func.vmap). The summed loss gives each member exactly its own gradient (members
     share no parameter). A member that diverges, is pruned or times out leaves the stack at its own step.
     """
     members = [Trainer(p, ctx) for p, ctx in zip(ps, ctxs, strict=True)]
@@ -270,7 +270,7 @@ def run_minv_batch(ps: Sequence[MinvParams], ctxs: Sequence[RunContext]) -> list
     def member_eq4(base: torch.Tensor, start: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
         return eq4(engine.losses(Batch(base, start, start.new_zeros(base.shape[0])), coeffs))
 
-    batched_eq4 = torch.func.vmap(member_eq4)
+    batched_eq4 = over_members(member_eq4)
     for mb in members:
         mb.start()
     live = [i for i, mb in enumerate(members) if not mb.stopped and mb.p.iters > 0]

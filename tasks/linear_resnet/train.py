@@ -178,6 +178,19 @@ class Live:
         self.ws = [w[idx] for w in self.ws]
         return [g[idx] for g in grads]
 
+    def operands(self) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        """Weights and data to compute with: the stacks, or a lone member's plain matrices (every single
+        run: a batched matmul over a batch of one costs about twice a plain one at these sizes)."""
+        if len(self.members) > 1:
+            return self.ws, self.data
+        return [w[0] for w in self.ws], {k: v[0] for k, v in self.data.items()}
+
+    def stacked(self, out: tuple[torch.Tensor, list[torch.Tensor]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """A (loss, gradients) pair with the member axis, whichever operands computed it."""
+        if len(self.members) > 1:
+            return out
+        return out[0][None], [g[None] for g in out[1]]
+
     def log_stats(self, grads: list[torch.Tensor]) -> tuple[list[list[float]], list[float]]:
         """Per member: the layers' squared gradient norms and max_l ||W_l - W_l(0)||_F."""
         sq = torch.stack([(g * g).sum(dim=MATRIX) for g in grads], dim=1)
@@ -187,7 +200,7 @@ class Live:
     def update(self, grads: list[torch.Tensor], scale: float = 1.0) -> None:
         step = self.data["eta"] * scale if scale != 1.0 else self.data["eta"]
         for w, g in zip(self.ws, grads, strict=True):
-            w.sub_(g * step)
+            w.addcmul_(g, step, value=-1.0)  # W - eta G in one pass, each member with its own eta
 
 
 def _members(ps: Sequence[GDParams | SGDParams], setups: Sequence[Setup], ctxs: Sequence[RunContext]) -> list[Member]:
@@ -213,12 +226,12 @@ def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunCo
             mb.total = mb.total + F.direct_setup(m, d, k, n)
 
     def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        t = live.data
+        ws, t = live.operands()
         if p0.form == "gram":
-            return gram_excess_grad(live.ws, t["a"], t["b"], t["sigma"], t["phi"], resnet)
-        _, out, grads = direct_loss_grad(live.ws, t["h0"], t["b"], t["y"], resnet)
+            return live.stacked(gram_excess_grad(ws, t["a"], t["b"], t["sigma"], t["phi"], resnet))
+        _, out, grads = direct_loss_grad(ws, t["h0"], t["b"], t["y"], resnet)
         diff = out - t["phix"]  # exact suboptimality 1/2 ||(U - phi) X||^2, no cancellation against L*
-        return 0.5 * (diff * diff).sum(dim=MATRIX), grads
+        return live.stacked((0.5 * (diff * diff).sum(dim=MATRIX), grads))
 
     eval_cost = F.gd_eval(m, d, k, depth, n, p0.form, resnet)
     log_cost = F.grad_norms(m, depth) + F.weight_distance(m, depth)
@@ -272,8 +285,8 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
         stopped: list[int] = []
         if any(t % mb.p.log_every == 0 or t == mb.p.n_iters for mb in live.members):
             # Every member is evaluated when one logs (one batched pass); only the loggers use it.
-            tt = live.data
-            excess_t, grads = gram_excess_grad(live.ws, tt["a"], tt["b"], tt["sigma"], tt["phi"], resnet)
+            ws, tt = live.operands()
+            excess_t, grads = live.stacked(gram_excess_grad(ws, tt["a"], tt["b"], tt["sigma"], tt["phi"], resnet))
             excesses = excess_t.tolist()
             stats: tuple[list[list[float]], list[float]] | None = None
             for j, mb in enumerate(live.members):
@@ -306,10 +319,14 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
         rows = torch.arange(len(live.members), device=idx.device)[:, None]
         # Gathering whole sample rows of the (B, n, d) transposes is a plain copy per sample.
         xb, yb = live.data["xt"][rows, idx].mT, live.data["yt"][rows, idx].mT
+        ws, tt = live.operands()
+        if len(live.members) == 1:
+            xb, yb = xb[0], yb[0]
         if p0.form == "gram":
-            batch_loss, grads = gram_batch_loss_grad(live.ws, live.data["a"], live.data["b"], xb, yb, resnet)
+            batch_loss, grads = live.stacked(gram_batch_loss_grad(ws, tt["a"], tt["b"], xb, yb, resnet))
         else:
-            batch_loss, _, grads = direct_loss_grad(live.ws, live.data["a"] @ xb, live.data["b"], yb, resnet)
+            batch_loss, _, grads = direct_loss_grad(ws, tt["a"] @ xb, tt["b"], yb, resnet)
+            batch_loss, grads = live.stacked((batch_loss, grads))
         stopped = []
         for j, (mb, value) in enumerate(zip(live.members, batch_loss.tolist(), strict=True)):
             mb.total = mb.total + batch_cost
