@@ -164,6 +164,8 @@ class L2OGDTask:
         "lemma42_ratio_max": _F,
         "a3_norm_max": _F,
         "grad_bound_ratio_max": _F,
+        "log10_semi_smooth_max": _F,
+        "log10_semi_smooth_T_max": _F,
         # Thm 4.7 in log space (C12) and its constants
         "th_sum_lambda": _F,
         "th_log10_delta2": _F,
@@ -198,6 +200,7 @@ class L2OGDTask:
         "lemma42_ratio": _F,
         "a3_norm": _F,
         "grad_bound_ratio": _F,
+        "log10_semi_smooth": _F,
     }
     examples: ClassVar[list[dict[str, Any]]] = [
         {

@@ -26,7 +26,16 @@ from tasks.l2o_gd.unroll import Unrolled, unroll
 from tasks.status import DIVERGED, OK, Status
 
 NAN = math.nan
-DIAG_COLUMNS = ("alpha_thin", "rank_g", "w_ratio_max", "w_last_norm", "lemma42_ratio", "a3_norm", "grad_bound_ratio")
+DIAG_COLUMNS = (
+    "alpha_thin",
+    "rank_g",
+    "w_ratio_max",
+    "w_last_norm",
+    "lemma42_ratio",
+    "a3_norm",
+    "grad_bound_ratio",
+    "log10_semi_smooth",
+)
 
 
 def checkpoints(epochs: int, every: int) -> set[int]:
@@ -125,6 +134,7 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
     trajs: dict[int, list[float]] = {}
     summary: dict[str, Any] = {}
     w_ratio_max, lemma42_max, a3_max, grad_ratio_max = 0.0, 0.0, 0.0, 0.0
+    semi_max = semi_last_max = -math.inf  # C11 over all t, and at t = T (where the bound is loosest)
     status: Status
     status, diverged_step, k = OK, None, 0
     best_last, best_mean, best_mean_epoch = -math.inf, -math.inf, 0
@@ -132,7 +142,7 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
     last: Unrolled | None = None
     for k in range(p.epochs + 1):
         diag, log = k in diag_at, k in logged
-        out = unroll(ws, m, y, prob.beta, p.T, mode=mode, keep=diag)
+        out = unroll(ws, m, y, prob.beta, p.T, mode=mode, keep=diag, record=diag and k < p.epochs)
         loss = float(out.loss.detach())
         if is_diverged(loss) or any(not torch.isfinite(w).all() for w in ws):
             status, diverged_step = DIVERGED, k
@@ -199,6 +209,10 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
                     "grad_bound_ratio": g_ratio,
                 }
             )
+            if k < p.epochs:
+                semi = _semi_smooth(out, ws_k, ws, m, y, prob, p, lam_bar, u)
+                row["log10_semi_smooth"], semi_max = float(semi.max()), max(semi_max, float(semi.max()))
+                semi_last_max = max(semi_last_max, float(semi[-1]))
             w_ratio_max, lemma42_max = max(w_ratio_max, w_ratio), max(lemma42_max, l42)
             a3_max, grad_ratio_max = max(a3_max, a3), max(grad_ratio_max, g_ratio)
         for key, val in row.items():
@@ -219,6 +233,8 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
             "lemma42_ratio_max": lemma42_max,
             "a3_norm_max": a3_max,
             "grad_bound_ratio_max": grad_ratio_max,
+            "log10_semi_smooth_max": semi_max if semi_max > -math.inf else NAN,
+            "log10_semi_smooth_T_max": semi_last_max if semi_last_max > -math.inf else NAN,
             "best_imp_last": best_last,
             "best_imp_mean": best_mean,
             "best_imp_mean_epoch": best_mean_epoch,
@@ -233,6 +249,26 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
         diverged_step,
         flops=max(len(losses), 1) * flops_per_epoch(p),
     )
+
+
+def _semi_smooth(
+    out: Unrolled,
+    ws_k: list[torch.Tensor],
+    ws: list[torch.Tensor],
+    m: torch.Tensor,
+    y: torch.Tensor,
+    prob: Problem,
+    p: L2OParams,
+    lam_bar: list[float],
+    u: float,
+) -> np.ndarray:
+    """Lemma 4.5 (spec C11) for the step W^k -> W^{k+1} just taken: log10 of ||X_t^{k+1} - X_t^k|| over the
+    lemma's bound, t = 1..T. One extra forward pass with W^{k+1}, at diagnostic epochs only."""
+    with torch.no_grad():
+        nxt = unroll(ws, m, y, prob.beta, p.T, mode="detach" if p.detach else "full", record=True)
+    dx = torch.linalg.vector_norm((torch.stack(nxt.iterates) - torch.stack(out.iterates)).double(), dim=(1, 2))
+    dw = D.spectral_norms([w.detach() - w0 for w, w0 in zip(ws, ws_k, strict=True)])
+    return TH.log10_semi_smooth_ratios(dx.cpu().numpy(), dw, prob.beta, u, p.T, lam_bar)
 
 
 def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: Problem, p: L2OParams) -> Unrolled:
