@@ -9,6 +9,7 @@ the Thm 4.7 log-margins. A `gd` run is one GD trajectory; its curve is per itera
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -17,7 +18,7 @@ from tasks.base import FieldType, Result, RunContext, is_diverged
 from tasks.l2o_gd.metrics import improvement, ratios
 from tasks.l2o_gd.params import GDParams, L2OGDParams, L2OParams
 from tasks.l2o_gd.problem import Problem, gd_trajectory, make_problem
-from tasks.l2o_gd.train import as_json, baselines, train
+from tasks.l2o_gd.train import as_json, baseline_multipliers, baseline_summary, baselines, train
 from tasks.status import DIVERGED, OK, Status
 
 
@@ -34,12 +35,50 @@ def step_multiplier_of(p: GDParams, prob: Problem) -> float:
     return p.c
 
 
-def run_gd(p: GDParams, ctx: RunContext) -> Result:
-    prob = problem_of(p)
-    base = baselines(prob, p.T, ctx.device, best_c=False)
-    c = step_multiplier_of(p, prob)
-    m, y = prob.to(torch.float64, ctx.device)
-    f_inst = gd_trajectory(m, y, torch.tensor([c], dtype=torch.float64, device=ctx.device), prob.beta, p.T)[0].cpu()
+def gd_batch_key(p: GDParams) -> Hashable:
+    """What fixes a GD run's shapes; members of a batch differ in seed, data_seed, step rule, c and log_every.
+    (`dtype` is not in it: GD runs in float64 whatever it says, spec G14.)"""
+    return ("gd", p.n_problems, p.d, p.b, p.data, p.T)
+
+
+def run_gd_batch(ps: Sequence[GDParams], ctxs: Sequence[RunContext]) -> list[Result]:
+    """GD runs of one batch key as one computation: the members' instances side by side form one
+    block-diagonal problem (instances never interact, each keeps its own run's beta), and every member's
+    four trajectories (its step and the three baselines of `baseline_multipliers`) run as one batch. A single
+    run is a batch of one, so both paths are the same code."""
+    if len({gd_batch_key(p) for p in ps}) != 1 or len(ps) != len(ctxs):
+        raise ValueError(f"run_gd_batch needs one context per member and one batch key, got {len(ps)} members")
+    device, n, T = ctxs[0].device, ps[0].n_problems, ps[0].T
+    probs = [problem_of(p) for p in ps]
+    steps = [step_multiplier_of(p, prob) for p, prob in zip(ps, probs, strict=True)]
+    mult = torch.cat(
+        [
+            torch.cat([baseline_multipliers(prob), torch.full((1, n), c, dtype=torch.float64)])
+            for prob, c in zip(probs, steps, strict=True)
+        ],
+        dim=1,
+    )  # (4, K N): the reference, 2/(beta+beta_0), 1/beta_i, the member's own step
+    beta = torch.tensor([prob.beta for prob in probs], dtype=torch.float64).repeat_interleave(n).reshape(-1, 1)
+    m = torch.cat([prob.m for prob in probs]).to(device)
+    y = torch.cat([prob.y for prob in probs]).to(device)
+    f = gd_trajectory(m, y, mult.to(device), beta.to(device), T).cpu().reshape(4, T + 1, len(ps), n)
+    return [
+        _gd_result(p, ctx, prob, c, f[:, :, i])
+        for i, (p, ctx, prob, c) in enumerate(zip(ps, ctxs, probs, steps, strict=True))
+    ]
+
+
+def gd_batch_bytes(p: GDParams) -> int:
+    """Device memory of one member: its problem, four iterates with their residuals and gradients, and the
+    four stored trajectories (float64)."""
+    n, b, d = p.n_problems, p.b, p.d
+    return 8 * (n * b * d + n * b + 4 * 3 * n * (b + d) + 4 * (p.T + 1) * n)
+
+
+def _gd_result(p: GDParams, ctx: RunContext, prob: Problem, c: float, f: torch.Tensor) -> Result:
+    """One GD run's result from its trajectories (4, T+1, N) in `run_gd_batch`'s order."""
+    base = baseline_summary(prob, f[0], f[1], f[2])
+    f_inst = f[3]
     f = f_inst.sum(-1)
     bad = [t for t in range(p.T + 1) if is_diverged(float(f[t]))]
     status: Status = DIVERGED if bad else OK
@@ -250,8 +289,20 @@ class L2OGDTask:
 
     def run(self, p: L2OParams | GDParams, ctx: RunContext) -> Result:
         if isinstance(p, GDParams):
-            return run_gd(p, ctx)
+            return run_gd_batch([p], [ctx])[0]
         return run_l2o(p, ctx)
+
+    def batch_key(self, p: L2OParams | GDParams) -> Hashable | None:
+        return gd_batch_key(p) if isinstance(p, GDParams) else None
+
+    def batch_bytes(self, p: L2OParams | GDParams) -> int:
+        return gd_batch_bytes(p) if isinstance(p, GDParams) else 0
+
+    def run_batch(self, ps: Sequence[L2OParams | GDParams], ctxs: Sequence[RunContext]) -> list[Result]:
+        gd = [p for p in ps if isinstance(p, GDParams)]
+        if len(gd) == len(ps):
+            return run_gd_batch(gd, ctxs)
+        return [self.run(p, ctx) for p, ctx in zip(ps, ctxs, strict=True)]
 
 
 # The registry finds a learner by its folder name and takes this attribute.

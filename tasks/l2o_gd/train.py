@@ -81,15 +81,36 @@ def baselines(prob: Problem, T: int, device: str, best_c: bool) -> dict[str, Any
     m, y = prob.to(torch.float64, device)
     c_opt = 2 * prob.beta / (prob.beta + prob.beta0)
     two = gd_trajectory(m, y, torch.tensor([1.0, c_opt], dtype=torch.float64, device=device), prob.beta, T).cpu()
-    ref, opt = two[0], two[1]
     inst = gd_trajectory(m, y, (prob.beta / prob.beta_inst).reshape(1, -1).to(device), prob.beta, T)[0].cpu()
+    out = baseline_summary(prob, two[0], two[1], inst)
+    if best_c:
+        cs = torch.linspace(0.5, 2.2, 341, dtype=torch.float64)
+        ft = gd_final_batched(m, y, cs.to(device), prob.beta, T).sum(-1).cpu()
+        ft = torch.where(torch.isfinite(ft), ft, torch.full_like(ft, math.inf))
+        i = int(torch.argmin(ft))
+        imp_best = improvement(out["ref"], gd_trajectory(m, y, cs[i : i + 1].to(device), prob.beta, T)[0].cpu())
+        out.update({"c_best": float(cs[i]), "imp_last_best_c": imp_best.last, "imp_mean_best_c": imp_best.mean})
+    return out
+
+
+def baseline_multipliers(prob: Problem) -> torch.Tensor:
+    """The baselines' step multipliers per instance, (3, N): 1 (the reference), 2 beta/(beta + beta_0), and
+    beta/beta_i (per-instance 1/beta_i)."""
+    n = prob.beta_inst.shape[0]
+    c_opt = 2 * prob.beta / (prob.beta + prob.beta0)
+    ones = torch.ones(n, dtype=torch.float64)
+    return torch.stack([ones, ones * c_opt, prob.beta / prob.beta_inst])
+
+
+def baseline_summary(prob: Problem, ref: torch.Tensor, opt: torch.Tensor, inst: torch.Tensor) -> dict[str, Any]:
+    """The baselines' summary fields from their per-instance trajectories (T+1, N), and `ref` itself."""
     imp_opt, imp_inst = improvement(ref, opt), improvement(ref, inst)
-    out: dict[str, Any] = {
+    return {
         "ref": ref,
         "beta": prob.beta,
         "beta0": prob.beta0,
         "kappa": prob.beta / prob.beta0,
-        "c_opt": c_opt,
+        "c_opt": 2 * prob.beta / (prob.beta + prob.beta0),
         "F_0": float(ref[0].sum()),
         "F_T_gd": float(ref[-1].sum()),
         "F_T_opt": float(opt[-1].sum()),
@@ -101,14 +122,6 @@ def baselines(prob: Problem, T: int, device: str, best_c: bool) -> dict[str, Any
         "traj_gd": as_json(ref.sum(-1)),
         "traj_opt": as_json(opt.sum(-1)),
     }
-    if best_c:
-        cs = torch.linspace(0.5, 2.2, 341, dtype=torch.float64)
-        ft = gd_final_batched(m, y, cs.to(device), prob.beta, T).sum(-1).cpu()
-        ft = torch.where(torch.isfinite(ft), ft, torch.full_like(ft, math.inf))
-        i = int(torch.argmin(ft))
-        imp_best = improvement(ref, gd_trajectory(m, y, cs[i : i + 1].to(device), prob.beta, T)[0].cpu())
-        out.update({"c_best": float(cs[i]), "imp_last_best_c": imp_best.last, "imp_mean_best_c": imp_best.mean})
-    return out
 
 
 def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) -> Outcome:
