@@ -18,7 +18,7 @@ from tasks.base import FieldType, Result, RunContext, is_diverged
 from tasks.l2o_gd.metrics import improvement, ratios
 from tasks.l2o_gd.params import GDParams, L2OGDParams, L2OParams
 from tasks.l2o_gd.problem import Problem, gd_trajectory, make_problem
-from tasks.l2o_gd.train import as_json, baseline_multipliers, baseline_summary, baselines, train
+from tasks.l2o_gd.train import as_json, baseline_multipliers, baseline_summary, baselines, train_batch
 from tasks.status import DIVERGED, OK, Status
 
 
@@ -122,21 +122,44 @@ def _gd_result(p: GDParams, ctx: RunContext, prob: Problem, c: float, f: torch.T
     )
 
 
-def run_l2o(p: L2OParams, ctx: RunContext) -> Result:
-    prob = problem_of(p)
-    base = baselines(prob, p.T, ctx.device, best_c=p.best_c)
-    out = train(p, prob, ctx, base)
-    summary = {k: v for k, v in base.items() if k != "ref"}
-    summary.update(out.summary)
-    summary = {k: v for k, v in summary.items() if not (isinstance(v, float) and math.isnan(v))}
-    return Result(
-        status=out.status,
-        summary=summary,
-        curve=out.curve,
-        flops=out.flops,
-        n_steps=out.n_steps,
-        diverged_step=out.diverged_step,
-    )
+def l2o_batch_key(p: L2OParams) -> Hashable:
+    """What fixes a learner run's shapes, precision and epoch loop; members of a batch differ in seed,
+    data_seed, init_seed, e, lr and what they log (log_every, traj_every, diag_every, svd, best_c)."""
+    return ("l2o", p.n_problems, p.d, p.b, p.data, p.T, p.dtype, p.depth, p.n1, p.n2, p.epochs, p.detach)
+
+
+def l2o_batch_bytes(p: L2OParams) -> int:
+    """Device memory of one member: the autograd graph of T unrolled steps over N d coordinates (every hidden
+    activation, kept once for the forward and once more as the backward's temporaries; spec section 5) and
+    the problem."""
+    itemsize = 4 if p.dtype == "float32" else 8
+    hidden = sum(p.widths()[1:-1])
+    return itemsize * (2 * p.T * p.n_problems * p.d * (hidden + 8) + 2 * p.n_problems * p.b * p.d)
+
+
+def run_l2o_batch(ps: Sequence[L2OParams], ctxs: Sequence[RunContext]) -> list[Result]:
+    """Learner runs of one batch key trained as one batched computation (`train_batch`); a single run is a
+    batch of one."""
+    if len({l2o_batch_key(p) for p in ps}) != 1 or len(ps) != len(ctxs):
+        raise ValueError(f"run_l2o_batch needs one context per member and one batch key, got {len(ps)} members")
+    probs = [problem_of(p) for p in ps]
+    bases = [baselines(prob, p.T, ctx.device, best_c=p.best_c) for p, prob, ctx in zip(ps, probs, ctxs, strict=True)]
+    results = []
+    for base, out in zip(bases, train_batch(ps, probs, ctxs, bases), strict=True):
+        summary = {k: v for k, v in base.items() if k != "ref"}
+        summary.update(out.summary)
+        summary = {k: v for k, v in summary.items() if not (isinstance(v, float) and math.isnan(v))}
+        results.append(
+            Result(
+                status=out.status,
+                summary=summary,
+                curve=out.curve,
+                flops=out.flops,
+                n_steps=out.n_steps,
+                diverged_step=out.diverged_step,
+            )
+        )
+    return results
 
 
 _F: FieldType = "float"
@@ -288,21 +311,25 @@ class L2OGDTask:
     }
 
     def run(self, p: L2OParams | GDParams, ctx: RunContext) -> Result:
-        if isinstance(p, GDParams):
-            return run_gd_batch([p], [ctx])[0]
-        return run_l2o(p, ctx)
+        return self.run_batch([p], [ctx])[0]
 
-    def batch_key(self, p: L2OParams | GDParams) -> Hashable | None:
-        return gd_batch_key(p) if isinstance(p, GDParams) else None
+    def batch_key(self, p: L2OParams | GDParams) -> Hashable:
+        return gd_batch_key(p) if isinstance(p, GDParams) else l2o_batch_key(p)
 
     def batch_bytes(self, p: L2OParams | GDParams) -> int:
-        return gd_batch_bytes(p) if isinstance(p, GDParams) else 0
+        return gd_batch_bytes(p) if isinstance(p, GDParams) else l2o_batch_bytes(p)
 
     def run_batch(self, ps: Sequence[L2OParams | GDParams], ctxs: Sequence[RunContext]) -> list[Result]:
-        gd = [p for p in ps if isinstance(p, GDParams)]
-        if len(gd) == len(ps):
-            return run_gd_batch(gd, ctxs)
-        return [self.run(p, ctx) for p, ctx in zip(ps, ctxs, strict=True)]
+        """Members of one batch key (the executor groups them so); a mixed list runs key by key, in order."""
+        out: dict[int, Result] = {}
+        for key in dict.fromkeys(self.batch_key(p) for p in ps):
+            idx = [i for i, p in enumerate(ps) if self.batch_key(p) == key]
+            gd = [p for i in idx if isinstance(p := ps[i], GDParams)]
+            l2o = [p for i in idx if isinstance(p := ps[i], L2OParams)]
+            sub = [ctxs[i] for i in idx]
+            results = run_gd_batch(gd, sub) if gd else run_l2o_batch(l2o, sub)
+            out.update(zip(idx, results, strict=True))
+        return [out[i] for i in range(len(ps))]
 
 
 # The registry finds a learner by its folder name and takes this attribute.
