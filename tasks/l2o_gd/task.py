@@ -129,12 +129,13 @@ def l2o_batch_key(p: L2OParams) -> Hashable:
 
 
 def l2o_batch_bytes(p: L2OParams) -> int:
-    """Device memory of one member: the autograd graph of T unrolled steps over N d coordinates (every hidden
-    activation, kept once for the forward and once more as the backward's temporaries; spec section 5) and
-    the problem."""
+    """Device memory of one member: the autograd graph of T unrolled steps keeps every hidden activation of the
+    N d coordinates, T K (n_1 + ... + n_{L-1}) numbers (spec section 5: ~21 GB for the main run in float32), plus
+    a few per-coordinate vectors per step (x, g, the features, P), one step's temporaries in the backward pass,
+    and the problem."""
     itemsize = 4 if p.dtype == "float32" else 8
-    hidden = sum(p.widths()[1:-1])
-    return itemsize * (2 * p.T * p.n_problems * p.d * (hidden + 8) + 2 * p.n_problems * p.b * p.d)
+    k, hidden = p.n_problems * p.d, sum(p.widths()[1:-1])
+    return itemsize * (p.T * k * (hidden + 8) + 2 * k * hidden + 2 * p.n_problems * p.b * p.d)
 
 
 def run_l2o_batch(ps: Sequence[L2OParams], ctxs: Sequence[RunContext]) -> list[Result]:
