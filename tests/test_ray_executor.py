@@ -184,3 +184,13 @@ def test_the_local_executor_pulls_one_item_per_finished_run() -> None:
         if got == 20:
             break
     assert source.pulled == 24  # three batches of 8 pulled, the third partly handed back
+
+
+def test_a_group_from_the_source_travels_in_one_chunk(pool: RayExecutor) -> None:
+    group = [WorkItem(f"g{i}", "least_squares", {"d_in": 4, "m": 10, "n_iters": 5, "seed": i}) for i in range(6)]
+    before = pool.chunks_submitted
+    seen = [r.run_id for records in pool.execute([group[0], group[1:]]) for r in records]
+    assert sorted(seen) == sorted(i.run_id for i in group)
+    # chunks of one while run times are unknown, but the group of five is never split (batching: the
+    # first cell shares the group's batch key, so the chunk holding that batch takes all six)
+    assert pool.chunks_submitted - before == (1 if pool.batch else 2)

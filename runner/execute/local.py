@@ -4,18 +4,18 @@ order of events, as the Ray executor."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
 from runner.execute.report_channel import LocalChannel
 from runner.store.records import RunRecord
 
 
 @dataclass
 class LocalExecutor:
-    """Runs cells in the calling process; `batch=False` runs every cell alone."""
+    """Runs cells one by one in the calling process."""
 
     threads: int = 1
     timeout_s: float | None = None
@@ -24,9 +24,7 @@ class LocalExecutor:
     device: str = "cpu"  # "cuda": tasks that compute on ctx.device use this process's GPU
     name: str = "local"
 
-    def execute(
-        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
-    ) -> Iterator[list[RunRecord]]:
+    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
         from runner.execute.batching import batch_key
         from runner.execute.worker import configure_threads, run_items  # imports the tasks (and torch)
 
@@ -48,7 +46,8 @@ class LocalExecutor:
 
         # Items are pulled one at a time; a run starts once the next item cannot join it: a batchable item
         # waits for the items after it while they share its batch key (up to a batch), anything else runs
-        # at once. A source that answers None (it waits for runs) gets the batch held so far run first.
+        # at once. A source that answers None (it waits for runs) gets the batch held so far run first; a
+        # group from the source runs as one chunk (batched by key inside).
         group: list[WorkItem] = []
         key: Any = None
         for item in items:
@@ -56,6 +55,10 @@ class LocalExecutor:
                 if not group:
                     raise FeedStalled()  # nothing runs between two pulls here, so a waiting source waits forever
                 yield from run(group)
+                continue
+            if isinstance(item, list):  # items meant to run together (a tuner's trials): one chunk
+                yield from run(group)
+                yield from run(list(item))
                 continue
             k = batch_key(item) if self.batch else None
             if group and k != key:
