@@ -191,6 +191,5 @@ def test_a_group_from_the_source_travels_in_one_chunk(pool: RayExecutor) -> None
     before = pool.chunks_submitted
     seen = [r.run_id for records in pool.execute([group[0], group[1:]]) for r in records]
     assert sorted(seen) == sorted(i.run_id for i in group)
-    # chunks of one while run times are unknown, but the group of five is never split (batching: the
-    # first cell shares the group's batch key, so the chunk holding that batch takes all six)
-    assert pool.chunks_submitted - before == (1 if pool.batch else 2)
+    # chunks of one while run times are unknown, but the group of five is never split
+    assert pool.chunks_submitted - before == 2
