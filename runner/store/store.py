@@ -35,7 +35,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from runner.store.claims import LEASE_S, Claims, grid_key
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
+from runner.store.exclusive import for_root
 from runner.store.files import WriterLock, is_local
 from runner.store.parts import PartReader
 from runner.store.records import RunRecord
@@ -138,6 +140,15 @@ class ResultStore:
             except FileNotFoundError:
                 continue
         return read()
+
+    def claims(self, run_ids: Iterable[str], lease_s: float | None = None) -> Claims | None:
+        """This driver's share of the claims on the grid of `run_ids` (runner.store.claims), or None
+        where the root has no create-if-absent (then drivers do not share work)."""
+        exclusive = for_root(self.root, self.fs)
+        if exclusive is None:
+            return None
+        lease = lease_s if lease_s is not None else float(os.environ.get("CONVGRID_LEASE_S", LEASE_S))
+        return Claims(self.files, exclusive, grid_key(run_ids), lease)
 
     # ---- writing -------------------------------------------------------------------------------
     def write_part(self, table: pa.Table, *directory: str) -> str:
