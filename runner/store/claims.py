@@ -2,7 +2,7 @@
 
 Layout, per grid (its key: a hash of the grid's sorted run ids, so every driver of one grid agrees):
 
-    _store/claims/<key>/drivers/<driver>.json     a live driver's heartbeat: {"beat": n, host, pid, ...}
+    _store/claims/<key>/drivers/<driver>.json     a live driver's heartbeat: {"beat": n, "done": blocks, ...}
     _store/claims/<key>/b<block>-g<gen>.json      generation `gen` of the claim on block `block`: its driver
 
 Claims are coarse: the grid's run ids, sorted, are cut into blocks of `block_size(n)` cells (at most
@@ -16,7 +16,9 @@ seen the same beat for `lease_s` seconds on the observer's own monotonic clock (
 machines is ever compared). A driver that ends (done, Ctrl-C, an error) deletes its file, so its
 blocks are free at once; a SIGKILLed one leaves it, and its blocks are free a lease later.
 
-A free block of a dead or ended driver is taken over by creating the next generation (create-if-
+A driver's heartbeat also lists the blocks it has finished (run and flushed); a block held by a live
+driver and not in that list is in progress, and nobody else touches it. A block of a dead or ended
+driver, or one its live driver lists as finished, is taken over by creating the next generation (create-if-
 absent again: one taker wins) after asking the store which of its cells are still to run (a cell
 the dead driver stored is never run again). So a grid costs its cells plus the runs a dead driver
 had in flight, unflushed, when it died.
@@ -79,7 +81,8 @@ class DriverInfo:
     beat: int
     host: str
     pid: int
-    at: float  # the driver's wall clock at this beat: shown by `status`, never compared across machines
+    at: float
+    done: frozenset[int]  # the driver's wall clock at this beat: shown by `status`, never compared across machines
 
 
 @dataclass
@@ -108,6 +111,8 @@ class Claims:
         self.liveness = Liveness()
         self._owners: dict[str, str] = {}  # claim file -> driver (claim files never change)
         self._beat = 0
+        self._done: set[int] = set()  # blocks this driver has run and flushed
+        self._write_lock = threading.Lock()  # the heartbeat thread and the claiming thread both beat
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -116,24 +121,30 @@ class Claims:
         return f"{self.dir}/drivers/{driver}.json"
 
     def _write_beat(self) -> None:
-        body = {"driver": self.driver, "beat": self._beat, "host": socket.gethostname(), "pid": os.getpid()}
-        self.files.fs.create_dir(self.files.abs(f"{self.dir}/drivers"), recursive=True)
-        path = self.files.abs(self._driver_path(self.driver))
-        data = json.dumps({**body, "at": time.time()}).encode()
-        if isinstance(self.files.fs, pafs.LocalFileSystem):
-            tmp = f"{path}.{self._beat}.tmp"  # rename over: a reader sees the old beat or the new, whole
-            write_bytes(self.files.fs, tmp, data)
-            os.replace(tmp, path)
-        else:
-            write_bytes(self.files.fs, path, data)  # an upload appears whole
+        with self._write_lock:
+            self._beat += 1
+            body = {"driver": self.driver, "beat": self._beat, "host": socket.gethostname(), "pid": os.getpid()}
+            self.files.fs.create_dir(self.files.abs(f"{self.dir}/drivers"), recursive=True)
+            path = self.files.abs(self._driver_path(self.driver))
+            data = json.dumps({**body, "at": time.time(), "done": sorted(self._done)}).encode()
+            if isinstance(self.files.fs, pafs.LocalFileSystem):
+                tmp = f"{path}.tmp"  # rename over: a reader sees the old beat or the new, whole
+                write_bytes(self.files.fs, tmp, data)
+                os.replace(tmp, path)
+            else:
+                write_bytes(self.files.fs, path, data)  # an upload appears whole
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.lease_s / 4):
-            self._beat += 1
             try:
                 self._write_beat()
             except OSError:
                 continue  # a missed beat is one of four per lease; the next one may get through
+
+    def finished(self, blocks: Iterable[int]) -> None:
+        """Say (at once, not at the next beat) that these blocks are run and flushed."""
+        self._done.update(blocks)
+        self._write_beat()
 
     def start(self) -> None:
         """Announce this driver (before its first claim, so no claim ever names an unknown driver)."""
@@ -158,7 +169,9 @@ class Claims:
                 body = json.loads(read_bytes(self.files.fs, info.path))
             except (FileNotFoundError, ValueError):
                 continue  # ended between listing and read
-            found[body["driver"]] = DriverInfo(body["driver"], body["beat"], body["host"], body["pid"], body["at"])
+            found[body["driver"]] = DriverInfo(
+                body["driver"], body["beat"], body["host"], body["pid"], body["at"], frozenset(body["done"])
+            )
         return found
 
     def holders(self) -> dict[int, Claim]:
@@ -221,8 +234,9 @@ class Claims:
                             break
                 if mine:
                     yield [rid for b in sorted(mine) for rid in blocks[b] if rid in todo]
+                    self.finished(mine)  # the caller asks for the next wave once this one is flushed
                 continue
-            orphans = sorted(b for b in pending if holders[b].driver not in live)
+            orphans = sorted(b for b in pending if holders[b].driver not in live or b in infos[holders[b].driver].done)
             if orphans:
                 left = still_todo([rid for b in orphans for rid in blocks[b]])
                 taken = []
@@ -232,10 +246,11 @@ class Claims:
                     elif self.claim(block, holders[block].gen + 1):
                         taken.append(block)
                         pending.discard(block)
-                for dead in {holders[b].driver for b in orphans} & set(infos):
+                for dead in {holders[b].driver for b in orphans} & (set(infos) - live):
                     delete_quietly(self.files.fs, self.files.abs(self._driver_path(dead)))  # seen dead a lease
                 if taken:
                     yield [rid for b in taken for rid in blocks[b] if rid in left]
+                    self.finished(taken)
                 continue
             time.sleep(poll)  # every block left is held by a live driver: watch it finish or die
 
