@@ -3,7 +3,12 @@ driver's blocks are taken over, and reruns, --retry-failed and `status` see the 
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +16,7 @@ import pytest
 from runner import ResultStore, run_grid
 from runner.api import RunReport
 from runner.cli import main
-from runner.store.claims import CLAIMS_DIR, blocks_of, grid_key
+from runner.store.claims import CLAIMS_DIR, DriverInfo, Liveness, blocks_of, grid_key
 from runner.store.exclusive import LocalLink
 from tests.shared_drivers import check_takeover, kill_one_driver_midway, ledger_grid, read_ledger
 
@@ -100,3 +105,20 @@ def test_a_killed_driver_s_blocks_are_taken_over(tmp_path: Path, capsys: pytest.
     assert seen.report.executed == survivor and seen.report.already_done + survivor + seen.report.by_others == 400
     capsys.readouterr()
     assert main(["status", root]) == 0 and "drivers sharing" not in capsys.readouterr().out
+
+
+def test_a_driver_is_dead_after_a_lease_of_the_same_beat_on_the_observer_s_clock() -> None:
+    """A driver on another machine (its pid cannot be asked): live while its beat changes, dead once
+    the observer has seen one beat for a lease; its wall clock is never used."""
+    seen = Liveness()
+    far = DriverInfo("elsewhere-1-abc", beat=3, host="another-host", pid=1, at=0.0, done=frozenset())
+    assert seen.alive(far, lease_s=2.0, now=100.0)
+    assert seen.alive(far, lease_s=2.0, now=101.9)
+    assert not seen.alive(far, lease_s=2.0, now=102.1)
+    assert seen.alive(replace(far, beat=4), lease_s=2.0, now=102.2)  # it beat again: live again
+    assert not seen.alive(None, lease_s=2.0, now=102.2)  # its file is gone: it ended
+    here = replace(far, host=socket.gethostname(), pid=os.getpid())
+    assert seen.alive(here, lease_s=2.0, now=0.0)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not seen.alive(replace(here, pid=gone.pid), lease_s=2.0, now=0.0)  # same host, process gone

@@ -13,8 +13,10 @@ drivers racing for `b7-g0`, one wins. The block belongs to the newest generation
 Heartbeats are cheap: one small overwrite per driver every lease/4 seconds, whatever it holds. A
 driver is live while its file exists and its beat keeps changing; it is dead once an observer has
 seen the same beat for `lease_s` seconds on the observer's own monotonic clock (no clock of two
-machines is ever compared). A driver that ends (done, Ctrl-C, an error) deletes its file, so its
-blocks are free at once; a SIGKILLed one leaves it, and its blocks are free a lease later.
+machines is ever compared); on the observer's own host, a driver whose pid is gone is dead at once
+(so rerunning a SIGKILLed command resumes without waiting). A driver that ends (done, Ctrl-C, an
+error) deletes its file, so its blocks are free at once; a SIGKILLed one leaves it, and its blocks
+are free a lease later.
 
 A driver's heartbeat also lists the blocks it has finished (run and flushed); a block held by a live
 driver and not in that list is in progress, and nobody else touches it. A block of a dead or ended
@@ -81,8 +83,8 @@ class DriverInfo:
     beat: int
     host: str
     pid: int
-    at: float
-    done: frozenset[int]  # the driver's wall clock at this beat: shown by `status`, never compared across machines
+    at: float  # the driver's wall clock at this beat: shown by `status`, never compared across machines
+    done: frozenset[int]  # blocks it has finished
 
 
 @dataclass
@@ -94,11 +96,23 @@ class Liveness:
     def alive(self, info: DriverInfo | None, lease_s: float, now: float) -> bool:
         if info is None:
             return False  # ended (its file deleted) or never existed
+        if info.host == socket.gethostname() and not _pid_running(info.pid):
+            return False  # a driver on this machine whose process is gone: no need to wait a lease
         last = self.seen.get(info.driver)
         if last is None or last[0] != info.beat:
             self.seen[info.driver] = (info.beat, now)
             return True
         return now - last[1] < lease_s
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    return True
 
 
 class Claims:
