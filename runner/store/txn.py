@@ -200,15 +200,20 @@ class Transaction:
         if self.empty:
             return
         fs = self.root.fs
+        marker = f"{TXN_DIR}/{self.marker.txn}.json"
+        # Locally the marker is written (and fsynced) beside the staged parts, in parallel with them,
+        # so that one fsync of the staging folder makes all their names durable; its rename into
+        # txn/ is the commit point. (Uncommitted, it is one more staging leftover for `recover`.)
+        tmp = f"{STAGING_DIR}/{self.marker.txn}.marker"
+        if is_local(fs):
+            ensure_dir(fs, self.root.abs(STAGING_DIR))
+            self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
         fsync_dir(fs, self.root.abs(STAGING_DIR))
         kill_point("staged", self.label)
         ensure_dir(fs, self.root.abs(TXN_DIR))
-        marker = f"{TXN_DIR}/{self.marker.txn}.json"
         if is_local(fs):
-            tmp = f"{TXN_DIR}/.{self.marker.txn}.json.tmp"
-            write_bytes(fs, self.root.abs(tmp), self.marker.to_json())
             fs.move(self.root.abs(tmp), self.root.abs(marker))
         else:
             write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
