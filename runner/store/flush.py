@@ -6,7 +6,8 @@ Within the caller's transaction (writer lock held, earlier crashes recovered):
   - the parts of runs/ and curves/ holding a superseded attempt are rewritten without it, in the same
     part as the new rows; so are parts whose schema differs from the task's current one (a new task
     version's column), so that one task's files always share one schema, as polars requires;
-  - the kept attempts' rows go to runs/ and their curve rows to curves/.
+  - the kept attempts' rows go to runs/ and their curve rows to curves/; the curve rows of the
+    attempts they supersede move to attempt_curves/ (the history's curves).
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from runner.store.records import RunRecord
-from runner.store.store import ATTEMPTS, CURVES, RUNS, ResultStore, conform, latest_per_run, task_dir, without_partition
+from runner.store.store import (
+    ATTEMPT_CURVES,
+    ATTEMPTS,
+    CURVES,
+    RUNS,
+    ResultStore,
+    conform,
+    latest_per_run,
+    task_dir,
+    without_partition,
+)
 from runner.store.txn import Transaction
 
 
@@ -102,15 +113,19 @@ def stage_task(
     )
     crewrite = _parts_with_rows(store, curve_parts, ctarget, stale) if gone.num_rows else set()
     crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
-    csurvivors = []
+    csurvivors, superseded = [], []
     for part in sorted(crewrite):
         rows_ = reader.read([part], ctarget)
         doomed = _pairs_mask(rows_, gone)
         csurvivors.append(rows_.filter(pc.invert(doomed)))
+        superseded.append(rows_.filter(doomed))
         txn.remove(part)
     ctable = pa.concat_tables([conform(fresh, ctarget), *csurvivors])
     if ctable.num_rows:
         _add(store, txn, ctable, curves_dir)
+    old = pa.concat_tables(superseded) if superseded else None
+    if old is not None and old.num_rows:  # the history keeps them, out of every curves/ reader's way
+        _add(store, txn, old, task_dir(ATTEMPT_CURVES, task))
 
 
 def _add(store: ResultStore, txn: Transaction, table: pa.Table, directory: str) -> str:
