@@ -24,6 +24,7 @@ from runner.grid.schema import task_schemas
 from runner.grid.spec import Cell, Grid, load_grid
 from runner.store import ResultStore, RunRecord
 from runner.store.claims import Claims, blocks_of
+from runner.store.group_commit import GroupCommit
 from tasks.status import FINAL_STATUSES, is_settled
 
 
@@ -111,23 +112,34 @@ def execute_cells(
     channel: ReportChannel | None = None,
     sink: Callable[[list[RunRecord]], None] | None = None,
 ) -> Counter[str]:
-    """Run cells, persisting records as chunks complete: a part file once `flush_every` runs have
+    """Run cells, persisting records as chunks complete: a flush once `flush_every` runs have
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
-    finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished.
-    `channel` (from `executor.report_channel`) carries intermediate values to a judge; `sink` sees
-    every finished record too (the tuner tells its trials from them)."""
+    finished work, plus the flush being committed, and tiny runs do not make one file each). Flushes
+    are committed by a writer thread (runner.store.group_commit: the fsyncs of one overlap the next
+    runs, and flushes waiting for it share one commit); all is committed when this returns. A Ctrl-C
+    keeps what finished. `channel` (from `executor.report_channel`) carries intermediate values to a
+    judge; `sink` sees every finished record too (the tuner tells its trials from them)."""
     items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells]
     bar = Progress(len(items), label, enabled=progress)
     buffer: list[RunRecord] = []
     last_flush = time.monotonic()
 
+    def commit(records: Sequence[RunRecord]) -> list[tuple[str, RunRecord]]:
+        """(status it arrived with, the failed record stored instead) of each record the store refused."""
+        arrived = {r.run_id: r.status for r in records}
+        return [(arrived[f.run_id], f) for f in write_isolated(store, records, task_schemas)]
+
+    def recount(refused: list[tuple[str, RunRecord]]) -> None:
+        for was, failed in refused:
+            bar.counts[was] -= 1  # counted as it arrived; stored as failed (the store refused it)
+            bar.counts[failed.status] += 1
+
+    writer = GroupCommit(commit)
+
     def flush() -> None:
         nonlocal last_flush
         if buffer:
-            for failed in write_isolated(store, buffer, task_schemas):
-                was = next(r.status for r in buffer if r.run_id == failed.run_id)
-                bar.counts[was] -= 1  # counted as it arrived; stored as failed (the store refused it)
-                bar.counts[failed.status] += 1
+            writer.submit(list(buffer))
             buffer.clear()
         last_flush = time.monotonic()
 
@@ -141,7 +153,10 @@ def execute_cells(
                 flush()
     finally:
         flush()
-        bar.close()
+        try:
+            recount(writer.close())
+        finally:
+            bar.close()
     return bar.counts
 
 
