@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,14 @@ def member_rows(grid: Grid, kind: str = "grid") -> list[dict[str, Any]]:
     return [member_row(c, grid.name, kind, grid.source) for c in grid.cells]
 
 
+def work_items(cells: Iterable[Cell | None]) -> Iterator[WorkItem | None]:
+    """Cells as the executor's lazy source (a None, "nothing yet", passes through)."""
+    for c in cells:
+        yield None if c is None else WorkItem(c.run_id, c.task, c.params_json())
+
+
 def execute_cells(
-    cells: Sequence[Cell],
+    cells: Iterable[Cell | None],
     store: ResultStore,
     executor: Executor,
     label: str,
@@ -118,9 +124,10 @@ def execute_cells(
     are committed by a writer thread (runner.store.group_commit: the fsyncs of one overlap the next
     runs, and flushes waiting for it share one commit); all is committed when this returns. A Ctrl-C
     keeps what finished. `channel` (from `executor.report_channel`) carries intermediate values to a
-    judge; `sink` sees every finished record too (the tuner tells its trials from them)."""
-    items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells]
-    bar = Progress(len(items), label, enabled=progress)
+    judge; `sink` sees every finished record too (the tuner tells its trials from them). `cells` is
+    pulled lazily, as the executor's workers free up (see `Executor.execute`); the progress bar needs
+    its length."""
+    bar = Progress(len(cells) if isinstance(cells, Sized) else 0, label, enabled=progress)
     buffer: list[RunRecord] = []
     last_flush = time.monotonic()
 
@@ -144,7 +151,7 @@ def execute_cells(
         last_flush = time.monotonic()
 
     try:
-        for records in executor.execute(items, channel):
+        for records in executor.execute(work_items(cells), channel):
             buffer.extend(records)
             if sink is not None:
                 sink(records)
