@@ -84,7 +84,7 @@ def _client(fn: Callable[[], int]) -> dict[str, Any]:
     return {"s": round(seconds, 3), "rows": rows}
 
 
-def worker(root: Path, runs: int, steps: int, flush: int) -> dict[str, Any]:
+def worker(root: Path, runs: int, steps: int, flush: int, write_only: bool = False) -> dict[str, Any]:
     """Runs inside one checkout (cwd and sys.path are that checkout)."""
     import duckdb
     import pandas as pd
@@ -113,6 +113,8 @@ def worker(root: Path, runs: int, steps: int, flush: int) -> dict[str, Any]:
             writer.submit(batch)
         writer.close()
         result["group commit: runs_per_s"] = round(runs / (time.perf_counter() - t0))
+    if write_only:
+        return result
     fresh = ResultStore(root)
     task_runs, task_curves = f"{root}/runs/task=least_squares", f"{root}/curves/task=least_squares"
     result["convgrid runs"] = _client(lambda: fresh.read_runs("least_squares").num_rows)
@@ -128,12 +130,32 @@ def worker(root: Path, runs: int, steps: int, flush: int) -> dict[str, Any]:
     return result
 
 
-def _run_in(tree: Path, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _run_in(tree: Path, root: Path, args: argparse.Namespace, write_only: bool = False) -> dict[str, Any]:
     cmd = [sys.executable, str(REPO / "benchmarks" / "store.py"), "--worker", str(root)]
     cmd += ["--runs", str(args.runs), "--steps", str(args.steps), "--flush", str(args.flush)]
+    cmd += ["--write-only"] if write_only else []
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _interleaved(contenders: list[tuple[str, Path]], tmp: Path, args: argparse.Namespace) -> None:
+    """Write runs/s of each checkout, `args.repeat` rounds, each round every checkout once in turn."""
+    import statistics
+
+    seen: dict[str, dict[str, list[float]]] = {label: {} for label, _ in contenders}
+    for round_ in range(args.repeat):
+        for i, (label, tree) in enumerate(contenders):
+            result = _run_in(tree, tmp / f"round-{round_}-{i}", args, write_only=True)
+            for key in ("runs_per_s", "group commit: runs_per_s"):
+                if isinstance(result.get(key), int):
+                    seen[label].setdefault(key, []).append(result[key])
+    print(f"write runs/s, median of {args.repeat} interleaved rounds ({args.runs} runs, flushes of {args.flush}):")
+    for label, keys in seen.items():
+        cells = ", ".join(
+            f"{k} {statistics.median(v):.0f} (all: {sorted(round(x) for x in v)})" for k, v in keys.items()
+        )
+        print(f"  {label}: {cells}")
 
 
 def main() -> None:
@@ -144,11 +166,19 @@ def main() -> None:
     parser.add_argument(
         "--baseline", action="append", help="git revision to compare with (repeatable; default 411c227)"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        help="only time writes, this many rounds, the checkouts interleaved in each; print medians "
+        "(on a shared machine one pass of each is at the mercy of the load of the moment)",
+    )
+    parser.add_argument("--write-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         sys.path.insert(0, os.getcwd())  # this checkout's packages, not an installed copy
-        print(json.dumps(worker(args.worker, args.runs, args.steps, args.flush)))
+        print(json.dumps(worker(args.worker, args.runs, args.steps, args.flush, args.write_only)))
         return
     baselines = args.baseline or ["411c227"]
     with tempfile.TemporaryDirectory(prefix="convgrid-store-bench-") as tmp:
@@ -156,8 +186,12 @@ def main() -> None:
         for rev, tree in zip(baselines, trees.values(), strict=True):
             subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO, check=True)
         try:
-            results = {}
-            for label, tree in [*trees.items(), ("this checkout", REPO)]:
+            results: dict[str, dict[str, Any]] = {}
+            contenders = [*trees.items(), ("this checkout", REPO)]
+            if args.repeat:
+                _interleaved(contenders, Path(tmp), args)
+                return
+            for label, tree in contenders:
                 results[label] = _run_in(tree, Path(tmp) / f"store-{len(results)}", args)
         finally:
             for tree in trees.values():
