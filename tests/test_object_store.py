@@ -109,7 +109,7 @@ def test_if_none_match_creates_once_among_racing_threads(s3_root: str) -> None:
 
 def test_a_killed_driver_s_blocks_are_taken_over_on_s3(s3_root: str, tmp_path: Path) -> None:
     root = s3_root.replace("convgrid/results", "convgrid/shared")
-    seen = kill_one_driver_midway(tmp_path, root, 120, lease_s=2.0, kill_after=20)
-    check_takeover(seen, 120)
+    seen = kill_one_driver_midway(tmp_path, root, 64, lease_s=2.0, kill_after=12)
+    check_takeover(seen, 64)
     names = [i.base_name for i in ResultStore(root).files.listing("_store/claims")]
     assert len(names) == 1  # one grid's claims
