@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,8 +95,14 @@ def member_rows(grid: Grid, kind: str = "grid") -> list[dict[str, Any]]:
     return [member_row(c, grid.name, kind, grid.source) for c in grid.cells]
 
 
+def work_items(cells: Iterable[Cell | None]) -> Iterator[WorkItem | None]:
+    """Cells as the executor's lazy source (a None, "nothing yet", passes through)."""
+    for c in cells:
+        yield None if c is None else WorkItem(c.run_id, c.task, c.params_json())
+
+
 def execute_cells(
-    cells: Sequence[Cell],
+    cells: Iterable[Cell | None],
     store: ResultStore,
     executor: Executor,
     label: str,
@@ -110,9 +116,9 @@ def execute_cells(
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
     finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished.
     `channel` (from `executor.report_channel`) carries intermediate values to a judge; `sink` sees
-    every finished record too (the tuner tells its trials from them)."""
-    items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells]
-    bar = Progress(len(items), label, enabled=progress)
+    every finished record too (the tuner tells its trials from them). `cells` is pulled lazily, as
+    the executor's workers free up (see `Executor.execute`); the progress bar needs its length."""
+    bar = Progress(len(cells) if isinstance(cells, Sized) else 0, label, enabled=progress)
     buffer: list[RunRecord] = []
     last_flush = time.monotonic()
 
@@ -127,7 +133,7 @@ def execute_cells(
         last_flush = time.monotonic()
 
     try:
-        for records in executor.execute(items, channel):
+        for records in executor.execute(work_items(cells), channel):
             buffer.extend(records)
             if sink is not None:
                 sink(records)
