@@ -5,7 +5,7 @@ Layout, per grid (its key: a hash of the grid's sorted run ids, so every driver 
     _store/claims/<key>/drivers/<driver>.json     a live driver's heartbeat: {"beat": n, "done": blocks, ...}
     _store/claims/<key>/b<block>-g<gen>.json      generation `gen` of the claim on block `block`: its driver
 
-Claims are coarse: the grid's run ids, sorted, are cut into blocks of `block_size(n)` cells (at most
+Claims are coarse: the grid's run ids, in the grid's order, are cut into blocks of `block_size(n)` cells (at most
 ~64 blocks up to 262,144 cells, blocks of 4,096 beyond: a 1M-cell grid has 245 claim files, not 1M).
 A claim is made by creating its file with the root's create-if-absent (runner.store.exclusive): of
 drivers racing for `b7-g0`, one wins. The block belongs to the newest generation's driver.
@@ -65,7 +65,10 @@ def block_size(n_cells: int) -> int:
 
 
 def blocks_of(run_ids: Iterable[str]) -> list[list[str]]:
-    ids = sorted(set(run_ids))
+    """Blocks in the grid's order (every driver of one grid expands it alike): a grid lists the cells
+    that differ only in seed or step size side by side, so a block keeps them together and a chunk of
+    it forms batches (tasks.base.BatchableTask); sorted ids would scatter them."""
+    ids = list(dict.fromkeys(run_ids))
     size = block_size(len(ids))
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
