@@ -76,10 +76,12 @@ def settled(root: Path) -> None:
 def messy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store of many small parts with reruns: what compact has real work on."""
     root = tmp_path_factory.mktemp("messy")
-    run_grid(GRID, root, "local", progress=False, flush_every=1)
-    run_grid(GRID, root, "local", progress=False, flush_every=1, retry_failed=True)
+    # unbatched: one record per executor yield, so flush_every=1 makes many parts (a batch arrives at once)
+    one_by_one = {"progress": False, "flush_every": 1, "batch": False}
+    run_grid(GRID, root, "local", **one_by_one)
+    run_grid(GRID, root, "local", retry_failed=True, **one_by_one)
     store = ResultStore(root)
-    run_grid(GRID, root, "local", progress=False, only=sorted(store.done_ids("least_squares"))[:2], flush_every=1)
+    run_grid(GRID, root, "local", only=sorted(store.done_ids("least_squares"))[:2], **one_by_one)
     assert len(list((root / "runs").rglob("*.parquet"))) > 2
     return root
 

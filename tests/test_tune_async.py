@@ -152,8 +152,19 @@ def test_batch_needs_a_task_with_run_batch() -> None:
     from runner.errors import ConfigError
     from runner.tune.optuna_adapter import load_plans
 
+    # the toy learner (tests/toy_learner) has no batched path; least_squares has one
+    study = {
+        "name": "b",
+        "task": "faulty",
+        "space": {"x": {"type": "float", "low": -1.0, "high": 1.0}},
+        "objective": {"metric": "square", "direction": "minimize"},
+        "n_trials": 4,
+        "parallel": 4,
+        "batch": 2,
+    }
     with pytest.raises(ConfigError, match="no run_batch") as err:
-        load_plans(ls_study("b", n_trials=4, parallel=4, batch=2))
+        load_plans(study)
+    load_plans(ls_study("b", n_trials=4, parallel=4, batch=2))  # accepted where the task batches
     assert err.value.key == "batch"
 
 
