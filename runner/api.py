@@ -191,7 +191,7 @@ def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
     import json
 
     from runner.grid.identity import run_id, validate_params
-    from tasks import get_task
+    from tasks import get_spec
 
     cells = []
     for wanted in ids:
@@ -205,7 +205,7 @@ def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
             problem = "no stored run has" if not found else f"{len(found)} stored runs match"
             raise ConfigError(f"{problem} run id {wanted!r}", file=store.root, key="--only")
         task_name, rid, params = found[0]
-        task = get_task(task_name)
+        task = get_spec(task_name)
         model = validate_params(task, json.loads(params))
         if run_id(task, model) != rid:
             raise ConfigError(

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from runner.grid.identity import variants
 from runner.store.columns import CURVE_COLUMNS, RUN_COLUMNS
-from tasks.base import Task
+from tasks.base import Task, TaskIdentity
 from tasks.registry import get_task
 
 FIELD_TYPES: dict[str, pa.DataType] = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
@@ -41,7 +41,7 @@ def arrow_type(annotation: Any) -> pa.DataType:
 
 
 @cache
-def param_columns(task: Task) -> list[pa.Field]:
+def param_columns(task: TaskIdentity) -> list[pa.Field]:
     """One column per param name across all variants of the task (same name, same type)."""
     cols: dict[str, pa.DataType] = {}
     for model in variants(task):

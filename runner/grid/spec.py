@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner.errors import ConfigError, did_you_mean
 from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
 from runner.grid.yaml_source import read_yaml
-from tasks import Task, UnknownTaskError, get_task, task_names
+from tasks import TaskIdentity, UnknownTaskError, get_spec, task_names
 
 
 class BlockSpec(BaseModel):
@@ -93,7 +93,7 @@ def structure_error(exc: ValidationError, model: type[BaseModel], file: str) -> 
     return ConfigError(message, file=file, block=block, key=key, choices=choices)
 
 
-def tagged_variants(task: Task) -> dict[str, type[BaseModel]]:
+def tagged_variants(task: TaskIdentity) -> dict[str, type[BaseModel]]:
     """Tag value -> model for a discriminated-union task ({} for a single model)."""
     tags = discriminators(task)
     if not tags:
@@ -103,7 +103,7 @@ def tagged_variants(task: Task) -> dict[str, type[BaseModel]]:
 
 
 def params_error(
-    exc: ValidationError, task: Task, file: str, block: int | None, cell: Mapping[str, Any]
+    exc: ValidationError, task: TaskIdentity, file: str, block: int | None, cell: Mapping[str, Any]
 ) -> ConfigError:
     """Turn the first pydantic error of a task's params into a message with the valid choices."""
     err = exc.errors()[0]
@@ -153,7 +153,7 @@ def _zip_groups(block: BlockSpec, file: str, index: int) -> list[list[dict[str, 
 
 def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
     try:
-        task = get_task(block.task)
+        task = get_spec(block.task)
     except UnknownTaskError:
         raise ConfigError(
             f"unknown task {block.task!r}", file=file, block=index, key="task", choices=task_names()

@@ -23,7 +23,7 @@ from tasks.deep_linear.flops import FlopCounter
 from tasks.deep_linear.gd import du_hu_lr, gd
 from tasks.deep_linear.init import end_to_end, init_weights
 from tasks.deep_linear.objective import L2Objective, L4Objective
-from tasks.deep_linear.params import AnyParams, BCGDParams, BCSGDParams, DeepLinearParams, GDParams
+from tasks.deep_linear.params import SPEC, AnyParams, BCGDParams, BCSGDParams, GDParams
 from tasks.status import DIVERGED, OK, Status
 
 INCREASE_RTOL = 1e-10  # an iteration "increases" the error when err_new > err_old (1 + this) ...
@@ -65,9 +65,9 @@ def theory_summary(p: AnyParams, prob: Problem, w0: torch.Tensor) -> dict[str, A
 
 
 class DeepLinearTask:
-    name: ClassVar[str] = "deep_linear"
-    version: ClassVar[str] = "1"
-    Params: ClassVar[Any] = DeepLinearParams
+    name: ClassVar[str] = SPEC.name
+    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "err_0": "float",
         "err_final": "float",
