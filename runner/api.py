@@ -13,17 +13,22 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from runner.errors import ConfigError, redact
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.progress import Progress
 from runner.execute.unwritable import write_isolated
 from runner.grid.schema import task_schemas
-from runner.grid.spec import Cell, Grid, load_grid
+from runner.grid.spec import Cell, CellSource, Grid, GridFile, load_grid
 from runner.store import ResultStore, RunRecord
-from tasks.status import FINAL_STATUSES, is_settled
+from runner.store.columns import MEMBER_SCHEMA
+from runner.store.index import SettledIndex, run_keys
 
 
 @dataclass
@@ -70,20 +75,65 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
 
 def plan(cells: Sequence[Cell], store: ResultStore, retry_failed: bool = False) -> tuple[list[Cell], int, int]:
     """(cells to run, how many are already done, how many failed ones are skipped)."""
-    latest: dict[str, str] = {}
-    for task in {c.task for c in cells}:
-        table = store.read_runs(task, columns=["status"])
-        latest.update(zip(table["run_id"].to_pylist(), table["status"].to_pylist(), strict=True))
-    todo, done, skipped = [], 0, 0
-    for cell in cells:
-        status = latest.get(cell.run_id)
-        if not is_settled(status, retry_failed):
-            todo.append(cell)
-        elif status in FINAL_STATUSES:
-            done += 1
-        else:
-            skipped += 1
-    return todo, done, skipped
+    planned = plan_grid(Grid("", "", "", list(cells)), store, retry_failed)
+    return [cells[i] for i in planned.todo.tolist()], planned.done, planned.skipped
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """What a grid leaves to run: indices into its distinct cells (`CellSource.ids`), and counts."""
+
+    todo: np.ndarray
+    done: int
+    skipped: int
+
+
+def plan_grid(grid: CellSource, store: ResultStore, retry_failed: bool = False) -> GridPlan:
+    """Plan from the store's index of settled runs: vectorised over the grid's run ids, no cell built."""
+    final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(grid.ids))
+    return GridPlan(np.flatnonzero(~(final | skipped)), int(final.sum()), int(skipped.sum()))
+
+
+def only_indices(grid: CellSource, wanted: Iterable[str]) -> np.ndarray:
+    """Indices of the grid's cells whose run id is, or starts with, one of `wanted`."""
+    mask = np.zeros(len(grid.ids), dtype=bool)
+    for prefix in wanted:
+        mask |= np.char.startswith(grid.ids, prefix.encode())
+    return np.flatnonzero(mask)
+
+
+MEMBER_PART_ROWS = 262_144  # members rows per part file: a million-cell grid writes four, never holds all
+
+
+def write_grid_members(store: ResultStore, grid: CellSource, kind: str = "grid") -> int:
+    """Link every cell of `grid` to it in members/, the rows not already there, written in parts of
+    MEMBER_PART_ROWS rows built column-wise from the run ids (no row dict per cell). Returns how many."""
+    have = np.sort(run_keys(np.array(store.member_ids(grid.name).to_numpy(zero_copy_only=False), dtype="S32")))
+    keys = run_keys(grid.ids)
+    if len(have):
+        at = np.searchsorted(have, keys).clip(max=len(have) - 1)
+        new = np.flatnonzero(have[at] != keys)
+    else:
+        new = np.arange(len(keys))
+    added = pa.scalar(datetime.now(UTC), pa.timestamp("us", tz="UTC"))
+    for start in range(0, len(new), MEMBER_PART_ROWS):
+        rows = new[start : start + MEMBER_PART_ROWS]
+        tasks, blocks = grid.task_and_block(rows)
+        n = len(rows)
+        table = pa.table(
+            {
+                "run_id": pa.array(grid.ids[rows].astype(str), pa.string()),
+                "task": pa.array(tasks, pa.string()),
+                "grid": pa.repeat(pa.scalar(grid.name), n),
+                "kind": pa.repeat(pa.scalar(kind), n),
+                "source": pa.repeat(pa.scalar(grid.source, pa.string()), n),
+                "block": pa.array(blocks, pa.int32()),
+                "added": pa.repeat(added, n),
+            },
+            schema=MEMBER_SCHEMA,
+        )
+        store.write_part(table, "members")
+    return len(new)
 
 
 def member_row(cell: Cell, grid: str, kind: str, source: str | None) -> dict[str, Any]:
@@ -91,12 +141,12 @@ def member_row(cell: Cell, grid: str, kind: str, source: str | None) -> dict[str
     return {"run_id": cell.run_id, "task": cell.task, "grid": grid, "kind": kind, "source": source, "block": cell.block}
 
 
-def member_rows(grid: Grid, kind: str = "grid") -> list[dict[str, Any]]:
+def member_rows(grid: Grid | GridFile, kind: str = "grid") -> list[dict[str, Any]]:
     return [member_row(c, grid.name, kind, grid.source) for c in grid.cells]
 
 
 def execute_cells(
-    cells: Sequence[Cell],
+    cells: Iterable[Cell],
     store: ResultStore,
     executor: Executor,
     label: str,
@@ -105,14 +155,19 @@ def execute_cells(
     flush_s: float = 2.0,
     channel: ReportChannel | None = None,
     sink: Callable[[list[RunRecord]], None] | None = None,
+    total: int | None = None,
 ) -> Counter[str]:
     """Run cells, persisting records as chunks complete: a part file once `flush_every` runs have
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
     finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished.
     `channel` (from `executor.report_channel`) carries intermediate values to a judge; `sink` sees
-    every finished record too (the tuner tells its trials from them)."""
-    items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells]
-    bar = Progress(len(items), label, enabled=progress)
+    every finished record too (the tuner tells its trials from them). Cells are consumed as the
+    executor takes them; `total` (default: len(cells)) sizes the progress bar."""
+    if total is None:
+        cells = list(cells)
+        total = len(cells)
+    items = (WorkItem(c.run_id, c.task, c.params_json()) for c in cells)
+    bar = Progress(total, label, enabled=progress)
     buffer: list[RunRecord] = []
     last_flush = time.monotonic()
 
@@ -141,7 +196,7 @@ def execute_cells(
 
 
 def run_grid(
-    source: str | Path | Mapping[str, Any] | Grid,
+    source: str | Path | Mapping[str, Any] | Grid | GridFile,
     results: str | Path = "results",
     executor: str | Executor = "ray",
     *,
@@ -154,30 +209,37 @@ def run_grid(
     **executor_options: Any,
 ) -> RunReport:
     """Run every cell of a grid not yet in the store. `only` restricts to (and re-runs) given run ids."""
-    grid = source if isinstance(source, Grid) else load_grid(source)
+    grid: CellSource = source if isinstance(source, Grid | GridFile) else load_grid(source)
     store = ResultStore(results)
     store.recover()  # finish or undo what a killed command left before planning from the store
-    cells = grid.cells
     if only is not None:
-        wanted = set(only)
-        cells = [c for c in cells if c.run_id in wanted or any(c.run_id.startswith(w) for w in wanted)]
-        if not cells:
+        todo = only_indices(grid, only)
+        if not len(todo):
             raise ConfigError("no cell of this grid has that run id", file=grid.source, key="--only")
-        todo, done, skipped = cells, 0, 0
+        done, skipped = 0, 0
     else:
-        todo, done, skipped = plan(cells, store, retry_failed)
-    report = RunReport(grid.name, store.root, len(cells), done, skipped, len(todo))
-    runner = make_executor(executor, **executor_options) if todo else None
+        planned = plan_grid(grid, store, retry_failed)
+        todo, done, skipped = planned.todo, planned.done, planned.skipped
+    cells = len(todo) if only is not None else len(grid.ids)
+    report = RunReport(grid.name, store.root, cells, done, skipped, len(todo))
+    runner = make_executor(executor, **executor_options) if len(todo) else None
     if runner is not None:
         # Workers first: a cluster that cannot be reached fails the command before anything is written.
         runner.start()
-    store.write_members(member_rows(grid))
+    write_grid_members(store, grid)
     if runner is None:
         return report
     t0 = time.monotonic()
     try:
         report.counts = execute_cells(
-            todo, store, runner, grid.name, progress=progress, flush_every=flush_every, flush_s=flush_s
+            grid.cells_at(todo),
+            store,
+            runner,
+            grid.name,
+            progress=progress,
+            flush_every=flush_every,
+            flush_s=flush_s,
+            total=len(todo),
         )
     finally:
         report.wall_s = time.monotonic() - t0

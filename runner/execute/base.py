@@ -9,7 +9,7 @@ where it runs. Light on purpose (no torch, no Ray): planners import it to type t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -85,7 +85,7 @@ class Executor(Protocol):
 
     def start(self) -> None: ...
 
-    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]: ...
+    def execute(self, items: Iterable[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]: ...
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel: ...
 

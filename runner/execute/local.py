@@ -3,7 +3,7 @@ tracebacks work). Same records, same order of events, as the Ray executor."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
@@ -19,7 +19,7 @@ class LocalExecutor:
     timeout_s: float | None = None
     name: str = "local"
 
-    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(self, items: Iterable[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
         from runner.execute.worker import configure_threads, run_item  # imports the tasks (and torch)
 
         configure_threads(self.threads)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -91,7 +91,7 @@ class RayExecutor:
 
         return RayChannel(judge, spec)
 
-    def execute(self, items: Sequence[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(self, items: Iterable[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
