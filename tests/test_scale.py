@@ -152,3 +152,41 @@ def test_the_cell_limit_counts_before_expanding_and_lets_a_million_through(tmp_p
     over = {"blocks": [*million["blocks"], {"task": "least_squares"}]}
     with pytest.raises(ConfigError, match=r"1,000,001 cells .* more than the limit of 1,000,000"):
         load_grid(over, max_cells=1_000_000)  # refused at once: counting is arithmetic, not expansion
+
+
+def test_a_validated_block_is_read_back_from_the_cache_and_an_edit_or_new_code_misses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.grid import cache
+    from runner.grid.spec import Block
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    ids = load_grid(_grid([0.01, 0.02])).ids
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 3  # one entry per block
+
+    def no_validation(self: Block, raw: dict[str, Any]) -> Any:
+        raise AssertionError("validated a cell that the cache holds")
+
+    real_cell = Block.cell
+    monkeypatch.setattr(Block, "cell", no_validation)
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids.tolist()
+    with pytest.raises(AssertionError, match="validated a cell"):
+        load_grid(_grid([0.01, 0.025]))  # an edited block is expanded again
+    monkeypatch.setattr(cache, "code_fingerprint", lambda task: "other code")
+    with pytest.raises(AssertionError, match="validated a cell"):
+        load_grid(_grid([0.01, 0.02]))  # other code: other keys
+    monkeypatch.setattr(Block, "cell", real_cell)
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids.tolist()
+
+
+def test_an_invalid_block_is_never_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.grid import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    bad = {"blocks": [{"task": "least_squares", "product": {"lr": [0.1, -1.0]}}]}
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="key 'lr': Input should be greater than 0"):
+            load_grid(bad)
+    assert not list((tmp_path / "cache").glob("*"))
+    monkeypatch.setenv(cache.CACHE_ENV, "off")
+    assert cache.entry(load_grid(_grid([0.01])).blocks[0].task, {}) is None

@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.errors import ConfigError, did_you_mean
+from runner.grid import cache as block_cache
 from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
 from runner.grid.yaml_source import read_yaml
 from runner.store.index import run_keys
@@ -309,21 +310,30 @@ _CHUNK = 65_536
 
 
 def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
-    """(run ids, positions) of the grid's distinct cells in file order: every cell validated, each id
-    kept as 32 bytes. Two blocks asking for the same run share it (its first position is kept)."""
-    chunks: list[np.ndarray] = []
-    pending: list[bytes] = []
-    for block in blocks:
-        for raw in block.raws():
-            pending.append(block.cell(raw).run_id.encode())
-            if len(pending) == _CHUNK:
-                chunks.append(np.array(pending, dtype="S32"))
-                pending.clear()
-    chunks.append(np.array(pending, dtype="S32"))
-    ids = np.concatenate(chunks)
+    """(run ids, positions) of the grid's distinct cells in file order: every cell validated (or its
+    block found in the cache of validated blocks), each id kept as 32 bytes. Two blocks asking for the
+    same run share it (its first position is kept)."""
+    ids = np.concatenate([np.empty(0, dtype="S32"), *(_block_ids(b) for b in blocks)])
     _, first = np.unique(run_keys(ids), return_index=True)
     first.sort()
     return ids[first], first.astype(np.int64)
+
+
+def _block_ids(block: Block) -> np.ndarray:
+    path = block_cache.entry(block.task, block.spec.model_dump())  # python values: NaN is refused, not nulled
+    cached = block_cache.load(path, block.size)
+    if cached is not None:
+        return cached
+    chunks: list[np.ndarray] = []
+    pending: list[bytes] = []
+    for raw in block.raws():
+        pending.append(block.cell(raw).run_id.encode())
+        if len(pending) == _CHUNK:
+            chunks.append(np.array(pending, dtype="S32"))
+            pending.clear()
+    ids = np.concatenate([*chunks, np.array(pending, dtype="S32")])
+    block_cache.store(path, ids)
+    return ids
 
 
 class CellSource(Protocol):
