@@ -9,6 +9,7 @@ runs only run again with retry_failed, pruned runs always run again.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ from runner.grid.spec import Cell, CellSource, Grid, GridFile, load_grid
 from runner.store import ResultStore, RunRecord
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.index import SettledIndex, run_keys
+from runner.store.store import TASK_KINDS, task_dir
 
 
 @dataclass
@@ -41,6 +43,7 @@ class RunReport:
     executed: int
     counts: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
+    compacted: str | None = None  # what the automatic compaction after the run did, if it ran
 
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "nothing"
@@ -55,7 +58,7 @@ class RunReport:
         return (
             f"{self.grid}: ran {self.executed} of {self.cells} cells in {self.wall_s:.1f}s ({counts}); "
             f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped; "
-            f"results in {redact(self.results)}"
+            f"results in {redact(self.results)}" + (f"; {self.compacted}" if self.compacted else "")
         )
 
 
@@ -245,7 +248,28 @@ def run_grid(
         report.wall_s = time.monotonic() - t0
         if close_executor:
             runner.close()
+    report.compacted = compact_when_fragmented(store)
     return report
+
+
+COMPACT_PARTS_ENV = "CONVGRID_COMPACT_PARTS"
+DEFAULT_COMPACT_PARTS = 64
+
+
+def compact_when_fragmented(store: ResultStore, max_parts: int | None = None) -> str | None:
+    """Compact the store when a folder (a task's runs, curves or attempts; members) holds more than
+    `max_parts` part files (default CONVGRID_COMPACT_PARTS or 64; 0 never compacts): reads slow down
+    with the number of parts, and each flush adds some. Compaction is one transaction under the writer
+    lock (docs/store.md), safe beside other drivers; it returns its report line, or None."""
+    limit = max_parts if max_parts is not None else int(os.environ.get(COMPACT_PARTS_ENV, DEFAULT_COMPACT_PARTS))
+    if limit <= 0:
+        return None
+    folders = ["members"] + [task_dir(kind, task) for task in store.tasks() for kind in TASK_KINDS]
+    if max(len(store.parts(folder)) for folder in folders) <= limit:
+        return None
+    from runner.store.compact import compact
+
+    return compact(store).line()
 
 
 def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:

@@ -190,3 +190,24 @@ def test_an_invalid_block_is_never_cached(tmp_path: Path, monkeypatch: pytest.Mo
     assert not list((tmp_path / "cache").glob("*"))
     monkeypatch.setenv(cache.CACHE_ENV, "off")
     assert cache.entry(load_grid(_grid([0.01])).blocks[0].task, {}) is None
+
+
+def test_a_fragmented_store_is_compacted_after_a_run_and_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.api import COMPACT_PARTS_ENV
+
+    def stored(root: Path) -> list[dict[str, Any]]:
+        table = ResultStore(root).read_runs("least_squares", columns=["status", "err_final", "lr"])
+        return table.drop_columns(["finished"]).sort_by("run_id").to_pylist()
+
+    monkeypatch.setenv(COMPACT_PARTS_ENV, "0")  # never: the reference store keeps one part per flush
+    run_grid(_grid([0.01, 0.02]), tmp_path / "ref", "local", progress=False, flush_every=1)
+    assert len(ResultStore(tmp_path / "ref").parts("runs/task=least_squares")) == 10
+    monkeypatch.setenv(COMPACT_PARTS_ENV, "4")
+    report = run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False, flush_every=1)
+    assert report.compacted is not None and "compacted" in report.line()
+    store = ResultStore(tmp_path / "auto")
+    assert len(store.parts("runs/task=least_squares")) == 1 and len(store.parts("curves/task=least_squares")) == 1
+    assert stored(tmp_path / "auto") == stored(tmp_path / "ref")
+    assert run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False).compacted is None
