@@ -95,3 +95,16 @@ def test_cli_driver_joins_an_existing_cluster_by_address(tmp_path: Path, ray_loc
     assert "ran 3 of 3 cells" in proc.stdout
     assert ray_local.is_initialized()  # the driver left the shared cluster running
     assert len(ResultStore(tmp_path / "r").done_ids()) == 3
+
+
+def test_embedded_workers_run_at_the_drivers_priority(ray_local: object) -> None:
+    """Ray's default worker niceness (15) would leave the runs the CPU last on a busy machine."""
+    import os
+
+    import ray
+
+    @ray.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == os.nice(0)
