@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from runner.errors import ConfigError, redact
 from runner.execute.base import Executor, ReportChannel, WorkItem
@@ -44,6 +45,7 @@ class RunReport:
     counts: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
     compacted: str | None = None  # what the automatic compaction after the run did, if it ran
+    executor: str | None = None  # the executor that ran the cells (auto picks one)
 
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "nothing"
@@ -63,17 +65,43 @@ class RunReport:
 
 
 def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
+    """An executor by name: local, ray, or auto (here: ray; run_grid first picks local for small work)."""
     if not isinstance(kind, str):
         return kind
     if kind == "local":
         from runner.execute.local import LocalExecutor
 
         return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"))
-    if kind == "ray":
+    if kind in ("ray", "auto"):
         from runner.execute.ray_pool import RayExecutor
 
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
-    raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["local", "ray"])
+    raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["auto", "local", "ray"])
+
+
+SMALL_WORK_ENV = "CONVGRID_SMALL_WORK_S"
+DEFAULT_SMALL_WORK_S = 3.0  # about what starting an embedded Ray and warming its workers costs here
+
+
+def small_work(grid: CellSource, todo: np.ndarray, store: ResultStore, limit_s: float | None = None) -> bool:
+    """Whether the cells left to run would take less than `limit_s` (default CONVGRID_SMALL_WORK_S
+    or 3 s) in one process, judged from the median stored wall time of each task's runs: work that
+    small finishes in process before an embedded Ray has started. A task with no stored runs is
+    unknown work: not small."""
+    limit = limit_s if limit_s is not None else float(os.environ.get(SMALL_WORK_ENV, DEFAULT_SMALL_WORK_S))
+    if limit <= 0 or not len(todo):
+        return False
+    # A run costs at least about a millisecond of record and store work: more runs cannot be small.
+    tasks, _ = grid.task_and_block(todo[: int(limit * 1000) + 1])
+    if len(tasks) > limit * 1000:
+        return False
+    total = 0.0
+    for task, count in Counter(tasks.tolist()).items():
+        times = store.read_runs(task, columns=["wall_s"])["wall_s"].drop_null()
+        if len(times) == 0:
+            return False
+        total += count * float(pc.approximate_median(times).as_py())
+    return total < limit
 
 
 def plan(cells: Sequence[Cell], store: ResultStore, retry_failed: bool = False) -> tuple[list[Cell], int, int]:
@@ -225,6 +253,11 @@ def run_grid(
         todo, done, skipped = planned.todo, planned.done, planned.skipped
     cells = len(todo) if only is not None else len(grid.ids)
     report = RunReport(grid.name, store.root, cells, done, skipped, len(todo))
+    if executor == "auto":
+        small = not executor_options.get("address") and small_work(grid, todo, store)
+        executor = "local" if small else "ray"
+        if small:  # the in-process executor takes only these of the Ray executor's options
+            executor_options = {k: v for k, v in executor_options.items() if k in ("threads", "timeout_s")}
     runner = make_executor(executor, **executor_options) if len(todo) else None
     if runner is not None:
         # Workers first: a cluster that cannot be reached fails the command before anything is written.
@@ -232,6 +265,7 @@ def run_grid(
     write_grid_members(store, grid)
     if runner is None:
         return report
+    report.executor = runner.name
     t0 = time.monotonic()
     try:
         report.counts = execute_cells(

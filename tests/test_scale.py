@@ -211,3 +211,17 @@ def test_a_fragmented_store_is_compacted_after_a_run_and_reads_the_same(
     assert len(store.parts("runs/task=least_squares")) == 1 and len(store.parts("curves/task=least_squares")) == 1
     assert stored(tmp_path / "auto") == stored(tmp_path / "ref")
     assert run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False).compacted is None
+
+
+def test_auto_runs_small_work_in_process_judged_from_stored_run_times(tmp_path: Path) -> None:
+    from runner.api import small_work
+
+    store = ResultStore(tmp_path)
+    edited = load_grid(_grid([0.01, 0.025]))
+    assert not small_work(edited, np.arange(len(edited)), store)  # no stored times: unknown work
+    run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    todo = plan_grid(edited, store).todo
+    assert len(todo) == 4 and small_work(edited, todo, store)
+    assert not small_work(edited, todo, store, limit_s=1e-9)
+    report = run_grid(_grid([0.01, 0.025]), tmp_path, "auto", progress=False)
+    assert (report.executor, report.executed) == ("local", 4)
