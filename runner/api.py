@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -176,8 +176,14 @@ def member_rows(grid: Grid | GridFile, kind: str = "grid") -> list[dict[str, Any
     return [member_row(c, grid.name, kind, grid.source) for c in grid.cells]
 
 
+def work_items(cells: Iterable[Cell | None]) -> Iterator[WorkItem | None]:
+    """Cells as the executor's lazy source (a None, "nothing yet", passes through)."""
+    for c in cells:
+        yield None if c is None else WorkItem(c.run_id, c.task, c.params_json())
+
+
 def execute_cells(
-    cells: Iterable[Cell],
+    cells: Iterable[Cell | None],
     store: ResultStore,
     executor: Executor,
     label: str,
@@ -192,12 +198,11 @@ def execute_cells(
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
     finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished.
     `channel` (from `executor.report_channel`) carries intermediate values to a judge; `sink` sees
-    every finished record too (the tuner tells its trials from them). Cells are consumed as the
-    executor takes them; `total` (default: len(cells)) sizes the progress bar."""
+    every finished record too (the tuner tells its trials from them). `cells` is pulled lazily, as
+    the executor's workers free up (see `Executor.execute`); `total` (default: its length, where it
+    has one) sizes the progress bar."""
     if total is None:
-        cells = list(cells)
-        total = len(cells)
-    items = (WorkItem(c.run_id, c.task, c.params_json()) for c in cells)
+        total = len(cells) if isinstance(cells, Sized) else 0
     bar = Progress(total, label, enabled=progress)
     buffer: list[RunRecord] = []
     last_flush = time.monotonic()
@@ -213,7 +218,7 @@ def execute_cells(
         last_flush = time.monotonic()
 
     try:
-        for records in executor.execute(items, channel):
+        for records in executor.execute(work_items(cells), channel):
             buffer.extend(records)
             if sink is not None:
                 sink(records)

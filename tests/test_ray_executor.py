@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from runner import RayExecutor, ResultStore, run_grid
 from runner.execute.base import WorkItem
@@ -95,6 +97,84 @@ def test_cli_driver_joins_an_existing_cluster_by_address(tmp_path: Path, ray_loc
     assert "ran 3 of 3 cells" in proc.stdout
     assert ray_local.is_initialized()  # the driver left the shared cluster running
     assert len(ResultStore(tmp_path / "r").done_ids()) == 3
+
+
+@pytest.fixture(scope="module")
+def pool(ray_local: object) -> Iterator[RayExecutor]:
+    """One warm pool for the feed tests (starting actors costs seconds each time)."""
+    executor = RayExecutor(workers=2, target_chunk_s=0.05)
+    executor.worker_pids()
+    yield executor
+    executor.close()
+
+
+class CountingSource:
+    """A million least-squares cells made on demand; counts how many the executor pulled."""
+
+    def __init__(self, n: int = 1_000_000) -> None:
+        self.n = n
+        self.pulled = 0
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        for i in range(self.n):
+            self.pulled += 1
+            yield WorkItem(f"cell{i}", "least_squares", {"d_in": 4, "m": 10, "n_iters": 5, "seed": i})
+
+
+def test_a_million_cell_source_is_pulled_only_as_workers_free_up(pool: RayExecutor) -> None:
+    source = CountingSource()
+    got: list[str] = []
+    for records in pool.execute(source):
+        got += [r.run_id for r in records]
+        if len(got) >= 300:
+            break
+    assert len(got) == len(set(got)) and all(r.startswith("cell") for r in got)
+    # at most one chunk per chunk slot (2 actors x 2) beyond what came back, never the whole source
+    assert len(got) <= source.pulled <= len(got) + 4 * 1024
+
+
+def test_a_waiting_source_is_asked_again_as_runs_finish(pool: RayExecutor) -> None:
+    seen: list[str] = []
+    answers: list[str] = []  # what the source answered each time it was asked: an item id or "wait"
+
+    def source() -> Iterator[WorkItem | None]:
+        sent = 0
+        while sent < 6:
+            if sent - len(seen) < 2:  # two in flight, like a tuner with parallel 2
+                answers.append(f"t{sent}")
+                yield WorkItem(f"t{sent}", "least_squares", {"d_in": 4, "m": 10, "n_iters": 5, "seed": sent})
+                sent += 1
+            else:
+                answers.append("wait")
+                yield None
+
+    before = pool.chunks_submitted
+    for records in pool.execute(source()):
+        seen.extend(r.run_id for r in records)
+    assert sorted(seen) == [f"t{i}" for i in range(6)]
+    assert answers[:3] == ["t0", "t1", "wait"]  # asked at once for a third while two ran: it waited
+    assert pool.chunks_submitted - before == 6  # two pending items go to two actors, not as one chunk to one
+
+
+def test_a_source_waiting_with_nothing_in_flight_is_an_error(pool: RayExecutor) -> None:
+    from runner.execute.base import FeedStalled
+    from runner.execute.local import LocalExecutor
+
+    for executor in (LocalExecutor(), pool):
+        with pytest.raises(FeedStalled):
+            list(executor.execute(iter([None])))
+
+
+def test_the_local_executor_pulls_one_item_per_finished_run() -> None:
+    from runner.execute.local import LocalExecutor
+
+    source = CountingSource()
+    got = 0
+    for records in LocalExecutor().execute(source):
+        got += len(records)
+        assert source.pulled == got  # the next cell is made only once this one has been handed back
+        if got == 20:
+            break
 
 
 def test_embedded_workers_run_at_the_drivers_priority(ray_local: object) -> None:

@@ -26,6 +26,13 @@ class WorkItem:
     params: dict[str, Any]  # full validated params, JSON-ready
 
 
+class FeedStalled(RuntimeError):
+    """An `execute` source yielded None (it waits for runs) while no run was in flight: it would wait forever."""
+
+    def __init__(self) -> None:
+        super().__init__("the work source yielded None (waiting for runs) while no run was in flight")
+
+
 # A run's `RunContext.report` callback: (step, metrics) -> go on?
 Reporter = Callable[[int, Mapping[str, float]], bool]
 # Builds the reporter of one run where the run executes (so it must pickle for Ray).
@@ -65,7 +72,13 @@ class Executor(Protocol):
     """Where cells run.
 
     `execute(items, channel)` runs every item once and yields lists of finished records as they
-    complete: completion order, not submission order; every item is yielded exactly once (a run lost
+    complete: completion order, not submission order. `items` is consumed lazily: the executor pulls
+    the next items only as workers free up (at most one chunk per free slot ahead), so a source may be
+    a generator over a million cells, or a tuner that asks its next trial when a run finishes. A
+    source yields None when it has nothing yet (it waits for runs in flight): the executor asks again
+    after its next yield, and raises `FeedStalled` if nothing is in flight to wait for.
+    Records are yielded to the caller before the source is pulled again, so what the caller does with
+    them (tell a trial) is seen by the source; every item is yielded exactly once (a run lost
     with its worker is run again, never yielded twice; a run killed for its timeout is yielded as a
     `timeout` record). A task's exception is a `failed` record, never an exception out of `execute`.
     An executor that runs elsewhere yields each record as soon as its run finishes (not when its chunk
@@ -85,7 +98,9 @@ class Executor(Protocol):
 
     def start(self) -> None: ...
 
-    def execute(self, items: Iterable[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]: ...
+    def execute(
+        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
+    ) -> Iterator[list[RunRecord]]: ...
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel: ...
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem
 from runner.execute.report_channel import LocalChannel
 from runner.store.records import RunRecord
 
@@ -19,11 +19,15 @@ class LocalExecutor:
     timeout_s: float | None = None
     name: str = "local"
 
-    def execute(self, items: Iterable[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
+    ) -> Iterator[list[RunRecord]]:
         from runner.execute.worker import configure_threads, run_item  # imports the tasks (and torch)
 
         configure_threads(self.threads)
-        for item in items:
+        for item in items:  # pulled one at a time: the next item is asked for once the last run is yielded
+            if item is None:
+                raise FeedStalled()  # nothing runs between two pulls here, so a waiting source waits forever
             reporter = channel.reporters(item) if channel is not None else None
             yield [run_item(item, threads=self.threads, timeout_s=self.timeout_s, reporter=reporter)]
 

@@ -1,6 +1,7 @@
 """RayExecutor: long-lived actors (one per CPU slot) on an embedded or existing Ray cluster, fed
 chunks of cells sized from measured run times, so tiny tasks do not pay one Ray call each, with a
-bounded number of chunks in flight per actor. A chunk lost with its actor is queued again.
+bounded number of chunks in flight per actor. Cells are pulled from their source only as chunk slots
+free up (`runner.execute.feed`). A chunk lost with its actor is queued again.
 
 An actor that died is given no work until it answers again: Ray restarts it, but after a lost node
 the cluster may have no CPU slot left for it, and a call sent to it would wait forever.
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.feed import Feed
 from runner.store.records import RunRecord
 
 
@@ -31,7 +32,8 @@ class _Chunk:
 class ChunkSizer:
     """Chunk sizes from measured per-run seconds: aim at `target_s` of work per chunk, but never so big
     that the last chunks leave actors idle (at most the remaining work split over every chunk slot,
-    so the tail is cut finer and all actors finish together)."""
+    so the tail is cut finer and all actors finish together). `remaining` is None while the source
+    has more than is held (no tail yet)."""
 
     def __init__(self, target_s: float = 2.0, max_chunk: int = 1024) -> None:
         self.target_s = target_s
@@ -43,11 +45,11 @@ class ChunkSizer:
         self.total_s += sum(float(r.row.get("wall_s") or 0.0) for r in records)
         self.count += len(records)
 
-    def size(self, remaining: int, slots: int) -> int:
+    def size(self, remaining: int | None, slots: int) -> int:
         if self.count == 0:
             return 1  # measure first
         per_run = max(self.total_s / self.count, 1e-6)
-        fair = max(1, math.ceil(remaining / slots))
+        fair = self.max_chunk if remaining is None else max(1, math.ceil(remaining / slots))
         return max(1, min(self.max_chunk, int(self.target_s / per_run), fair))
 
 
@@ -91,20 +93,26 @@ class RayExecutor:
 
         return RayChannel(judge, spec)
 
-    def execute(self, items: Iterable[WorkItem], channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
+    ) -> Iterator[list[RunRecord]]:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
         self.start()
         lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
-        queue: deque[WorkItem] = deque(items)
+        feed = Feed(items)
         sizer = ChunkSizer(self.target_chunk_s)
         pending: dict[Any, _Chunk] = {}  # a chunk's streaming generator -> what it was given
         load = [0] * len(self.actors)
         killed: set[str] = set()  # run ids recorded as hard timeouts; dropped when their chunk is requeued
         last_check = time.monotonic()
-        while queue or pending:
-            self._fill(queue, pending, load, sizer, channel.reporters if channel is not None else None)
+        while True:
+            self._fill(feed, pending, load, sizer, channel.reporters if channel is not None else None)
+            if not pending and feed.done:
+                break
+            if not pending and not feed.held and feed.waiting:
+                raise FeedStalled()
             probes = {ref: idx for idx, ref in self.down.items()}
             ready, _ = ray.wait([*pending, *probes], num_returns=1, timeout=self._poll_s())
             if not ready:
@@ -134,8 +142,7 @@ class RayExecutor:
                     mine += [pending.pop(other) for other in [g for g, c in pending.items() if c.actor == idx]]
                     load[idx] = 0
                     for lost_chunk in reversed(mine):
-                        rest = [i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed]
-                        queue.extendleft(reversed(rest))
+                        feed.give_back(i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed)
                     self.chunks_resubmitted += len(mine)
                     self.down.setdefault(idx, self.actors[idx].pid.remote())
                     continue
@@ -160,20 +167,29 @@ class RayExecutor:
 
     def _fill(
         self,
-        queue: deque[WorkItem],
+        feed: Feed,
         pending: dict[Any, _Chunk],
         load: list[int],
         sizer: ChunkSizer,
         reporters: Any,
     ) -> None:
+        """Give every free chunk slot a chunk, least loaded actor first (so a few items spread over the
+        actors), pulling from the source at most one chunk per free slot (the bounded look-ahead)."""
         alive = [idx for idx in range(len(self.actors)) if idx not in self.down]
-        for idx in sorted(alive, key=load.__getitem__):
-            while queue and load[idx] < self.in_flight_per_worker:
-                n = sizer.size(len(queue), len(alive) * self.in_flight_per_worker)
-                chunk = [queue.popleft() for _ in range(min(n, len(queue)))]
-                pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = _Chunk(idx, chunk)
-                load[idx] += 1
-                self.chunks_submitted += 1
+        free = sum(self.in_flight_per_worker - load[idx] for idx in alive)
+        if free <= 0:
+            return
+        slots = len(alive) * self.in_flight_per_worker
+        feed.pull(sizer.size(None, slots) * free)
+        n = sizer.size(feed.held if feed.dry else None, slots)
+        while feed.held:
+            idx = min(alive, key=load.__getitem__)
+            if load[idx] >= self.in_flight_per_worker:
+                return
+            chunk = feed.take(n)
+            pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = _Chunk(idx, chunk)
+            load[idx] += 1
+            self.chunks_submitted += 1
 
     def _poll_s(self) -> float:
         """How long to wait for a record before yielding control: short enough for the caller's flush
