@@ -225,3 +225,29 @@ def test_auto_runs_small_work_in_process_judged_from_stored_run_times(tmp_path: 
     assert not small_work(edited, todo, store, limit_s=1e-9)
     report = run_grid(_grid([0.01, 0.025]), tmp_path, "auto", progress=False)
     assert (report.executor, report.executed) == ("local", 4)
+
+
+def test_a_tasks_schemas_come_back_from_the_cache_without_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.grid import cache, schema
+    from tasks import get_task
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    task = get_task("least_squares")
+    expected = (schema.runs_schema(task), schema.curves_schema(task))
+    path = cache.schemas_entry("tasks.least_squares")
+    assert path is not None and cache.load_schemas(path) is None
+    cache.store_schemas(path, expected)
+    loaded = cache.load_schemas(path)
+    assert loaded is not None and all(a.equals(b, check_metadata=True) for a, b in zip(loaded, expected, strict=True))
+    schema._schemas.cache_clear()
+    monkeypatch.setattr(schema, "get_task", lambda name: pytest.fail("the task was imported"))
+    assert schema.task_schemas("least_squares") == loaded
+    schema._schemas.cache_clear()
+    path.write_bytes(b"damaged")
+    monkeypatch.undo()
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    assert schema.task_schemas("least_squares") == expected  # a damaged entry: built again, and stored
+    assert cache.load_schemas(path) == expected
+    schema._schemas.cache_clear()

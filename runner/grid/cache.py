@@ -1,5 +1,7 @@
 """Run ids of validated blocks, cached on disk: a re-submitted or dry-run grid whose blocks were seen
 before skips validating and hashing their cells (the cost of a large grid: tens of microseconds a cell).
+Also a task's Arrow schemas, so that a driver whose runs execute on Ray writes their records without
+importing the learner's numerical code (torch) itself; keyed by every source file of the learner.
 
 A block's entry is keyed by its content (task, params, axes, repeat) and by a fingerprint of the code
 that decides validity and ids (the task's name, version and params modules, the identity and grid
@@ -12,12 +14,15 @@ entry means expanding as usual. Folder: CONVGRID_CACHE (or "off"), else $XDG_CAC
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pydantic
 
 from runner.grid.identity import canonical_json, variants
@@ -71,12 +76,51 @@ def load(path: Path | None, size: int) -> np.ndarray | None:
 
 
 def store(path: Path | None, ids: np.ndarray) -> None:
-    if path is None:
-        return
+    if path is not None:
+        _write(path, lambda temp: np.save(temp, ids, allow_pickle=False))
+
+
+def _write(path: Path, write: Callable[[Path], object]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
-        np.save(temp, ids, allow_pickle=False)
+        temp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+        write(temp)
         os.replace(temp, path)  # atomic: a reader sees the whole entry or none
     except OSError:
         return
+
+
+_SCHEMA_CODE = ("tasks/base.py", "runner/grid/schema.py", "runner/store/columns.py")
+_REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def schemas_entry(package: str) -> Path | None:
+    """The cache file of a learner's schemas: keyed by every .py file of its package and the modules
+    that turn declarations into schemas (None where the package's files cannot be found)."""
+    folder = cache_dir()
+    found = importlib.util.find_spec(f"{package}.task")
+    if folder is None or found is None or found.origin is None:
+        return None
+    digest = hashlib.sha256(f"{pa.__version__}|{package}".encode())
+    files = sorted(Path(found.origin).parent.rglob("*.py")) + [_REPO / f for f in _SCHEMA_CODE]
+    for path in files:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return folder / f"schemas-{digest.hexdigest()}.arrow"
+
+
+def load_schemas(path: Path | None) -> tuple[pa.Schema, pa.Schema] | None:
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+        size = int.from_bytes(data[:8], "little")
+        return pa.ipc.read_schema(pa.py_buffer(data[8 : 8 + size])), pa.ipc.read_schema(pa.py_buffer(data[8 + size :]))
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+def store_schemas(path: Path | None, schemas: tuple[pa.Schema, pa.Schema]) -> None:
+    if path is None:
+        return
+    runs, curves = (s.serialize().to_pybytes() for s in schemas)
+    _write(path, lambda temp: temp.write_bytes(len(runs).to_bytes(8, "little") + runs + curves))
