@@ -183,7 +183,7 @@ def test_embedded_workers_run_at_the_drivers_priority(ray_local: object) -> None
 
     import ray
 
-    @ray.remote
+    @ray.remote(num_cpus=0)  # the module's warm pool holds both CPU slots
     def niceness() -> int:
         return os.nice(0)
 
