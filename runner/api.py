@@ -176,14 +176,18 @@ def member_rows(grid: Grid | GridFile, kind: str = "grid") -> list[dict[str, Any
     return [member_row(c, grid.name, kind, grid.source) for c in grid.cells]
 
 
-def work_items(cells: Iterable[Cell | None]) -> Iterator[WorkItem | None]:
-    """Cells as the executor's lazy source (a None, "nothing yet", passes through)."""
+def work_item(cell: Cell) -> WorkItem:
+    return WorkItem(cell.run_id, cell.task, cell.params_json())
+
+
+def work_items(cells: Iterable[Cell | list[Cell] | None]) -> Iterator[WorkItem | list[WorkItem] | None]:
+    """Cells as the executor's lazy source (a group stays a group; None, "nothing yet", passes through)."""
     for c in cells:
-        yield None if c is None else WorkItem(c.run_id, c.task, c.params_json())
+        yield None if c is None else [work_item(x) for x in c] if isinstance(c, list) else work_item(c)
 
 
 def execute_cells(
-    cells: Iterable[Cell | None],
+    cells: Iterable[Cell | list[Cell] | None],
     store: ResultStore,
     executor: Executor,
     label: str,

@@ -107,4 +107,5 @@ def test_small_grids_end_to_end_through_the_cli(tmp_path: Path, capsys: pytest.C
     assert results["001.c4.lemma_a3"].verdict.verdict == "does not hold"  # the norm is >= 1 (null space)
     assert results["001.c6.alpha0_positive"].verdict.verdict == "does not hold"
     assert results["001.c12.conditions"].verdict.verdict == "does not hold"
+    assert results["001.c11.semi_smooth"].verdict.verdict == HOLDS
     assert results["001.c2.e_small_zero"].grid is None  # its grids were not run

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pydantic
 import pytest
 import torch
@@ -120,6 +121,35 @@ def test_run_summary_carries_the_section4_checks() -> None:
     trajs = json.loads(s["traj_checkpoints"])
     assert set(trajs) == {"0", "1", "2", "5", "6"} and len(trajs["0"]) == 31
     assert trajs["0"] == json.loads(s["traj_gd"])  # epoch 0 is GD exactly
+    # C11 (Lemma 4.5) at the diagnostic epochs 0 and 3 (not 6: no step follows the last epoch): it holds,
+    # tightest at t = 1 (the bound is Lambda_1-sized there) and astronomically loose at t = T, where the bound
+    # has grown like (Theta_L Phi)^T
+    semi = [v for v in r.curve["log10_semi_smooth"] if not math.isnan(v)]
+    assert len(semi) == 2 and s["log10_semi_smooth_max"] == max(semi) < 0
+    assert s["log10_semi_smooth_T_max"] < -100
+
+
+def test_delta1_in_log_space_equals_the_direct_sum_of_products() -> None:
+    beta, u, T, lam_bar = 7.0, 3.0, 12, [2.5, 1.5, 1.0]
+    theta = math.prod(lam_bar)
+    lam = TH.lambdas(beta, u, T)
+    fac = [1 + (1 + beta) / 2 * theta * (2 * j - 1) / beta * u for j in range(1, T + 1)]
+    direct = [sum(math.prod(fac[s:t]) * lam[s - 1] for s in range(1, t + 1)) for t in range(1, T + 1)]
+    assert TH.log_delta1(beta, u, T, lam_bar) == pytest.approx([math.log(v) for v in direct], rel=1e-13)
+    # and it is the delta_2 of Thm 4.7 plus its s = T term, Lambda_T
+    log_d2 = TH.thm47(beta, 1.0, u, 1.0, T, lam_bar, 1.0, 1e-3)["th_log10_delta2"] * math.log(10)
+    assert math.exp(log_d2) + lam[-1] == pytest.approx(direct[-1], rel=1e-12)
+
+
+def test_semi_smooth_ratio_is_the_log10_of_the_worst_iterate_over_its_bound() -> None:
+    beta, u, T, lam_bar = 7.0, 3.0, 4, [2.0, 2.0, 1.0]
+    dx, dw = np.array([1e-3, 0.0, 2e-3, 5e-4]), [0.1, 0.0, 0.3]
+    # bound_t = 1/2 delta_1^t Theta_L sum_l ||dW_l|| / lam_bar_l, Theta_L = 4, the sum = 0.1/2 + 0.3/1 = 0.35
+    bound = 0.5 * np.exp(TH.log_delta1(beta, u, T, lam_bar)) * 4.0 * 0.35
+    got = TH.log10_semi_smooth_ratios(dx, dw, beta, u, T, lam_bar)
+    assert got[1] == -math.inf  # an iterate that did not move
+    assert got[[0, 2, 3]] == pytest.approx(np.log10(dx[[0, 2, 3]] / bound[[0, 2, 3]]), rel=1e-12)
+    assert (TH.log10_semi_smooth_ratios(dx, [0.0, 0.0, 0.0], beta, u, T, lam_bar) == -math.inf).all()
 
 
 @pytest.mark.parametrize(

@@ -177,6 +177,15 @@ def test_the_local_executor_pulls_one_item_per_finished_run() -> None:
             break
 
 
+def test_a_group_from_the_source_travels_in_one_chunk(pool: RayExecutor) -> None:
+    group = [WorkItem(f"g{i}", "least_squares", {"d_in": 4, "m": 10, "n_iters": 5, "seed": i}) for i in range(6)]
+    before = pool.chunks_submitted
+    seen = [r.run_id for records in pool.execute([group[0], group[1:]]) for r in records]
+    assert sorted(seen) == sorted(i.run_id for i in group)
+    # chunks of one while run times are unknown, but the group of five is never split
+    assert pool.chunks_submitted - before == 2
+
+
 def test_embedded_workers_run_at_the_drivers_priority(ray_local: object) -> None:
     """Ray's default worker niceness (15) would leave the runs the CPU last on a busy machine."""
     import os

@@ -1,6 +1,7 @@
 """A `convgrid tune` driver SIGKILLed mid-study, then run again: the study continues to the requested
 number of finished trials, nothing is left RUNNING, the interrupted trial is FAILed and its params
-asked again, and every finished trial is in trials/ with its run in runs/."""
+asked again, and every finished trial is in trials/ with its run in runs/ (trials told before their
+runs were flushed have those runs run again at the next start)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def _cmd(study: Path, root: Path) -> list[str]:
         "--executor",
         "local",
         "--no-progress",
+        "--flush-seconds",
+        "600",  # nothing reaches runs/ before the kill: the trials told by then have no stored run yet
     ]
 
 
@@ -59,7 +62,8 @@ def test_driver_sigkilled_mid_study_resumes_to_n_trials(tmp_path: Path) -> None:
     study.write_text(yaml.safe_dump(STUDY))
     root = tmp_path / "results"
     interrupted: list[int] = []
-    for _attempt in range(3):  # kill while a trial runs (almost always the first time)
+    first_try = False
+    for attempt in range(3):  # kill while a trial runs (almost always the first time)
         proc = subprocess.Popen(_cmd(study, root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
@@ -74,6 +78,7 @@ def test_driver_sigkilled_mid_study_resumes_to_n_trials(tmp_path: Path) -> None:
         proc.wait(timeout=30)
         interrupted = [t.number for t in _trials(root) if t.state == TrialState.RUNNING]
         if interrupted:
+            first_try = attempt == 0
             break
     assert interrupted, "the driver was never killed while a trial ran"
     killed_params = {n: t.params for t in _trials(root) for n in interrupted if t.number == n}
@@ -81,6 +86,8 @@ def test_driver_sigkilled_mid_study_resumes_to_n_trials(tmp_path: Path) -> None:
     final = subprocess.run(_cmd(study, root), cwd=REPO, capture_output=True, text=True, timeout=120)
     assert final.returncode == 0, final.stderr
     assert "told FAIL and asked again" in final.stdout
+    if first_try:  # trials were told in the killed driver, and none of their runs was flushed
+        assert "missing from the store (a killed driver), run again" in final.stdout
     trials = _trials(root)
     states = [t.state for t in trials]
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states

@@ -105,6 +105,7 @@ def test_journal_and_postgres_hold_the_same_trials(tmp_path: Path, pg_url: str) 
         params={**LS_PARAMS, "n_iters": 200},
         n_trials=12,
         parallel=3,
+        mode="deterministic",  # async tells land on their own thread: which trials a pruner sees is timing
         pruner={"name": "median", "metric": "err", "options": {"n_startup_trials": 3, "n_warmup_steps": 10}},
     )
     (journal,) = tune(raw, tmp_path / "a", "local", progress=False)

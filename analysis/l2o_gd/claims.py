@@ -209,6 +209,20 @@ def weights_invariant(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
+def semi_smooth(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    r = _only(runs, lr=1e-7)  # the paper's lr: the lemma assumes the weights stay within lam_bar (C5)
+    if "log10_semi_smooth_max" not in r or r["log10_semi_smooth_max"].isna().all():
+        return Verdict(NO_DATA, "no semi-smoothness diagnostics (runs before the check existed, or no diag epoch)")
+    r = r.dropna(subset=["log10_semi_smooth_max"])
+    worst, at_t = r["log10_semi_smooth_max"].astype(float), r["log10_semi_smooth_T_max"].astype(float)
+    return Verdict(
+        HOLDS if bool((worst <= 0).all()) else FAILS,
+        f"max over {len(r)} runs, diagnostic epochs and t of log10(||X_t^(k+1) - X_t^k|| / bound): {worst.max():.3g}; "
+        f"at t = T: median {at_t.median():.4g} (the bound's slack)",
+        theory="Lemma 4.5: ||X_t^(k+1) - X_t^k|| <= 1/2 delta_1^t Theta_L sum_l ||W_l^(k+1) - W_l^k|| / lam_bar_l",
+    )
+
+
 def conditions(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     r = _l2o(runs)
     cols = ["th_margin_13a", "th_margin_13b", "th_margin_13c", "th_margin_13d"]
@@ -340,6 +354,12 @@ CLAIMS = [
         ("theory_width", "reference", "small_theory_width", "small_reference"),
         "Lemma A.12 weight-norm invariant and Lemma 4.3 gradient bound hold along training",
         weights_invariant,
+    ),
+    _c(
+        "c11.semi_smooth",
+        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        "Lemma 4.5 (semi-smoothness): one training step moves every iterate X_t by at most the lemma's bound",
+        semi_smooth,
     ),
     _c(
         "c12.conditions",

@@ -34,7 +34,7 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
-def add_execution_options(p: argparse.ArgumentParser, flush_every: bool = True) -> None:
+def add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (default ./results)")
     p.add_argument(
         "--executor",
@@ -55,13 +55,12 @@ def add_execution_options(p: argparse.ArgumentParser, flush_every: bool = True) 
         default=5.0,
         help="seconds a run may ignore its deadline before its actor is killed (default 5)",
     )
-    if flush_every:
-        p.add_argument(
-            "--flush-every",
-            type=positive_int,
-            default=256,
-            help="write a part file every N finished runs (default 256)",
-        )
+    p.add_argument(
+        "--flush-every",
+        type=positive_int,
+        default=256,
+        help="write a part file every N finished runs (default 256)",
+    )
     p.add_argument(
         "--flush-seconds",
         type=positive_float,

@@ -16,17 +16,22 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "tune",
         help="run an Optuna study: trials are runs in the store, the study in a journal file or RDB",
-        description="Ask a batch of trials, run them, tell the results; re-running resumes the study.",
+        description="Keep `parallel` trials in flight, each told as its run finishes; re-running resumes the study.",
     )
     p.add_argument("study", help="study YAML file (see docs/tuning.md)")
-    add_execution_options(p, flush_every=False)  # a study writes runs as each batch is told
+    add_execution_options(p)
     p.add_argument(
         "--storage",
         default=None,
         help="Optuna storage: an RDB URL (postgresql://...) or a journal file path (default RESULTS/optuna.journal)",
     )
     p.add_argument("--n-trials", type=positive_int, default=None, help="finished trials wanted (overrides the file)")
-    p.add_argument("--parallel", type=positive_int, default=None, help="trials per batch (overrides the file)")
+    p.add_argument("--parallel", type=positive_int, default=None, help="trials in flight (overrides the file)")
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="mode: deterministic: ask `parallel` trials at once, tell them in trial-number order (reproducible)",
+    )
     p.add_argument(
         "--retry-failed",
         action="store_true",
@@ -40,7 +45,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from runner.tune.driver import tune, with_overrides
     from runner.tune.optuna_adapter import load_plans
 
-    plans = [with_overrides(p, args.n_trials, args.parallel) for p in load_plans(args.study)]
+    plans = [with_overrides(p, args.n_trials, args.parallel, args.deterministic) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
     check_results_root(args.results)
@@ -53,6 +58,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         progress=not args.no_progress,
         flush_s=args.flush_seconds,
+        flush_every=args.flush_every,
         **executor_options(args),
     )
     for report in reports:
@@ -87,7 +93,8 @@ def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
             k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()
         }
         have = existing.get(p.name)
-        print(f"{p.name} ({p.source}): task {p.task}, {p.n_trials} trials, {p.parallel} per batch")
+        grouped = f", handed over {p.batch} at a time" if p.batch > 1 else ""
+        print(f"{p.name} ({p.source}): task {p.task}, {p.n_trials} trials, {p.parallel} in flight{grouped}, {p.mode}")
         print(
             f"  objectives: "
             f"{', '.join(('log10 ' if o.log else '') + o.metric + ' ' + o.direction for o in p.objectives)}"

@@ -33,6 +33,10 @@ class FeedStalled(RuntimeError):
         super().__init__("the work source yielded None (waiting for runs) while no run was in flight")
 
 
+# What `Executor.execute` consumes, lazily: an item, a group of items that must travel in one chunk to
+# one worker (trials a tuner wants run as one batch), or None (nothing yet: the source waits for runs).
+WorkSource = Iterable[WorkItem | list[WorkItem] | None]
+
 # A run's `RunContext.report` callback: (step, metrics) -> go on?
 Reporter = Callable[[int, Mapping[str, float]], bool]
 # Builds the reporter of one run where the run executes (so it must pickle for Ray).
@@ -75,8 +79,10 @@ class Executor(Protocol):
     complete: completion order, not submission order. `items` is consumed lazily: the executor pulls
     the next items only as workers free up (at most one chunk per free slot ahead), so a source may be
     a generator over a million cells, or a tuner that asks its next trial when a run finishes. A
-    source yields None when it has nothing yet (it waits for runs in flight): the executor asks again
-    after its next yield, and raises `FeedStalled` if nothing is in flight to wait for.
+    source may yield a list of items, a group that one worker gets in one chunk (the tuner's trials
+    pending at once, for a worker to run as one batch). A source yields None when it has nothing yet
+    (it waits for runs in flight): the executor asks again after its next yield, and raises
+    `FeedStalled` if nothing is in flight to wait for.
     Records are yielded to the caller before the source is pulled again, so what the caller does with
     them (tell a trial) is seen by the source; every item is yielded exactly once (a run lost
     with its worker is run again, never yielded twice; a run killed for its timeout is yielded as a
@@ -98,9 +104,7 @@ class Executor(Protocol):
 
     def start(self) -> None: ...
 
-    def execute(
-        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
-    ) -> Iterator[list[RunRecord]]: ...
+    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]: ...
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel: ...
 

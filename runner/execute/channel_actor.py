@@ -18,9 +18,13 @@ class _ReportChannelActor:
         self._queue: list[tuple[str, int, float]] = []
         self._stopped: set[str] = set()
 
-    def report(self, run_id: str, step: int, value: float) -> bool:
-        """Queue a value; answer the driver's latest verdict for the run (False: stop)."""
+    def report(self, run_id: str, step: int, value: float, fresh: bool = False) -> bool:
+        """Queue a value; answer the driver's latest verdict for the run (False: stop). The first value
+        of a run (`fresh`) clears a verdict left by an earlier run of the same id (a pruned run asked
+        again while the channel stays open): the judge decides on the new run afresh."""
         with self._cond:
+            if fresh:
+                self._stopped.discard(run_id)
             self._queue.append((run_id, step, value))
             self._cond.notify_all()
             return run_id not in self._stopped

@@ -2,9 +2,11 @@
 workers free up, so a million-cell grid streams through without being held, and a tuner can ask
 its next trial at the moment a run finishes.
 
-The source is any iterable of `WorkItem | None`. `None` means "nothing yet": the source waits for
-runs in flight (a tuner whose next trial depends on them) and is asked again after the next record.
-Items given back (a chunk lost with its worker) go to the front and are handed out first.
+The source is any iterable of `WorkItem | list[WorkItem] | None`. A list is a group that is never
+split across chunks (trials meant to run as one batch). `None` means "nothing yet": the source waits
+for runs in flight (a tuner whose next trial depends on them) and is asked again after the next
+record. Items given back (a chunk lost with its worker) go to the front, as one group, and are
+handed out first.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from runner.execute.base import WorkItem
+from runner.execute.base import WorkItem, WorkSource
 
 _END = object()
 
@@ -20,16 +22,17 @@ _END = object()
 class Feed:
     """A bounded look-ahead over a lazy source of work items."""
 
-    def __init__(self, items: Iterable[WorkItem | None]) -> None:
-        self._source: Iterator[WorkItem | None] = iter(items)
-        self._buffer: deque[WorkItem] = deque()
+    def __init__(self, items: WorkSource) -> None:
+        self._source: Iterator[WorkItem | list[WorkItem] | None] = iter(items)
+        self._buffer: deque[list[WorkItem]] = deque()  # groups; a single item is a group of one
+        self._held = 0
         self.exhausted = False  # the source has no more items
         self.waiting = False  # the source's last answer was None: nothing until a run finishes
 
     def pull(self, n: int) -> None:
         """Hold up to `n` items, pulling from the source until it ends or waits."""
         self.waiting = False
-        while len(self._buffer) < n and not self.exhausted:
+        while self._held < n and not self.exhausted:
             item = next(self._source, _END)
             if item is _END:
                 self.exhausted = True
@@ -37,12 +40,17 @@ class Feed:
                 self.waiting = True
                 return
             else:
-                assert isinstance(item, WorkItem)
-                self._buffer.append(item)
+                assert isinstance(item, WorkItem | list)
+                self._hold(item if isinstance(item, list) else [item], at_front=False)
+
+    def _hold(self, group: list[WorkItem], at_front: bool) -> None:
+        if group:
+            (self._buffer.appendleft if at_front else self._buffer.append)(group)
+            self._held += len(group)
 
     @property
     def held(self) -> int:
-        return len(self._buffer)
+        return self._held
 
     @property
     def dry(self) -> bool:
@@ -55,9 +63,13 @@ class Feed:
         return self.exhausted and not self._buffer
 
     def take(self, n: int) -> list[WorkItem]:
-        """Up to `n` held items, in order (call `pull` first)."""
-        return [self._buffer.popleft() for _ in range(min(n, len(self._buffer)))]
+        """Held items in order, whole groups only: up to `n` items, but at least the first group."""
+        out: list[WorkItem] = []
+        while self._buffer and (not out or len(out) + len(self._buffer[0]) <= n):
+            out += self._buffer.popleft()
+        self._held -= len(out)
+        return out
 
     def give_back(self, items: Iterable[WorkItem]) -> None:
-        """Items to run again before anything else, in their order."""
-        self._buffer.extendleft(reversed(list(items)))
+        """Items to run again before anything else, in their order, as one group."""
+        self._hold(list(items), at_front=True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from runner.execute.base import FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem
+from runner.execute.base import FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
 from runner.execute.feed import Feed
 from runner.store.records import RunRecord
 
@@ -93,9 +93,7 @@ class RayExecutor:
 
         return RayChannel(judge, spec)
 
-    def execute(
-        self, items: Iterable[WorkItem | None], channel: ReportChannel | None = None
-    ) -> Iterator[list[RunRecord]]:
+    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 

@@ -82,11 +82,13 @@ class LocalChannel:
 @dataclass
 class _ActorReporter(_Reporter):
     channel: Any = None  # a channel actor handle, reached from inside a Ray actor
+    fresh: bool = True  # no value sent yet: a stop verdict left by an earlier run of this id is stale
 
     def verdict(self, step: int, value: float) -> bool:
         import ray
 
-        return bool(ray.get(self.channel.report.remote(self.run_id, step, value)))
+        fresh, self.fresh = self.fresh, False
+        return bool(ray.get(self.channel.report.remote(self.run_id, step, value, fresh)))
 
 
 @dataclass

@@ -1,10 +1,10 @@
-"""Optuna studies driven from the driver with batched ask/tell; every trial is a run in the store.
+"""Optuna studies driven from the driver with ask/tell; every trial is a run in the store.
 
-The driver owns the study. Per batch it asks `parallel` trials, turns each into a cell (fixed +
-sampled params, a normal run_id), runs the cells not yet in the store on the executor, writes their
-records, then tells the results in trial-number order, so a seeded study is reproducible whatever
-order runs finish in. Workers never touch the Optuna storage; intermediate values reach the pruner
-through `runner.execute.report_channel`.
+The driver owns the study. It asks trials, turns each into a cell (fixed + sampled params, a normal
+run_id), runs the cells not yet in the store on the executor and tells the results; when to ask and
+tell (`parallel` trials always in flight, or reproducible batches) is `runner.tune.schedule`'s.
+Records are persisted on the grid's flush policy, by count and by time. Workers never touch the
+Optuna storage; intermediate values reach the pruner through `runner.execute.report_channel`.
 
 Runs -> trial states: ok -> COMPLETE with the objective metrics (a NaN metric -> FAIL unless the
 objective has a nan_value); diverged -> PRUNED (the objective is undefined; spec 002 G2);
@@ -14,13 +14,15 @@ without running again; several trials of one batch with the same params share on
 
 Resume: RUNNING trials found at start were left by a driver that died; they are told FAIL and their
 params enqueued, so they are asked again (and told from the store if their run had finished). A
-worker lost while the driver lives is handled by the executor, which runs the lost runs again.
-One driver per study at a time.
+trial is told as soon as its run finishes, before the run's part file is written; a driver killed
+in between leaves finished trials whose run is not in the store, and the next start runs those
+cells again (`repair_runs`: a run is a function of its params). A worker lost while the driver lives
+is handled by the executor, which runs the lost runs again. One driver per study at a time.
 """
 
 from __future__ import annotations
 
-import json
+import threading
 import time
 from collections import Counter
 from contextlib import nullcontext
@@ -36,7 +38,7 @@ from runner.api import execute_cells, make_executor, member_row, plan
 from runner.execute.base import Executor, ReportChannel, ReportSpec
 from runner.execute.progress import Progress
 from runner.grid.spec import Cell
-from runner.store import ResultStore, RunRecord
+from runner.store import ResultStore
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.trials import write_trials
 from runner.tune.optuna_adapter import (
@@ -52,9 +54,10 @@ from runner.tune.optuna_adapter import (
     trial_states,
 )
 from runner.tune.pruning import PruningHub
+from runner.tune.schedule import TrialSchedule
 from runner.tune.spec import StudyPlan
-from runner.tune.trials import TuneReport, missing_rows, trial_row, verdict
-from tasks.status import FAILED, is_settled
+from runner.tune.trials import TuneReport, missing_rows, run_status, trial_run_id
+from tasks.status import PRUNED, is_settled
 
 __all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "tune", "with_overrides"]
 
@@ -70,13 +73,18 @@ class StudyDriver:
         executor: str | Executor,
         options: dict[str, Any],
         retry_failed: bool,
+        flush_s: float = 2.0,
     ) -> None:
-        self.p, self.store, self.retry_failed = p, store, retry_failed
+        self.p, self.store, self.retry_failed, self.flush_s = p, store, retry_failed, flush_s
         storage_obj, self.label = open_storage(storage, store)
         self.study = open_study(p, storage_obj)
         self.report = TuneReport(p.name, self.label, p.n_trials, recovered=recover(self.study))
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []  # trials/ rows not written yet; appended by the teller thread too
+        self.rows_lock = threading.Lock()
         self.new_members: list[dict[str, Any]] = []
+        self.last_flush = time.monotonic()
+        self.known: dict[str, dict[str, Any]] = {}  # settled runs: run_id -> its row (what a trial is told)
+        self.bar = Progress(0, p.name, enabled=False)
         old = store.read_members()
         self.members = {
             r for g, r in zip(old["grid"].to_pylist(), old["run_id"].to_pylist(), strict=True) if g == p.name
@@ -97,12 +105,23 @@ class StudyDriver:
                 {**member_row(cell, self.p.name, "study", self.p.source), "added": datetime.now(UTC)}
             )
 
+    def add_row(self, row: dict[str, Any]) -> None:
+        with self.rows_lock:
+            self.rows.append(row)
+
     def flush(self) -> None:
-        write_trials(self.store, self.rows)
+        with self.rows_lock:
+            rows, self.rows = self.rows, []
+        write_trials(self.store, rows)
         if self.new_members:
             self.store.write_part(pa.Table.from_pylist(self.new_members, schema=MEMBER_SCHEMA), "members")
-        self.rows.clear()
         self.new_members.clear()
+        self.last_flush = time.monotonic()
+
+    def flush_if_due(self) -> None:
+        """trials/ and members/ rows every `flush_s` seconds (runs have execute_cells' own policy)."""
+        if time.monotonic() - self.last_flush >= self.flush_s:
+            self.flush()
 
     def run_baselines(self, progress: bool) -> None:
         for c in self.p.baselines:
@@ -131,87 +150,61 @@ class StudyDriver:
                 tell(self.study, trial, state=TrialState.FAIL)
                 rejected += 1
                 continue
-            trial.set_user_attr("run_id", cell.run_id)
             asked.append((trial, cell))
         return asked, rejected
 
-    def evaluate(self, cells: dict[str, Cell], owners: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Run cells (unique run ids) with the pruning channel open; persist before anyone is told."""
-        self.hub.begin(owners)
-        records: list[RunRecord] = []
-        with self.channel.batch() if self.channel is not None else nullcontext():
-            # finished runs are persisted as they come (even when interrupted), before anyone is told
+    def repair_runs(self, progress: bool) -> None:
+        """Run again the cells of finished trials whose run is not in the store: a driver killed after
+        telling a trial but before its flush. Pruned trials are left alone (a pruned run is not done
+        either way; it runs again when asked)."""
+        stored = set(self.store.read_runs(self.p.task, columns=["status"])["run_id"].to_pylist())
+        lost: dict[str, Cell] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state.is_finished() and run_status(t) not in (None, PRUNED):  # None: never ran (rejected, recovered)
+                cell = self.p.cell(dict(t.params))
+                if cell.run_id not in stored:
+                    lost[cell.run_id] = cell
+        if lost:
             execute_cells(
-                list(cells.values()),
+                list(lost.values()),
                 self.store,
                 self.executor,
-                self.p.name,
-                progress=False,
-                channel=self.channel,
-                sink=records.extend,
+                f"{self.p.name} (runs of told trials)",
+                progress=progress,
             )
-        self.report.ran += len(records)
-        return {r.run_id: r.row for r in records}
+            self.report.repaired = len(lost)
 
-    def loop(self, progress: bool, flush_s: float) -> None:
-        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
-        p, study = self.p, self.study
-        known = self.known_runs()
-        already = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False))
-        bar = Progress(max(p.n_trials - already, 0), p.name, enabled=progress)
-        failed, last_flush = 0, time.monotonic()
+    def loop(self, progress: bool, flush_s: float, flush_every: int = 256) -> None:
+        p = self.p
+        self.known = self.known_runs()
+        schedule = TrialSchedule(self)
+        self.bar = Progress(max(p.n_trials - schedule.done, 0), p.name, enabled=progress)
         try:
-            while True:
-                trials = study.get_trials(deepcopy=False)
-                done = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
-                if done >= p.n_trials:
-                    break
-                waiting = any(t.state == TrialState.WAITING for t in trials)
-                if p.sampler.name == "grid" and not waiting and study.sampler.is_exhausted(study):
-                    self.report.stopped_early = "the grid is covered"
-                    break
-                if failed >= p.max_failed:
-                    self.report.stopped_early = f"{failed} trials failed (max_failed)"
-                    break
-                n = min(p.parallel, p.n_trials - done)
-                if p.sampler.name == "grid":  # never ask past the unvisited points (Grid would repeat some)
-                    visited = {json.dumps(t.params, sort_keys=True) for t in trials if t.state.is_finished()}
-                    n = min(n, max(1, grid_size(p) - len(visited) + sum(t.state == TrialState.WAITING for t in trials)))
-                asked, rejected = self.ask(n)
-                failed += rejected
-                todo = {c.run_id: c for _, c in asked if c.run_id not in known}
-                owners = {c.run_id: t for t, c in reversed(asked) if c.run_id in todo}  # first trial per run
-                fresh = self.evaluate(todo, owners) if todo else {}
-                known.update({rid: row for rid, row in fresh.items() if is_settled(row["status"], self.retry_failed)})
-                for trial, cell in asked:  # trial-number order
-                    row = fresh.get(cell.run_id) or known[cell.run_id]
-                    self.report.from_store += cell.run_id not in fresh
-                    state, values, note = verdict(p, row)
-                    trial.set_user_attr("run_status", row["status"])
-                    if note:
-                        trial.set_user_attr("note", note)
-                    tell(study, trial, values, state=state)
-                    failed += state == TrialState.FAIL
-                    self.member(cell)
-                numbers = {t.number for t, _ in asked}
-                told = [t for t in study.get_trials(deepcopy=False) if t.number in numbers]
-                self.rows.extend(trial_row(p.name, self.label, p.task, t) for t in told)
-                bar.update([t.user_attrs.get("run_status", FAILED) for t in told] + [FAILED] * rejected)
-                if time.monotonic() - last_flush >= flush_s:
-                    self.flush()
-                    last_flush = time.monotonic()
+            with self.channel.batch() if self.channel is not None else nullcontext():
+                execute_cells(
+                    schedule.cells(),
+                    self.store,
+                    self.executor,
+                    p.name,
+                    progress=False,
+                    flush_every=flush_every,
+                    flush_s=flush_s,
+                    channel=self.channel,
+                    sink=schedule.finished,
+                )
         except KeyboardInterrupt:
-            self.report.recovered += recover(study)  # leave nothing RUNNING
+            schedule.close()  # the tells already decided land first
+            self.report.recovered += recover(self.study)  # leave nothing RUNNING
             raise
         finally:
-            bar.close()
+            schedule.close()
+            self.bar.close()
 
     def close(self) -> None:
         """Write what is buffered (plus any finished trial trials/ lacks), release Ray resources."""
         written = {r["number"] for r in self.rows}
         rest = [t for t in self.study.get_trials(deepcopy=False) if t.number not in written]
-        self.rows.extend(missing_rows(self.store, self.p.name, self.label, self.p.task, rest))
+        self.rows.extend(missing_rows(self.store, self.p, self.label, rest))
         self.flush()
         if self.channel is not None:
             self.channel.close()
@@ -229,16 +222,17 @@ class StudyDriver:
             best = self.study.best_trials if len(p.objectives) > 1 else [self.study.best_trial]
             seen: set[str] = set()
             for t in sorted(best, key=lambda t: t.number):
-                if t.user_attrs.get("run_id") in seen or len(seen) >= 20:
+                rid = trial_run_id(p, t)
+                if rid in seen or len(seen) >= 20:
                     continue  # one line per distinct run (a Pareto front repeats integer points)
-                seen.add(t.user_attrs.get("run_id", ""))
-                run = runs.get(t.user_attrs.get("run_id", ""), {})
+                seen.add(rid or "")
+                run = runs.get(rid or "", {})
                 self.report.best.append(
                     {
                         "number": t.number,
                         "values": t.values,
                         "params": t.params,
-                        "run_id": t.user_attrs.get("run_id"),
+                        "run_id": rid,
                         "metrics": {m: run.get(m) for m in metrics},
                     }
                 )
@@ -262,6 +256,7 @@ def run_study(
     retry_failed: bool = False,
     progress: bool = True,
     flush_s: float = 2.0,
+    flush_every: int = 256,
     **executor_options: Any,
 ) -> TuneReport:
     """Run one study until n_trials of its trials are finished (COMPLETE + PRUNED)."""
@@ -269,11 +264,12 @@ def run_study(
     t0 = time.monotonic()
     store = ResultStore(results)
     options = {k: v for k, v in executor_options.items() if v is not None}
-    driver = StudyDriver(p, store, storage, executor, options, retry_failed)
-    write_trials(store, missing_rows(store, p.name, driver.label, p.task, driver.study.get_trials(deepcopy=False)))
+    driver = StudyDriver(p, store, storage, executor, options, retry_failed, flush_s)
+    write_trials(store, missing_rows(store, p, driver.label, driver.study.get_trials(deepcopy=False)))
     try:
+        driver.repair_runs(progress)
         driver.run_baselines(progress)
-        driver.loop(progress, flush_s)
+        driver.loop(progress, flush_s, flush_every)
     finally:
         driver.close()
     driver.summarise()
@@ -281,12 +277,17 @@ def run_study(
     return driver.report
 
 
-def with_overrides(p: StudyPlan, n_trials: int | None = None, parallel: int | None = None) -> StudyPlan:
-    """A plan with the command line's --n-trials / --parallel (a grid study never exceeds its grid)."""
+def with_overrides(
+    p: StudyPlan, n_trials: int | None = None, parallel: int | None = None, deterministic: bool = False
+) -> StudyPlan:
+    """A plan with the command line's --n-trials / --parallel / --deterministic (a grid study never
+    exceeds its grid)."""
     if n_trials is not None:
         n_trials = min(n_trials, grid_size(p)) if p.sampler.name == "grid" else n_trials
         p = replace(p, n_trials=n_trials, max_failed=max(p.max_failed, n_trials))
-    return replace(p, parallel=parallel) if parallel is not None else p
+    if deterministic:
+        p = replace(p, mode="deterministic")
+    return replace(p, parallel=parallel, batch=min(p.batch, parallel)) if parallel is not None else p
 
 
 def tune(
@@ -296,11 +297,12 @@ def tune(
     *,
     n_trials: int | None = None,
     parallel: int | None = None,
+    deterministic: bool = False,
     **kwargs: Any,
 ) -> list[TuneReport]:
     """Run every study of a study file (one per `sweep` combination), sharing one executor."""
     plans = source if isinstance(source, list) else load_plans(source)
-    plans = [with_overrides(p, n_trials, parallel) for p in plans]
+    plans = [with_overrides(p, n_trials, parallel, deterministic) for p in plans]
     shared = None
     if executor == "ray" and len(plans) > 1:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in EXECUTOR_OPTIONS}

@@ -141,14 +141,16 @@ def open_study(p: StudyPlan, storage: Any) -> Any:
     return study
 
 
-def tell(study: Any, trial: Any, values: list[float] | None = None, state: Any = None) -> None:
+def tell(study: Any, trial: Any, values: list[float] | None = None, state: Any = None) -> Any:
+    """The told trial (a FrozenTrial), or None when the grid sampler stopped the study."""
     try:
-        study.tell(trial, values, state=state)
+        return study.tell(trial, values, state=state)
     except RuntimeError as exc:
         # GridSampler calls study.stop() once its grid is covered, which ask/tell cannot take; the
         # trial is told by then, and the driver stops on `is_exhausted`.
         if "Study.stop" not in str(exc):
             raise
+        return None
 
 
 def recover(study: Any) -> list[int]:

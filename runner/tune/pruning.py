@@ -1,13 +1,13 @@
 """The driver's judge of intermediate values: which trial a run belongs to, its reported steps,
 and Optuna's verdicts (`trial.report`, `trial.should_prune`). The executor's report channel feeds
-`judge`; the tuner never needs to know which executor runs the trials.
+`judge` (on its own thread, on Ray) while the driver tells other trials; the tuner never needs to
+know which executor runs the trials.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 
@@ -18,12 +18,20 @@ class PruningHub:
         self._last_step: dict[str, int] = {}
         self.stopped: set[str] = set()
 
-    def begin(self, trials: Mapping[str, Any]) -> None:
-        """Runs of a new batch: run_id -> the optuna Trial that receives its values."""
+    def add(self, run_id: str, trial: Any) -> None:
+        """A run starts: its values go to this optuna Trial, judged afresh (a pruned run asked again)."""
         with self._lock:
-            self._trials = dict(trials)
-            self._last_step = {}
-            self.stopped = set()
+            self._trials[run_id] = trial
+            self._last_step.pop(run_id, None)
+            self.stopped.discard(run_id)
+
+    def finish(self, run_id: str) -> None:
+        """The run's record arrived and its trial is about to be told: no later value may reach the
+        trial (the lock orders this after any judgement in progress on the channel's thread)."""
+        with self._lock:
+            self._trials.pop(run_id, None)
+            self._last_step.pop(run_id, None)
+            self.stopped.discard(run_id)
 
     def judge(self, run_id: str, step: int, value: float) -> bool:
         """Report one value; False when the pruner says the run must stop."""

@@ -36,6 +36,7 @@ from runner.tune.space import (
     grid_points,
 )
 from tasks import Task, UnknownTaskError, get_task, task_names
+from tasks.base import BatchableTask
 
 # Run columns an objective may name besides the task's summary metrics.
 RUN_METRICS = ("flops", "wall_s", "n_steps")
@@ -80,7 +81,15 @@ class StudyFile(Strict):
     sampler: SamplerSpec | Literal["tpe", "cmaes", "gp", "grid", "random"] = Field(default_factory=SamplerSpec)
     pruner: PrunerSpec | Literal["nop", "median", "successive_halving", "hyperband"] = Field(default_factory=PrunerSpec)
     n_trials: int | None = Field(None, ge=1, le=1_000_000)
-    parallel: int = Field(4, ge=1, le=10_000, description="trials asked (and evaluated) per batch")
+    parallel: int = Field(4, ge=1, le=10_000, description="trials in flight at once")
+    mode: Literal["async", "deterministic"] = Field(
+        "async",
+        description="async: ask a trial as each finishes, tell in completion order; deterministic: ask "
+        "`parallel` at once and tell them in trial-number order when all finished (reproducible)",
+    )
+    batch: int = Field(
+        1, ge=1, description="trials asked together and handed to one worker, to run as one batch (run_batch)"
+    )
     max_failed: int | None = Field(None, ge=1, description="stop after this many FAILed trials in one invocation")
     baselines: list[Baseline] = Field(default_factory=list)
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="one study per combination")
@@ -105,6 +114,8 @@ class StudyPlan:
     max_failed: int
     baselines: list[Cell] = field(default_factory=list)
     report: list[str] = field(default_factory=list)
+    mode: Literal["async", "deterministic"] = "async"
+    batch: int = 1
 
     @property
     def directions(self) -> list[Literal["minimize", "maximize"]]:
@@ -316,6 +327,17 @@ def _check_sampler(plan: StudyPlan, file: str) -> None:
         )
 
 
+def _check_batch(spec: StudyFile, task: Task, file: str) -> None:
+    if spec.batch == 1:
+        return
+    if not isinstance(task, BatchableTask):
+        raise ConfigError(
+            f"task {task.name!r} has no run_batch: its trials cannot run as one batch", file=file, key="batch"
+        )
+    if spec.batch > spec.parallel:
+        raise ConfigError(f"batch ({spec.batch}) cannot exceed parallel ({spec.parallel})", file=file, key="batch")
+
+
 def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
     try:
         task = get_task(spec.task)
@@ -327,6 +349,7 @@ def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
     sampler = spec.sampler if isinstance(spec.sampler, SamplerSpec) else SamplerSpec(name=spec.sampler)
     pruner = spec.pruner if isinstance(spec.pruner, PrunerSpec) else PrunerSpec(name=spec.pruner)
     _check_metrics(spec, task, objectives, pruner, file)
+    _check_batch(spec, task, file)
     for key, values in spec.sweep.items():
         if not values:
             raise ConfigError("a sweep axis needs at least one value", file=file, key=f"sweep.{key}")
@@ -359,6 +382,8 @@ def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
             max_failed=0,
             baselines=baselines,
             report=list(spec.report),
+            mode=spec.mode,
+            batch=spec.batch,
         )
         n_trials = spec.n_trials
         if sampler.name == "grid":

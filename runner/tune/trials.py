@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from runner.execute.report_channel import transform
 from runner.store import ResultStore
 from runner.store.trials import read_trials
@@ -31,20 +33,41 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def trial_row(study: str, storage: str, task: str, trial: Any) -> dict[str, Any]:
-    """A trials/ row from an Optuna FrozenTrial (run_id and run_status come from its user attrs)."""
+def trial_run_id(p: StudyPlan, trial: Any) -> str | None:
+    """The run id of a trial: that of its params' cell (studies of older versions carry it as a user
+    attribute); None for a trial without params or with params the task rejects."""
+    if "run_id" in trial.user_attrs:
+        return str(trial.user_attrs["run_id"])
+    if not trial.params:
+        return None
+    try:
+        return p.cell(dict(trial.params)).run_id
+    except (ValidationError, TypeError, ValueError):
+        return None
+
+
+def run_status(trial: Any) -> str | None:
+    """The status of a trial's run: a user attribute, written only when the trial is not COMPLETE
+    (COMPLETE means an ok run; every attribute is one more write, fsynced, to a journal file)."""
+    if "run_status" in trial.user_attrs:
+        return str(trial.user_attrs["run_status"])
+    return OK if trial.state == trial_states().COMPLETE else None
+
+
+def trial_row(p: StudyPlan, storage: str, trial: Any, run_id: str | None) -> dict[str, Any]:
+    """A trials/ row from an Optuna FrozenTrial and its run id."""
     values = list(trial.values) if trial.values is not None else None
     return {
-        "study": study,
+        "study": p.name,
         "storage": storage,
         "number": trial.number,
         "state": trial.state.name,
         "params_json": json.dumps(trial.params, sort_keys=True, separators=(",", ":")),
         "values": values,
         "value": values[0] if values else None,
-        "run_id": trial.user_attrs.get("run_id"),
-        "task": task,
-        "run_status": trial.user_attrs.get("run_status"),
+        "run_id": run_id,
+        "task": p.task,
+        "run_status": run_status(trial),
         "note": trial.user_attrs.get("note"),
         "datetime_start": _utc(trial.datetime_start),
         "datetime_complete": _utc(trial.datetime_complete),
@@ -52,12 +75,12 @@ def trial_row(study: str, storage: str, task: str, trial: Any) -> dict[str, Any]
     }
 
 
-def missing_rows(
-    store: ResultStore, study: str, storage: str, task: str, trials: Iterable[Any]
-) -> list[dict[str, Any]]:
+def missing_rows(store: ResultStore, p: StudyPlan, storage: str, trials: Iterable[Any]) -> list[dict[str, Any]]:
     """Rows for finished trials that trials/ does not have yet (a killed driver's last batches)."""
-    have = set(read_trials(store, study, storage)["number"].to_pylist())
-    return [trial_row(study, storage, task, t) for t in trials if t.state.is_finished() and t.number not in have]
+    have = set(read_trials(store, p.name, storage)["number"].to_pylist())
+    return [
+        trial_row(p, storage, t, trial_run_id(p, t)) for t in trials if t.state.is_finished() and t.number not in have
+    ]
 
 
 @dataclass
@@ -68,6 +91,7 @@ class TuneReport:
     states: Counter[str] = field(default_factory=Counter)
     ran: int = 0
     from_store: int = 0
+    repaired: int = 0  # runs of told trials that a killed driver had not written, run again at start
     recovered: list[int] = field(default_factory=list)
     stopped_early: str | None = None
     best: list[dict[str, Any]] = field(default_factory=list)
@@ -82,6 +106,8 @@ class TuneReport:
         ]
         if self.recovered:
             out.append(f"  trials left RUNNING by a stopped driver, told FAIL and asked again: {self.recovered}")
+        if self.repaired:
+            out.append(f"  runs of told trials missing from the store (a killed driver), run again: {self.repaired}")
         if self.stopped_early:
             out.append(f"  stopped early: {self.stopped_early}")
         for b in self.best:

@@ -37,14 +37,15 @@ def init_weights(widths: list[int], e: float, seed: int, dtype: torch.dtype, dev
 
 
 def last_hidden(ws: list[torch.Tensor], z: torch.Tensor) -> torch.Tensor:
-    """G_{L-1}^T: the last hidden layer's output for the (K, 2) features, shape (K, n_{L-1})."""
+    """G_{L-1}^T: the last hidden layer's output for the (..., K, 2) features, shape (..., K, n_{L-1}); leading
+    dims of the weights (a batch of nets) broadcast against those of the features."""
     h = z
     for w in ws[:-1]:
-        h = torch.relu(h @ w.T)
+        h = torch.relu(h @ w.mT)
     return h
 
 
 def step_multiplier(ws: list[torch.Tensor], z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """P = 2 sigmoid(W_L G_{L-1}) per coordinate, shape (K,), and the last hidden output (K, n_{L-1})."""
+    """P = 2 sigmoid(W_L G_{L-1}) per coordinate, shape (..., K), and the last hidden output (..., K, n_{L-1})."""
     h = last_hidden(ws, z)
-    return 2.0 * torch.sigmoid(h @ ws[-1].reshape(-1)), h
+    return 2.0 * torch.sigmoid((h @ ws[-1].mT).squeeze(-1)), h

@@ -59,13 +59,17 @@ def objective_per_instance(m: torch.Tensor, y: torch.Tensor, x: torch.Tensor) ->
     return 0.5 * (residual(m, y, x) ** 2).sum(-1)
 
 
-def gd_trajectory(m: torch.Tensor, y: torch.Tensor, mult: torch.Tensor, beta: float, T: int) -> torch.Tensor:
+def gd_trajectory(
+    m: torch.Tensor, y: torch.Tensor, mult: torch.Tensor, beta: float | torch.Tensor, T: int
+) -> torch.Tensor:
     """Per-instance objectives f_i(X_t), t = 0..T, of GD from X_0 = 0 with the step mult/beta.
 
     `mult` is (C,) (one constant multiplier per trajectory) or (C, N) (per instance); returns (C, T+1, N).
+    `beta` is the global constant, or an (N, 1) tensor of it per instance: several problems whose instances
+    are laid side by side (a batch of runs, each with its own beta) are one block-diagonal problem.
     Each trajectory runs on its own (N, d) iterate with the same operations, in the same order, as the
     L2O unroll (x - P * g / beta), so that P = 1 reproduces GD bit for bit. A diverging step gives
-    inf/NaN entries, never an exception.
+    inf/NaN entries in its own instances only (they never interact), never an exception.
     """
     outs = []
     for row in mult:

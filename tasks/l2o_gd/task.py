@@ -9,6 +9,7 @@ the Thm 4.7 log-margins. A `gd` run is one GD trajectory; its curve is per itera
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -17,7 +18,7 @@ from tasks.base import FieldType, Result, RunContext, is_diverged
 from tasks.l2o_gd.metrics import improvement, ratios
 from tasks.l2o_gd.params import SPEC, GDParams, L2OParams
 from tasks.l2o_gd.problem import Problem, gd_trajectory, make_problem
-from tasks.l2o_gd.train import as_json, baselines, train
+from tasks.l2o_gd.train import as_json, baseline_multipliers, baseline_summary, baselines, train_batch
 from tasks.status import DIVERGED, OK, Status
 
 
@@ -34,12 +35,50 @@ def step_multiplier_of(p: GDParams, prob: Problem) -> float:
     return p.c
 
 
-def run_gd(p: GDParams, ctx: RunContext) -> Result:
-    prob = problem_of(p)
-    base = baselines(prob, p.T, ctx.device, best_c=False)
-    c = step_multiplier_of(p, prob)
-    m, y = prob.to(torch.float64, ctx.device)
-    f_inst = gd_trajectory(m, y, torch.tensor([c], dtype=torch.float64, device=ctx.device), prob.beta, p.T)[0].cpu()
+def gd_batch_key(p: GDParams) -> Hashable:
+    """What fixes a GD run's shapes; members of a batch differ in seed, data_seed, step rule, c and log_every.
+    (`dtype` is not in it: GD runs in float64 whatever it says, spec G14.)"""
+    return ("gd", p.n_problems, p.d, p.b, p.data, p.T)
+
+
+def run_gd_batch(ps: Sequence[GDParams], ctxs: Sequence[RunContext]) -> list[Result]:
+    """GD runs of one batch key as one computation: the members' instances side by side form one
+    block-diagonal problem (instances never interact, each keeps its own run's beta), and every member's
+    four trajectories (its step and the three baselines of `baseline_multipliers`) run as one batch. A single
+    run is a batch of one, so both paths are the same code."""
+    if len({gd_batch_key(p) for p in ps}) != 1 or len(ps) != len(ctxs):
+        raise ValueError(f"run_gd_batch needs one context per member and one batch key, got {len(ps)} members")
+    device, n, T = ctxs[0].device, ps[0].n_problems, ps[0].T
+    probs = [problem_of(p) for p in ps]
+    steps = [step_multiplier_of(p, prob) for p, prob in zip(ps, probs, strict=True)]
+    mult = torch.cat(
+        [
+            torch.cat([baseline_multipliers(prob), torch.full((1, n), c, dtype=torch.float64)])
+            for prob, c in zip(probs, steps, strict=True)
+        ],
+        dim=1,
+    )  # (4, K N): the reference, 2/(beta+beta_0), 1/beta_i, the member's own step
+    beta = torch.tensor([prob.beta for prob in probs], dtype=torch.float64).repeat_interleave(n).reshape(-1, 1)
+    m = torch.cat([prob.m for prob in probs]).to(device)
+    y = torch.cat([prob.y for prob in probs]).to(device)
+    f = gd_trajectory(m, y, mult.to(device), beta.to(device), T).cpu().reshape(4, T + 1, len(ps), n)
+    return [
+        _gd_result(p, ctx, prob, c, f[:, :, i])
+        for i, (p, ctx, prob, c) in enumerate(zip(ps, ctxs, probs, steps, strict=True))
+    ]
+
+
+def gd_batch_bytes(p: GDParams) -> int:
+    """Device memory of one member: its problem, four iterates with their residuals and gradients, and the
+    four stored trajectories (float64)."""
+    n, b, d = p.n_problems, p.b, p.d
+    return 8 * (n * b * d + n * b + 4 * 3 * n * (b + d) + 4 * (p.T + 1) * n)
+
+
+def _gd_result(p: GDParams, ctx: RunContext, prob: Problem, c: float, f: torch.Tensor) -> Result:
+    """One GD run's result from its trajectories (4, T+1, N) in `run_gd_batch`'s order."""
+    base = baseline_summary(prob, f[0], f[1], f[2])
+    f_inst = f[3]
     f = f_inst.sum(-1)
     bad = [t for t in range(p.T + 1) if is_diverged(float(f[t]))]
     status: Status = DIVERGED if bad else OK
@@ -83,21 +122,45 @@ def run_gd(p: GDParams, ctx: RunContext) -> Result:
     )
 
 
-def run_l2o(p: L2OParams, ctx: RunContext) -> Result:
-    prob = problem_of(p)
-    base = baselines(prob, p.T, ctx.device, best_c=p.best_c)
-    out = train(p, prob, ctx, base)
-    summary = {k: v for k, v in base.items() if k != "ref"}
-    summary.update(out.summary)
-    summary = {k: v for k, v in summary.items() if not (isinstance(v, float) and math.isnan(v))}
-    return Result(
-        status=out.status,
-        summary=summary,
-        curve=out.curve,
-        flops=out.flops,
-        n_steps=out.n_steps,
-        diverged_step=out.diverged_step,
-    )
+def l2o_batch_key(p: L2OParams) -> Hashable:
+    """What fixes a learner run's shapes, precision and epoch loop; members of a batch differ in seed,
+    data_seed, init_seed, e, lr and what they log (log_every, traj_every, diag_every, svd, best_c)."""
+    return ("l2o", p.n_problems, p.d, p.b, p.data, p.T, p.dtype, p.depth, p.n1, p.n2, p.epochs, p.detach)
+
+
+def l2o_batch_bytes(p: L2OParams) -> int:
+    """Device memory of one member: the autograd graph of T unrolled steps keeps every hidden activation of the
+    N d coordinates, T K (n_1 + ... + n_{L-1}) numbers (spec section 5: ~21 GB for the main run in float32), plus
+    a few per-coordinate vectors per step (x, g, the features, P), one step's temporaries in the backward pass,
+    and the problem."""
+    itemsize = 4 if p.dtype == "float32" else 8
+    k, hidden = p.n_problems * p.d, sum(p.widths()[1:-1])
+    return itemsize * (p.T * k * (hidden + 8) + 2 * k * hidden + 2 * p.n_problems * p.b * p.d)
+
+
+def run_l2o_batch(ps: Sequence[L2OParams], ctxs: Sequence[RunContext]) -> list[Result]:
+    """Learner runs of one batch key trained as one batched computation (`train_batch`); a single run is a
+    batch of one."""
+    if len({l2o_batch_key(p) for p in ps}) != 1 or len(ps) != len(ctxs):
+        raise ValueError(f"run_l2o_batch needs one context per member and one batch key, got {len(ps)} members")
+    probs = [problem_of(p) for p in ps]
+    bases = [baselines(prob, p.T, ctx.device, best_c=p.best_c) for p, prob, ctx in zip(ps, probs, ctxs, strict=True)]
+    results = []
+    for base, out in zip(bases, train_batch(ps, probs, ctxs, bases), strict=True):
+        summary = {k: v for k, v in base.items() if k != "ref"}
+        summary.update(out.summary)
+        summary = {k: v for k, v in summary.items() if not (isinstance(v, float) and math.isnan(v))}
+        results.append(
+            Result(
+                status=out.status,
+                summary=summary,
+                curve=out.curve,
+                flops=out.flops,
+                n_steps=out.n_steps,
+                diverged_step=out.diverged_step,
+            )
+        )
+    return results
 
 
 _F: FieldType = "float"
@@ -164,6 +227,8 @@ class L2OGDTask:
         "lemma42_ratio_max": _F,
         "a3_norm_max": _F,
         "grad_bound_ratio_max": _F,
+        "log10_semi_smooth_max": _F,
+        "log10_semi_smooth_T_max": _F,
         # Thm 4.7 in log space (C12) and its constants
         "th_sum_lambda": _F,
         "th_log10_delta2": _F,
@@ -198,6 +263,7 @@ class L2OGDTask:
         "lemma42_ratio": _F,
         "a3_norm": _F,
         "grad_bound_ratio": _F,
+        "log10_semi_smooth": _F,
     }
     examples: ClassVar[list[dict[str, Any]]] = [
         {
@@ -246,9 +312,25 @@ class L2OGDTask:
     }
 
     def run(self, p: L2OParams | GDParams, ctx: RunContext) -> Result:
-        if isinstance(p, GDParams):
-            return run_gd(p, ctx)
-        return run_l2o(p, ctx)
+        return self.run_batch([p], [ctx])[0]
+
+    def batch_key(self, p: L2OParams | GDParams) -> Hashable:
+        return gd_batch_key(p) if isinstance(p, GDParams) else l2o_batch_key(p)
+
+    def batch_bytes(self, p: L2OParams | GDParams) -> int:
+        return gd_batch_bytes(p) if isinstance(p, GDParams) else l2o_batch_bytes(p)
+
+    def run_batch(self, ps: Sequence[L2OParams | GDParams], ctxs: Sequence[RunContext]) -> list[Result]:
+        """Members of one batch key (the executor groups them so); a mixed list runs key by key, in order."""
+        out: dict[int, Result] = {}
+        for key in dict.fromkeys(self.batch_key(p) for p in ps):
+            idx = [i for i, p in enumerate(ps) if self.batch_key(p) == key]
+            gd = [p for i in idx if isinstance(p := ps[i], GDParams)]
+            l2o = [p for i in idx if isinstance(p := ps[i], L2OParams)]
+            sub = [ctxs[i] for i in idx]
+            results = run_gd_batch(gd, sub) if gd else run_l2o_batch(l2o, sub)
+            out.update(zip(idx, results, strict=True))
+        return [out[i] for i in range(len(ps))]
 
 
 # The registry finds a learner by its folder name and takes this attribute.

@@ -54,9 +54,7 @@ def thm47(
     log_theta = float(np.sum(np.log(lam_bar)))
     log_theta_m1 = float(np.sum(np.log(lam_bar[:-1])))
     s2 = float(np.sum(np.asarray(lam_bar) ** -2.0))
-    phi = (2 * np.arange(1, T + 1) - 1) / beta * u
-    # log of (1 + (1+beta)/2 Theta_L Phi_j), j = 1..T; suffix sums give prod_{j=s+1..T}
-    log_fac = np.log1p((1 + beta) / 2 * math.exp(log_theta) * phi)
+    log_fac = _log_growth(beta, u, T, log_theta)  # suffix sums give prod_{j=s+1..T}
     suffix = np.concatenate([np.cumsum(log_fac[::-1])[::-1][1:], [0.0]])  # suffix[s-1] = sum_{j>s}
     log_delta2 = float(np.logaddexp.reduce(suffix[: T - 1] + np.log(lam[: T - 1]))) if T > 1 else -math.inf
     delta3 = (2 * T - 1 + (2 * T - 2) / beta) * u
@@ -123,6 +121,39 @@ def thm47(
         "th_log10_eta_max_14b": log_eta_b / ten,
         "th_log10_rate_deficit": log_deficit / ten,
     }
+
+
+def _log_growth(beta: float, u: float, T: int, log_theta: float) -> np.ndarray:
+    """log(1 + (1+beta)/2 Theta_L Phi_j), j = 1..T, with Phi_j = (2j-1)/beta ||M^T Y|| (X_0 = 0): the factor
+    by which one unrolled step may amplify a change of the weights (Eq. 12)."""
+    phi = (2 * np.arange(1, T + 1) - 1) / beta * u
+    return np.log1p((1 + beta) / 2 * math.exp(log_theta) * phi)
+
+
+def log_delta1(beta: float, u: float, T: int, lam_bar: list[float]) -> np.ndarray:
+    """log delta_1^t, t = 1..T: delta_1^t = sum_{s<=t} [prod_{j=s+1..t} (1 + (1+beta)/2 Theta_L Phi_j)] Lambda_s.
+
+    With C_t = sum_{j<=t} log(1 + ...), the product is exp(C_t - C_s), so log delta_1^t = C_t +
+    logsumexp_{s<=t}(log Lambda_s - C_s): a running log-sum-exp, finite however large the product grows.
+    """
+    log_theta = float(np.sum(np.log(lam_bar)))
+    c = np.cumsum(_log_growth(beta, u, T, log_theta))
+    return c + np.logaddexp.accumulate(np.log(lambdas(beta, u, T)) - c)
+
+
+def log10_semi_smooth_ratios(
+    dx_norm: np.ndarray, dw_norms: list[float], beta: float, u: float, T: int, lam_bar: list[float]
+) -> np.ndarray:
+    """Lemma 4.5 (spec C11) as log10(||X_t^{k+1} - X_t^k|| / bound_t), t = 1..T, bound_t = 1/2 delta_1^t
+    Theta_L sum_l ||W_l^{k+1} - W_l^k||_2 / lam_bar_l; <= 0 means the lemma holds at t. `dx_norm` is
+    ||X_t^{k+1} - X_t^k||, t = 1..T. -inf where nothing moved."""
+    step = sum(dw / lb for dw, lb in zip(dw_norms, lam_bar, strict=True))
+    if step <= 0:
+        return np.full(T, -math.inf)
+    log_bound = math.log(0.5) + log_delta1(beta, u, T, lam_bar) + float(np.sum(np.log(lam_bar))) + math.log(step)
+    with np.errstate(divide="ignore"):  # an iterate that did not move: log 0 = -inf
+        log_dx = np.log(np.asarray(dx_norm, dtype=np.float64))
+    return np.asarray((log_dx - log_bound) / math.log(10))
 
 
 def lemma42_bound(beta: float, u: float, T: int) -> np.ndarray:

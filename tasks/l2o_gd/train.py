@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,15 +19,24 @@ from tasks.base import RunContext, is_diverged
 from tasks.common import torch_dtype
 from tasks.l2o_gd import diagnostics as D
 from tasks.l2o_gd import theory as TH
-from tasks.l2o_gd.metrics import improvement
+from tasks.l2o_gd.metrics import Improvement, improvement
 from tasks.l2o_gd.model import init_weights
 from tasks.l2o_gd.params import L2OParams
 from tasks.l2o_gd.problem import Problem, gd_final_batched, gd_trajectory
-from tasks.l2o_gd.unroll import Unrolled, unroll
+from tasks.l2o_gd.unroll import Unrolled, unroll, unroll_batch
 from tasks.status import DIVERGED, OK, Status
 
 NAN = math.nan
-DIAG_COLUMNS = ("alpha_thin", "rank_g", "w_ratio_max", "w_last_norm", "lemma42_ratio", "a3_norm", "grad_bound_ratio")
+DIAG_COLUMNS = (
+    "alpha_thin",
+    "rank_g",
+    "w_ratio_max",
+    "w_last_norm",
+    "lemma42_ratio",
+    "a3_norm",
+    "grad_bound_ratio",
+    "log10_semi_smooth",
+)
 
 
 def checkpoints(epochs: int, every: int) -> set[int]:
@@ -72,15 +82,36 @@ def baselines(prob: Problem, T: int, device: str, best_c: bool) -> dict[str, Any
     m, y = prob.to(torch.float64, device)
     c_opt = 2 * prob.beta / (prob.beta + prob.beta0)
     two = gd_trajectory(m, y, torch.tensor([1.0, c_opt], dtype=torch.float64, device=device), prob.beta, T).cpu()
-    ref, opt = two[0], two[1]
     inst = gd_trajectory(m, y, (prob.beta / prob.beta_inst).reshape(1, -1).to(device), prob.beta, T)[0].cpu()
+    out = baseline_summary(prob, two[0], two[1], inst)
+    if best_c:
+        cs = torch.linspace(0.5, 2.2, 341, dtype=torch.float64)
+        ft = gd_final_batched(m, y, cs.to(device), prob.beta, T).sum(-1).cpu()
+        ft = torch.where(torch.isfinite(ft), ft, torch.full_like(ft, math.inf))
+        i = int(torch.argmin(ft))
+        imp_best = improvement(out["ref"], gd_trajectory(m, y, cs[i : i + 1].to(device), prob.beta, T)[0].cpu())
+        out.update({"c_best": float(cs[i]), "imp_last_best_c": imp_best.last, "imp_mean_best_c": imp_best.mean})
+    return out
+
+
+def baseline_multipliers(prob: Problem) -> torch.Tensor:
+    """The baselines' step multipliers per instance, (3, N): 1 (the reference), 2 beta/(beta + beta_0), and
+    beta/beta_i (per-instance 1/beta_i)."""
+    n = prob.beta_inst.shape[0]
+    c_opt = 2 * prob.beta / (prob.beta + prob.beta0)
+    ones = torch.ones(n, dtype=torch.float64)
+    return torch.stack([ones, ones * c_opt, prob.beta / prob.beta_inst])
+
+
+def baseline_summary(prob: Problem, ref: torch.Tensor, opt: torch.Tensor, inst: torch.Tensor) -> dict[str, Any]:
+    """The baselines' summary fields from their per-instance trajectories (T+1, N), and `ref` itself."""
     imp_opt, imp_inst = improvement(ref, opt), improvement(ref, inst)
-    out: dict[str, Any] = {
+    return {
         "ref": ref,
         "beta": prob.beta,
         "beta0": prob.beta0,
         "kappa": prob.beta / prob.beta0,
-        "c_opt": c_opt,
+        "c_opt": 2 * prob.beta / (prob.beta + prob.beta0),
         "F_0": float(ref[0].sum()),
         "F_T_gd": float(ref[-1].sum()),
         "F_T_opt": float(opt[-1].sum()),
@@ -92,70 +123,124 @@ def baselines(prob: Problem, T: int, device: str, best_c: bool) -> dict[str, Any
         "traj_gd": as_json(ref.sum(-1)),
         "traj_opt": as_json(opt.sum(-1)),
     }
-    if best_c:
-        cs = torch.linspace(0.5, 2.2, 341, dtype=torch.float64)
-        ft = gd_final_batched(m, y, cs.to(device), prob.beta, T).sum(-1).cpu()
-        ft = torch.where(torch.isfinite(ft), ft, torch.full_like(ft, math.inf))
-        i = int(torch.argmin(ft))
-        imp_best = improvement(ref, gd_trajectory(m, y, cs[i : i + 1].to(device), prob.beta, T)[0].cpu())
-        out.update({"c_best": float(cs[i]), "imp_last_best_c": imp_best.last, "imp_mean_best_c": imp_best.mean})
-    return out
 
 
 def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) -> Outcome:
-    dev, dt = ctx.device, torch_dtype(p.dtype)
-    m, y = prob.to(dt, dev)
-    m64, y64 = prob.to(torch.float64, dev)
-    ref: torch.Tensor = base["ref"]
-    seed = p.seed if p.init_seed is None else p.init_seed
-    ws = init_weights(p.widths(), p.e, seed, dt, dev)
-    lam_bar = [n + 1.0 for n in D.spectral_norms(ws)]  # C_l = 1 (sec. 5.1)
-    u = float(torch.linalg.vector_norm(torch.einsum("nbd,nb->nd", m64, y64)))
-    y_norm = float(torch.linalg.vector_norm(y64))
-    sum_lam = float(TH.lambdas(prob.beta, u, p.T).sum())
-    x_bound = torch.from_numpy(TH.lemma42_bound(prob.beta, u, p.T))
-    mode = "detach" if p.detach else "full"
-    logged = set(range(0, p.epochs + 1, p.log_every)) | {p.epochs}
-    traj_at = checkpoints(p.epochs, p.traj_every)
-    diag_at = checkpoints(p.epochs, p.diag_every) if p.diag_every > 0 else {0, p.epochs}
-    curve: dict[str, list[Any]] = {
-        k: [] for k in ("step", "loss", "imp_last", "imp_mean", "p_min", "p_max", "p_mean", "p_sat", *DIAG_COLUMNS)
-    }
-    losses: list[float] = []
-    trajs: dict[int, list[float]] = {}
-    summary: dict[str, Any] = {}
-    w_ratio_max, lemma42_max, a3_max, grad_ratio_max = 0.0, 0.0, 0.0, 0.0
-    status: Status
-    status, diverged_step, k = OK, None, 0
-    best_last, best_mean, best_mean_epoch = -math.inf, -math.inf, 0
-    alpha0 = NAN
-    last: Unrolled | None = None
-    for k in range(p.epochs + 1):
-        diag, log = k in diag_at, k in logged
-        out = unroll(ws, m, y, prob.beta, p.T, mode=mode, keep=diag)
+    """One run's training: a batch of one."""
+    return train_batch([p], [prob], [ctx], [base])[0]
+
+
+def train_batch(
+    ps: Sequence[L2OParams], probs: Sequence[Problem], ctxs: Sequence[RunContext], bases: Sequence[dict[str, Any]]
+) -> list[Outcome]:
+    """Several runs of one shape (`l2o_batch_key`) trained together: their weights carry a leading member axis,
+    their problems lie side by side (`unroll_batch`), and the summed loss gives each member its own gradient
+    (the members share nothing), applied with its own learning rate. A member that diverges, finishes or whose
+    `report` answers False leaves the batch at that epoch; the others go on. Everything else, the evaluation,
+    the diagnostics and the curve, is each member's own `_Member` bookkeeping, as in a single run."""
+    mems = [_Member(p, prob, ctx, base) for p, prob, ctx, base in zip(ps, probs, ctxs, bases, strict=True)]
+    p0, device, dt = ps[0], ctxs[0].device, mems[0].dt  # one batch key: one shape, dtype and device
+    active = list(range(len(mems)))
+    ws = [torch.stack([mems[i].ws0[layer] for i in active]).requires_grad_(True) for layer in range(p0.depth)]
+    m, y, beta = _side_by_side([mems[i] for i in active])
+    for k in range(p0.epochs + 1):
+        diag = any(k in mems[i].diag_at for i in active)
+        outs = unroll_batch(ws, m, y, beta, p0.T, mems[0].mode, keep=diag, record=diag and k < p0.epochs)
+        live = [j for j, i in enumerate(active) if mems[i].alive(k, outs[j], [w[j] for w in ws])]
+        need = [j for j in live if k < p0.epochs or k in mems[active[j]].diag_at]
+        grads = list(torch.autograd.grad(torch.stack([outs[j].loss for j in need]).sum(), ws)) if need else []
+        # W^k, the weights this epoch's pass used, kept exactly for the float64 evaluation and the diagnostics
+        ws_k = {j: [w[j].detach().clone() for w in ws] for j in live if mems[active[j]].keeps_row(k)}
+        if k < p0.epochs and grads:
+            lr = torch.tensor([mems[i].p.lr for i in active], dtype=dt, device=device)
+            with torch.no_grad():
+                for w, g in zip(ws, grads, strict=True):
+                    w -= lr.reshape(-1, 1, 1) * g
+        for j in ws_k:
+            mems[active[j]].observe(k, outs[j], [g[j] for g in grads], ws_k[j], [w[j] for w in ws])
+        keep = [j for j, i in enumerate(active) if not mems[i].done]
+        if len(keep) < len(active):
+            if not keep:
+                break
+            active = [active[j] for j in keep]
+            ws = [w.detach()[keep].clone().requires_grad_(True) for w in ws]
+            m, y, beta = _side_by_side([mems[i] for i in active])
+    return [mem.outcome() for mem in mems]
+
+
+def _side_by_side(mems: list[_Member]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The members' problems as one block-diagonal problem: M (K N, b, d), Y (K N, b), and each instance's
+    member's beta (K N, 1)."""
+    beta = torch.tensor([mem.prob.beta for mem in mems], dtype=mems[0].dt, device=mems[0].m.device)
+    n = mems[0].p.n_problems
+    return torch.cat([mem.m for mem in mems]), torch.cat([mem.y for mem in mems]), beta.repeat_interleave(n)[:, None]
+
+
+class _Member:
+    """One run's state inside `train_batch`: everything but the forward and backward pass."""
+
+    def __init__(self, p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) -> None:
+        self.p, self.prob, self.ctx = p, prob, ctx
+        self.dt = torch_dtype(p.dtype)
+        self.m, self.y = prob.to(self.dt, ctx.device)
+        self.m64, self.y64 = prob.to(torch.float64, ctx.device)
+        self.ref: torch.Tensor = base["ref"]
+        seed = p.seed if p.init_seed is None else p.init_seed
+        self.ws0 = [w.detach() for w in init_weights(p.widths(), p.e, seed, self.dt, ctx.device)]
+        self.lam_bar = [n + 1.0 for n in D.spectral_norms(self.ws0)]  # C_l = 1 (sec. 5.1)
+        self.u = float(torch.linalg.vector_norm(torch.einsum("nbd,nb->nd", self.m64, self.y64)))
+        self.y_norm = float(torch.linalg.vector_norm(self.y64))
+        self.sum_lam = float(TH.lambdas(prob.beta, self.u, p.T).sum())
+        self.x_bound = torch.from_numpy(TH.lemma42_bound(prob.beta, self.u, p.T))
+        self.mode = "detach" if p.detach else "full"
+        self.logged = set(range(0, p.epochs + 1, p.log_every)) | {p.epochs}
+        self.traj_at = checkpoints(p.epochs, p.traj_every)
+        self.diag_at = checkpoints(p.epochs, p.diag_every) if p.diag_every > 0 else {0, p.epochs}
+        self.curve: dict[str, list[Any]] = {
+            key: []
+            for key in ("step", "loss", "imp_last", "imp_mean", "p_min", "p_max", "p_mean", "p_sat", *DIAG_COLUMNS)
+        }
+        self.losses: list[float] = []
+        self.trajs: dict[int, list[float]] = {}
+        self.summary: dict[str, Any] = {}
+        self.w_ratio_max = self.lemma42_max = self.a3_max = self.grad_ratio_max = 0.0
+        self.semi_max = self.semi_last_max = -math.inf  # C11 over all t, and at t = T (where the bound is loosest)
+        self.status: Status = OK
+        self.diverged_step: int | None = None
+        self.k = 0
+        self.best_last = self.best_mean = -math.inf
+        self.best_mean_epoch = 0
+        self.alpha0 = NAN
+        self.last: Unrolled | None = None
+        self.last_imp: Improvement | None = None
+        self.last_out: Unrolled | None = None
+        self.done = False
+
+    def alive(self, k: int, out: Unrolled, ws: list[torch.Tensor]) -> bool:
+        """Epoch k's pass: False (and done) when the loss or the weights W^k diverged."""
+        self.k = k
         loss = float(out.loss.detach())
         if is_diverged(loss) or any(not torch.isfinite(w).all() for w in ws):
-            status, diverged_step = DIVERGED, k
-            break
-        losses.append(loss)
-        grads: list[torch.Tensor] | None = None
-        if k < p.epochs or diag:
-            grads = list(torch.autograd.grad(out.loss, ws))
-        keep_row = log or diag or k in traj_at or k == p.epochs
-        # W^k, the weights this epoch's pass used, kept exactly for the float64 evaluation and the diagnostics
-        ws_k = [w.detach().clone() for w in ws] if keep_row else []
-        if k < p.epochs:
-            with torch.no_grad():
-                for w, g in zip(ws, grads or [], strict=True):
-                    w -= p.lr * g
-        if not keep_row:
-            continue
+            self.status, self.diverged_step, self.done = DIVERGED, k, True
+            return False
+        self.losses.append(loss)
+        self.done = k == self.p.epochs
+        return True
+
+    def keeps_row(self, k: int) -> bool:
+        return k in self.logged or k in self.diag_at or k in self.traj_at or k == self.p.epochs
+
+    def observe(
+        self, k: int, out: Unrolled, grads: list[torch.Tensor], ws_k: list[torch.Tensor], ws_next: list[torch.Tensor]
+    ) -> None:
+        """Epoch k's row: the float64 evaluation, the diagnostics at diagnostic epochs, the report."""
+        p, prob = self.p, self.prob
         # evaluation in float64 (spec G14): the training pass itself when it already is float64
-        ev = out if dt == torch.float64 else _eval64(ws_k, m64, y64, prob, p)
-        imp = improvement(ref, ev.f_inst)
-        best_last, best_mean = max(best_last, imp.last), max(best_mean, imp.mean)
-        if imp.mean >= best_mean:
-            best_mean_epoch = k
+        ev = out if self.dt == torch.float64 else _eval64(ws_k, self.m64, self.y64, prob, p)
+        imp = improvement(self.ref, ev.f_inst)
+        self.best_last, self.best_mean = max(self.best_last, imp.last), max(self.best_mean, imp.mean)
+        if imp.mean >= self.best_mean:
+            self.best_mean_epoch = k
         ev_loss = float(ev.f_inst[-1].sum())
         row: dict[str, Any] = {
             "step": k,
@@ -169,70 +254,118 @@ def train(p: L2OParams, prob: Problem, ctx: RunContext, base: dict[str, Any]) ->
             **dict.fromkeys(DIAG_COLUMNS, NAN),
             "rank_g": -1,
         }
-        if diag:
-            spec = D.spectrum(out.hidden_last) if p.svd and out.hidden_last is not None else None
-            norms = D.spectral_norms(ws_k)
-            w_ratio = max(nrm / lb for nrm, lb in zip(norms[:-1], lam_bar[:-1], strict=True))
-            l42 = float((out.x_norm[1:] / x_bound).max())
-            a3 = max(D.a3_norm(pp, m64, prob.beta) for pp in (out.p_first, out.p_last) if pp is not None)
-            res_norm = math.sqrt(2 * loss)
-            bounds = TH.lemma43_bound(prob.beta, lam_bar, sum_lam, res_norm)
-            g_ratio = max(D.spectral_norms(grads or [])[i] / bounds[i] for i in range(len(ws)))
-            if k == 0 and spec is not None:
-                alpha0 = spec.alpha_thin
-                summary.update(
-                    {
-                        "alpha0_gram": spec.alpha_gram,
-                        "alpha0_thin": spec.alpha_thin,
-                        "rank_g0": spec.rank,
-                        "sigma_max_g0": spec.sigma_max,
-                    }
-                )
-            if spec is not None:
-                row["alpha_thin"], row["rank_g"] = spec.alpha_thin, spec.rank
-            row.update(
+        if k in self.diag_at:
+            row.update(self._diagnostics(k, out, grads, ws_k, ws_next))
+        for key, val in row.items():
+            self.curve[key].append(val)
+        if k in self.traj_at:  # the curve holds numbers only: trajectories go to one JSON summary field
+            self.trajs[k] = [float(v) for v in ev.f_inst.sum(-1)]
+        self.last, self.last_imp, self.last_out = ev, imp, out
+        if k in self.logged and not self.ctx.report(k, loss=ev_loss, imp_last=imp.last, imp_mean=imp.mean):
+            self.status, self.done = self.ctx.stop_status(), True
+
+    def _diagnostics(
+        self, k: int, out: Unrolled, grads: list[torch.Tensor], ws_k: list[torch.Tensor], ws_next: list[torch.Tensor]
+    ) -> dict[str, Any]:
+        p, prob, lam_bar = self.p, self.prob, self.lam_bar
+        spec = D.spectrum(out.hidden_last) if p.svd and out.hidden_last is not None else None
+        norms = D.spectral_norms(ws_k)
+        w_ratio = max(nrm / lb for nrm, lb in zip(norms[:-1], lam_bar[:-1], strict=True))
+        l42 = float((out.x_norm[1:] / self.x_bound).max())
+        a3 = max(D.a3_norm(pp, self.m64, prob.beta) for pp in (out.p_first, out.p_last) if pp is not None)
+        bounds = TH.lemma43_bound(prob.beta, lam_bar, self.sum_lam, math.sqrt(2 * self.losses[-1]))
+        g_norms = D.spectral_norms(grads)
+        g_ratio = max(g_norms[i] / bounds[i] for i in range(len(grads)))
+        row: dict[str, Any] = {}
+        if k == 0 and spec is not None:
+            self.alpha0 = spec.alpha_thin
+            self.summary.update(
                 {
-                    "w_ratio_max": w_ratio,
-                    "w_last_norm": norms[-1],
-                    "lemma42_ratio": l42,
-                    "a3_norm": a3,
-                    "grad_bound_ratio": g_ratio,
+                    "alpha0_gram": spec.alpha_gram,
+                    "alpha0_thin": spec.alpha_thin,
+                    "rank_g0": spec.rank,
+                    "sigma_max_g0": spec.sigma_max,
                 }
             )
-            w_ratio_max, lemma42_max = max(w_ratio_max, w_ratio), max(lemma42_max, l42)
-            a3_max, grad_ratio_max = max(a3_max, a3), max(grad_ratio_max, g_ratio)
-        for key, val in row.items():
-            curve[key].append(val)
-        if k in traj_at:  # the curve holds numbers only: trajectories go to one JSON summary field
-            trajs[k] = [float(v) for v in ev.f_inst.sum(-1)]
-        last = ev
-        summary["_last_imp"] = imp
-        summary["_last_out"] = out
-        if log and not ctx.report(k, loss=ev_loss, imp_last=imp.last, imp_mean=imp.mean):
-            status = ctx.stop_status()
-            break
-    summary["traj_checkpoints"] = json.dumps({str(k): v for k, v in trajs.items()})
-    summary.update(_final(summary, curve, losses, last, lam_bar, prob, u, y_norm, p, alpha0))
-    summary.update(
-        {
-            "w_ratio_max": w_ratio_max,
-            "lemma42_ratio_max": lemma42_max,
-            "a3_norm_max": a3_max,
-            "grad_bound_ratio_max": grad_ratio_max,
-            "best_imp_last": best_last,
-            "best_imp_mean": best_mean,
-            "best_imp_mean_epoch": best_mean_epoch,
-        }
-    )
-    n_steps = max(len(losses) - 1, 0) if status != "diverged" else k
-    return Outcome(
-        status,
-        curve,
-        summary,
-        max(n_steps, 1) if p.epochs else 1,
-        diverged_step,
-        flops=max(len(losses), 1) * flops_per_epoch(p),
-    )
+        if spec is not None:
+            row["alpha_thin"], row["rank_g"] = spec.alpha_thin, spec.rank
+        row.update(
+            {
+                "w_ratio_max": w_ratio,
+                "w_last_norm": norms[-1],
+                "lemma42_ratio": l42,
+                "a3_norm": a3,
+                "grad_bound_ratio": g_ratio,
+            }
+        )
+        if k < p.epochs:
+            semi = _semi_smooth(out, ws_k, ws_next, self.m, self.y, prob, p, lam_bar, self.u)
+            row["log10_semi_smooth"], self.semi_max = float(semi.max()), max(self.semi_max, float(semi.max()))
+            self.semi_last_max = max(self.semi_last_max, float(semi[-1]))
+        self.w_ratio_max, self.lemma42_max = max(self.w_ratio_max, w_ratio), max(self.lemma42_max, l42)
+        self.a3_max, self.grad_ratio_max = max(self.a3_max, a3), max(self.grad_ratio_max, g_ratio)
+        return row
+
+    def outcome(self) -> Outcome:
+        p, summary = self.p, self.summary
+        summary["traj_checkpoints"] = json.dumps({str(k): v for k, v in self.trajs.items()})
+        summary.update(
+            _final(
+                self.last_imp,
+                self.last_out,
+                self.curve,
+                self.losses,
+                self.last,
+                self.lam_bar,
+                self.prob,
+                self.u,
+                self.y_norm,
+                p,
+                self.alpha0,
+            )
+        )
+        summary.update(
+            {
+                "w_ratio_max": self.w_ratio_max,
+                "lemma42_ratio_max": self.lemma42_max,
+                "a3_norm_max": self.a3_max,
+                "grad_bound_ratio_max": self.grad_ratio_max,
+                "log10_semi_smooth_max": self.semi_max if self.semi_max > -math.inf else NAN,
+                "log10_semi_smooth_T_max": self.semi_last_max if self.semi_last_max > -math.inf else NAN,
+                "best_imp_last": self.best_last,
+                "best_imp_mean": self.best_mean,
+                "best_imp_mean_epoch": self.best_mean_epoch,
+            }
+        )
+        n_steps = max(len(self.losses) - 1, 0) if self.status != DIVERGED else self.k
+        return Outcome(
+            self.status,
+            self.curve,
+            summary,
+            max(n_steps, 1) if p.epochs else 1,
+            self.diverged_step,
+            flops=max(len(self.losses), 1) * flops_per_epoch(p),
+        )
+
+
+def _semi_smooth(
+    out: Unrolled,
+    ws_k: list[torch.Tensor],
+    ws: list[torch.Tensor],
+    m: torch.Tensor,
+    y: torch.Tensor,
+    prob: Problem,
+    p: L2OParams,
+    lam_bar: list[float],
+    u: float,
+) -> np.ndarray:
+    """Lemma 4.5 (spec C11) for the step W^k -> W^{k+1} just taken: log10 of ||X_t^{k+1} - X_t^k|| over the
+    lemma's bound, t = 1..T. One extra forward pass with W^{k+1}, at diagnostic epochs only."""
+    with torch.no_grad():
+        nxt = unroll(ws, m, y, prob.beta, p.T, mode="detach" if p.detach else "full", record=True)
+    dx = torch.linalg.vector_norm((torch.stack(nxt.iterates) - torch.stack(out.iterates)).double(), dim=(1, 2))
+    dw = D.spectral_norms([w.detach() - w0 for w, w0 in zip(ws, ws_k, strict=True)])
+    return TH.log10_semi_smooth_ratios(dx.cpu().numpy(), dw, prob.beta, u, p.T, lam_bar)
 
 
 def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: Problem, p: L2OParams) -> Unrolled:
@@ -241,7 +374,8 @@ def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: 
 
 
 def _final(
-    summary: dict[str, Any],
+    imp: Improvement | None,
+    out: Unrolled | None,
     curve: dict[str, list[Any]],
     losses: list[float],
     last: Unrolled | None,
@@ -252,8 +386,6 @@ def _final(
     p: L2OParams,
     alpha0: float,
 ) -> dict[str, Any]:
-    imp = summary.pop("_last_imp", None)
-    out: Unrolled | None = summary.pop("_last_out", None)
     res: dict[str, Any] = {}
     if imp is not None and last is not None and out is not None:
         f_sum = last.f_inst.sum(-1)

@@ -49,15 +49,47 @@ def unroll(
     keep: bool = False,
     record: bool = False,
 ) -> Unrolled:
-    """T steps from X_0 = 0. `keep` stores the features, P_1, P_T and G_{L-1,T} for diagnostics;
-    `record` the iterates."""
-    n, _, d = m.shape
-    x = torch.zeros(n, d, dtype=m.dtype, device=m.device)
+    """T steps from X_0 = 0 of one net `ws` (W_1..W_L) on one problem. `keep` stores the features, P_1, P_T
+    and G_{L-1,T} for diagnostics; `record` the iterates. A batch of one of `unroll_batch`."""
+    return unroll_batch(
+        [w.unsqueeze(0) for w in ws],
+        m,
+        y,
+        beta,
+        T,
+        mode,
+        None if frozen is None else [z.unsqueeze(0) for z in frozen],
+        keep,
+        record,
+    )[0]
+
+
+def unroll_batch(
+    ws: list[torch.Tensor],
+    m: torch.Tensor,
+    y: torch.Tensor,
+    beta: float | torch.Tensor,
+    T: int,
+    mode: str = "detach",
+    frozen: list[torch.Tensor] | None = None,
+    keep: bool = False,
+    record: bool = False,
+) -> list[Unrolled]:
+    """K nets at once, each on its own problem: `ws` are (K, n_l, n_{l-1}); the members' instances lie side by
+    side in `m` (K N, b, d) and `y` (K N, b), with `beta` a float or each instance's member's beta as (K N, 1).
+    The problem part is then one block-diagonal problem (instances never interact) and the MLP a batched
+    matmul, so a member's numbers do not depend on the others (a NaN stays in its member). `frozen`: the
+    features per step, (K, N d, 2) each. One `Unrolled` per member; each `loss` keeps its graph."""
+    k = ws[0].shape[0]
+    n, d = m.shape[0] // k, m.shape[2]
+    x = torch.zeros(k * n, d, dtype=m.dtype, device=m.device)
     f_inst: list[torch.Tensor] = []
-    x_norm: list[torch.Tensor] = [torch.zeros((), dtype=m.dtype, device=m.device)]
+    x_norm: list[torch.Tensor] = [torch.zeros(k, dtype=m.dtype, device=m.device)]
     # per-step statistics stay on the device until the end (no host sync inside the loop on CUDA)
     stats: list[torch.Tensor] = []
-    out = Unrolled(torch.zeros(()), torch.zeros(0), torch.zeros(0), 0.0, 0.0, 0.0, 0.0, [])
+    features: list[torch.Tensor] = []
+    iterates: list[torch.Tensor] = []
+    p_first = p_last = hidden_last = None
     for t in range(T):
         r = residual(m, y, x)
         f_inst.append(0.5 * (r.detach().double() ** 2).sum(-1))
@@ -65,33 +97,43 @@ def unroll(
         if frozen is not None:
             z = frozen[t]
         elif mode == "full":
-            z = torch.stack([x, g], -1).reshape(-1, 2)
+            z = torch.stack([x, g], -1).reshape(k, n * d, 2)
         else:
-            z = torch.stack([x.detach(), g.detach()], -1).reshape(-1, 2)
+            z = torch.stack([x.detach(), g.detach()], -1).reshape(k, n * d, 2)
         p_flat, h = step_multiplier(ws, z)
-        p = p_flat.reshape(n, d)
+        p = p_flat.reshape(k * n, d)
         x = x - p * g / beta
         with torch.no_grad():
-            pd = p.detach()
-            sat_frac = ((pd < SAT) | (pd > 2.0 - SAT)).to(pd.dtype).mean()
-            stats.append(torch.stack([pd.min(), pd.max(), pd.mean(), sat_frac]))
-            x_norm.append(torch.linalg.vector_norm(x.detach()))
+            pd = p.detach().reshape(k, n * d)
+            sat_frac = ((pd < SAT) | (pd > 2.0 - SAT)).to(pd.dtype).mean(-1)
+            stats.append(torch.stack([pd.amin(-1), pd.amax(-1), pd.mean(-1), sat_frac], -1))
+            x_norm.append(torch.linalg.vector_norm(x.detach().reshape(k, n * d), dim=-1))
         if record:
-            out.iterates.append(x.detach())
+            iterates.append(x.detach().reshape(k, n, d))
         if keep:
-            out.features.append(z.detach())
+            features.append(z.detach())
             if t == 0:
-                out.p_first = pd
+                p_first = pd.reshape(k, n, d)
             if t == T - 1:
-                out.p_last, out.hidden_last = pd, h.detach()
+                p_last, hidden_last = pd.reshape(k, n, d), h.detach()
     f_last = objective_per_instance(m, y, x)
     f_inst.append(f_last.detach().double())
-    out.loss = f_last.sum()
-    out.f_inst = torch.stack(f_inst).cpu()
-    out.x_norm = torch.stack(x_norm).double().cpu()
-    if stats:
-        st = torch.stack(stats).double().cpu()  # (T, 4)
-        out.p_min, out.p_max = float(st[:, 0].min()), float(st[:, 1].max())
-        out.p_mean, out.p_sat = float(st[:, 2].mean()), float(st[:, 3].mean())
-        out.p_mean_t = st[:, 2].tolist()
-    return out
+    losses = f_last.reshape(k, n).sum(-1)
+    f_all = torch.stack(f_inst).cpu().reshape(T + 1, k, n)
+    norms = torch.stack(x_norm).double().cpu()  # (T+1, K)
+    st = torch.stack(stats).double().cpu() if stats else None  # (T, K, 4)
+    outs = []
+    for i in range(k):
+        out = Unrolled(losses[i], f_all[:, i], norms[:, i], 0.0, 0.0, 0.0, 0.0, [])
+        if st is not None:
+            out.p_min, out.p_max = float(st[:, i, 0].min()), float(st[:, i, 1].max())
+            out.p_mean, out.p_sat = float(st[:, i, 2].mean()), float(st[:, i, 3].mean())
+            out.p_mean_t = st[:, i, 2].tolist()
+        out.features = [z[i] for z in features]
+        out.iterates = [xt[i] for xt in iterates]
+        if keep:
+            out.p_first = None if p_first is None else p_first[i]
+            out.p_last = None if p_last is None else p_last[i]
+            out.hidden_last = None if hidden_last is None else hidden_last[i]
+        outs.append(out)
+    return outs

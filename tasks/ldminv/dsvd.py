@@ -107,7 +107,9 @@ def half_step(
     rule: str,
 ) -> tuple[torch.Tensor, LayerData]:
     p = direction(m, u, v)
-    pnorm = torch.linalg.matrix_norm(p.detach(), ord=2)
+    # A non-finite P (U blown up by wild inner coefficients) must give a NaN loss, reported as diverged,
+    # not an SVD error: the norm is taken of P with its non-finite entries zeroed, the rest stays NaN.
+    pnorm = torch.linalg.matrix_norm(torch.nan_to_num(p.detach(), nan=0.0, posinf=0.0, neginf=0.0), ord=2)
     eps = 2.0 / pnorm.clamp_min(1e-300)
     f1, f2 = taylor(m, u, v, p)
     t_rule = step_size(f1, f2, eps, rule)

@@ -6,7 +6,9 @@ so that c0 (and the warm start) is computed once per matrix, not once per traini
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -86,3 +88,20 @@ class Engine:
 def eq4(layer_losses: list[torch.Tensor]) -> torch.Tensor:
     """The training loss Eq. 4: 1/(2 n K) sum_i sum_k ||A_i X_{k,i} A_i - A_i||_F^2."""
     return torch.stack([v.mean() for v in layer_losses]).sum() / (2 * len(layer_losses))
+
+
+def over_members(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` mapped over a leading member axis of every argument (tensor or tuple of tensors out).
+
+    Several members go through `torch.func.vmap`; a lone member (every single run, and the last one
+    left in a batch) calls `fn` on its own tensors, since vmap's per-op cost would slow it for nothing.
+    """
+    mapped = torch.func.vmap(fn)
+
+    def call(*args: torch.Tensor) -> Any:
+        if args[0].shape[0] != 1:
+            return mapped(*args)
+        out = fn(*(a[0] for a in args))
+        return tuple(t.unsqueeze(0) for t in out) if isinstance(out, tuple) else out.unsqueeze(0)
+
+    return call

@@ -11,12 +11,14 @@ Each run records the theory's predictions for its config (Lemma 1, Prop. 1, Prop
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 from tasks.base import FieldType, Result, RunContext
+from tasks.common import torch_dtype
 from tasks.ldminv.params import SPEC, DsvdParams, MinvParams
-from tasks.ldminv.train_dsvd import run_dsvd
-from tasks.ldminv.train_minv import run_minv
+from tasks.ldminv.train_dsvd import run_dsvd, run_dsvd_batch
+from tasks.ldminv.train_minv import MinvOutcome, run_minv, run_minv_batch
 
 
 class LdminvTask:
@@ -164,14 +166,52 @@ class LdminvTask:
 
     def run(self, p: MinvParams | DsvdParams, ctx: RunContext) -> Result:
         out = run_minv(p, ctx) if isinstance(p, MinvParams) else run_dsvd(p, ctx)
-        return Result(
-            status=out.status,  # type: ignore[arg-type]  # the outcome holds a Status, typed as str
-            summary=out.summary,
-            curve={k: list(v) for k, v in out.curve.items()},
-            flops=out.flops,
-            n_steps=out.n_steps,
-            diverged_step=out.diverged_step,
-        )
+        return _result(out)
+
+    def batch_key(self, p: MinvParams | DsvdParams) -> Hashable | None:
+        """What fixes the stacked shapes and the step: LD-Minv's path, model, sizes, batch and optimiser;
+        D-SVD's sizes, inner inverse, step rule, inner iterations, batch and optimiser. Members differ in
+        seeds, data law and scale, X0 rule, coefficient init, learning rates and schedule, budgets."""
+        if isinstance(p, DsvdParams):
+            sizes = (p.m, p.n_hat, p.r, p.K_svd, p.K_inv, p.L_inv, p.batch, p.n_train, p.n_test)
+            return ("dsvd", p.dtype, *sizes, p.inverse, p.step_rule, p.inner_iters, p.optimizer)
+        return ("minv", p.path, p.model, p.dtype, p.rows, p.cols, p.K, p.L, p.batch, p.n_test, p.n_train, p.optimizer)
+
+    def batch_bytes(self, p: MinvParams | DsvdParams) -> int:
+        """Device memory of one member: its train pool and test set (LD-Minv: matrices or singular values
+        with X0 or e0; D-SVD: M, U0, V0) and the autograd graph of one training step (LD-Minv: about
+        L + 3 saved tensors per layer; D-SVD: per layer and side, the inner LD-Minv's and the Cayley step's
+        square matrices of both sides)."""
+        if isinstance(p, DsvdParams):
+            r = p.r or min(p.m, p.n_hat)
+            per = p.m * p.n_hat + (p.m + p.n_hat) * r
+            squares = p.m * p.m + p.n_hat * p.n_hat
+            floats = (p.n_train + p.n_test) * per + p.K_svd * (p.K_inv * (p.L_inv + 3) + 8) * p.batch * squares
+            return floats * torch_dtype(p.dtype).itemsize
+        per = p.rows * p.cols if p.path == "matrix" else min(p.rows, p.cols)
+        floats = 2 * ((p.n_train or 0) + p.n_test) * per + p.K * (p.L + 3) * p.batch * per
+        return floats * torch_dtype(p.dtype).itemsize
+
+    def run_batch(self, ps: Sequence[MinvParams | DsvdParams], ctxs: Sequence[RunContext]) -> list[Result]:
+        keys = {self.batch_key(p) for p in ps}
+        if len(keys) != 1:
+            raise ValueError(f"ldminv run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
+        if isinstance(ps[0], DsvdParams):
+            outs = run_dsvd_batch([p for p in ps if isinstance(p, DsvdParams)], ctxs)
+        else:
+            outs = run_minv_batch([p for p in ps if isinstance(p, MinvParams)], ctxs)
+        return [_result(out) for out in outs]
+
+
+def _result(out: MinvOutcome) -> Result:
+    return Result(
+        status=out.status,  # type: ignore[arg-type]  # the outcome holds a Status, typed as str
+        summary=out.summary,
+        curve={k: list(v) for k, v in out.curve.items()},
+        flops=out.flops,
+        n_steps=out.n_steps,
+        diverged_step=out.diverged_step,
+    )
 
 
 # The registry finds a learner by its folder name and takes this attribute.

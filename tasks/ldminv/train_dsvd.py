@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,13 +22,15 @@ from tasks.ldminv import dsvd as D
 from tasks.ldminv import matrix_path as MP
 from tasks.ldminv.coefficients import initial_coefficients
 from tasks.ldminv.data import DataSpec, Source
-from tasks.ldminv.engine import eq4
+from tasks.ldminv.engine import eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import DsvdParams
 from tasks.ldminv.train_minv import MinvOutcome
 
 
 class DsvdModel:
+    """One config's D-SVD: its step offsets (a leaf of its own), inner coefficients and diagnostics."""
+
     def __init__(self, p: DsvdParams, device: str) -> None:
         self.p = p
         self.dtype = torch_dtype(p.dtype)
@@ -52,43 +56,86 @@ class DsvdModel:
         self.coeffs = [[layers[2 * k + s].to(self.dtype).to(device) for s in range(2)] for k in range(p.K_svd)]
         self.first_layer_neg: list[float] = []
 
-    def train_inner(self, k: int, side: int, data: D.LayerData) -> None:
-        """Algorithm 1 on this layer's I + tP/2 for inner_iters steps (SGD at inner_lr)."""
-        c = self.coeffs[k][side].clone().requires_grad_(True)
-        opt = torch.optim.SGD([c], lr=self.p.inner_lr)
-        a = data.a
-        x0 = a.transpose(-2, -1) / data.c0[..., None, None]
+
+class Models:
+    """Configs of one batch key run through each D-SVD layer together: their tensors stacked on a
+    leading member axis and every Cayley half step and inner LD-Minv loss mapped over it with
+    `torch.func.vmap`, so each member computes exactly what its single run computes."""
+
+    def __init__(self, models: Sequence[DsvdModel]) -> None:
+        self.models = list(models)
+        p = models[0].p  # sizes, inverse, step rule and inner_iters are part of the batch key
+        self.p, self.inv = p, models[0].inv
+
+        def half(
+            m: torch.Tensor, u: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, coeffs: torch.Tensor | None
+        ) -> tuple[torch.Tensor, ...]:
+            out, data = D.half_step(m, u, v, offset, coeffs, self.inv, p.step_rule)
+            return out, data.a, data.c0, data.t_rule
+
+        # The exact inverse has no coefficients: vmap maps tensors only, so it gets its own mapped function.
+        self.half_exact = over_members(lambda m, u, v, offset: half(m, u, v, offset, None))
+
+        def inner_loss(a: torch.Tensor, x0: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+            return eq4([MP.residual_sq(a, x) for x in MP.ldminv(a, x0, c, "hyperpower", p.L_inv)])
+
+        self.half = over_members(half)
+        self.inner_loss = over_members(inner_loss)
+
+    def step(
+        self, m: torch.Tensor, u: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, k: int, side: int
+    ) -> tuple[torch.Tensor, ...]:
+        """Layer k's half step on `side` for every member: the new U (or V), I + tP/2, c0 and the rule's t."""
+        if self.inv.kind != "ldminv":
+            return self.half_exact(m, u, v, offset)
+        return self.half(m, u, v, offset, torch.stack([model.coeffs[k][side] for model in self.models]))
+
+    def train_inner(self, k: int, side: int, a: torch.Tensor, c0: torch.Tensor) -> None:
+        """Algorithm 1 on each member's I + tP/2 for inner_iters steps (SGD at its inner_lr). A member whose
+        inner loss turns non-finite stops there and keeps its coefficients from before, as alone."""
+        cs = [model.coeffs[k][side].clone().requires_grad_(True) for model in self.models]
+        opt = torch.optim.SGD(
+            [{"params": [c], "lr": model.p.inner_lr} for c, model in zip(cs, self.models, strict=True)]
+        )
+        x0 = a.transpose(-2, -1) / c0[..., None, None]
+        live = list(range(len(cs)))
         for _ in range(self.p.inner_iters):
+            if not live:
+                break
             opt.zero_grad()
-            loss = eq4([MP.residual_sq(a, x) for x in MP.ldminv(a, x0, c, "hyperpower", self.p.L_inv)])
-            if not math.isfinite(float(loss.detach())):
-                return
-            loss.backward()
+            loss = self.inner_loss(a[live], x0[live], torch.stack([cs[i] for i in live]))
+            finite = [j for j, v in enumerate(loss.detach().tolist()) if math.isfinite(v)]
+            loss[finite].sum().backward()
+            for j in set(range(len(live))) - set(finite):
+                cs[live[j]].grad = None
+            live = [live[j] for j in finite]
             opt.step()
-        self.coeffs[k][side] = c.detach()
+        for i in live:
+            self.models[i].coeffs[k][side] = cs[i].detach()
 
     def forward(
         self, m: torch.Tensor, u: torch.Tensor, v: torch.Tensor, depth: int, train_inner: bool = False
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """f per layer (list of (n,)), and the final U, V."""
+        """f per layer (list of (members, n)), and the final U, V (members first)."""
         fs = []
         mt = m.transpose(-2, -1)
+        offsets = torch.stack([model.offsets for model in self.models])
+        train = train_inner and self.p.inner_iters > 0 and self.inv.kind == "ldminv"
         for k in range(depth):
-            cu = self.coeffs[k][0] if self.inv.kind == "ldminv" else None
-            if train_inner and self.p.inner_iters and cu is not None:
-                _, data = D.half_step(m, u, v, self.offsets[k, 0].detach(), cu, self.inv, self.p.step_rule)
-                self.train_inner(k, 0, data)
-                cu = self.coeffs[k][0]
-            u, du = D.half_step(m, u, v, self.offsets[k, 0], cu, self.inv, self.p.step_rule)
-            if k == 0:
-                self.first_layer_neg.append(float((du.t_rule < 0).to(torch.float64).mean()))
-            cv = self.coeffs[k][1] if self.inv.kind == "ldminv" else None
-            if train_inner and self.p.inner_iters and cv is not None:
-                _, data = D.half_step(mt, v, u, self.offsets[k, 1].detach(), cv, self.inv, self.p.step_rule)
-                self.train_inner(k, 1, data)
-                cv = self.coeffs[k][1]
-            v, _ = D.half_step(mt, v, u, self.offsets[k, 1], cv, self.inv, self.p.step_rule)
-            fs.append(D.objective(m, u, v))
+            for side in range(2):
+                mm, a, b = (m, u, v) if side == 0 else (mt, v, u)
+                if train:
+                    _, data_a, c0, _ = self.step(mm, a, b, offsets[:, k, side].detach(), k, side)
+                    self.train_inner(k, side, data_a, c0)
+                new, _, _, t_rule = self.step(mm, a, b, offsets[:, k, side], k, side)
+                if side == 0:
+                    u = new
+                    if k == 0:
+                        for model, t in zip(self.models, t_rule, strict=True):
+                            model.first_layer_neg.append(float((t < 0).to(torch.float64).mean()))
+                else:
+                    v = new
+            fs.append(over_members(D.objective)(m, u, v))
         return fs, u, v
 
 
@@ -102,76 +149,134 @@ def _draw(p: DsvdParams, seed: int, split: str, n: int, dtype: torch.dtype, devi
     return tuple(t.to(dtype).to(device) for t in (m, u0, v0, sigma_sum))
 
 
-def evaluate(model: DsvdModel, test: tuple[torch.Tensor, ...]) -> dict[str, float]:
-    m, u0, v0, sigma_sum = test
+def evaluate(models: Sequence[DsvdModel], tests: Sequence[tuple[torch.Tensor, ...]]) -> list[dict[str, float]]:
+    """Table 3's metrics of each model on its own test set."""
+    m, u0, v0, sigma_sum = (torch.stack(parts) for parts in zip(*tests, strict=True))
     with torch.no_grad():
-        fs, u, v = model.forward(m, u0, v0, model.p.K_svd)
-        mse, orth = D.svd_errors(m, u, v)
-    obj = float(fs[-1].mean())
-    return {
-        "test_obj": obj,
-        "test_loss": obj + float(sigma_sum),
-        "svd_mse_sum": float(mse.mean()),
-        "svd_mse_mean": float(mse.mean()) / model.r,
-        "orth_err": float(orth.max()),
-    }
+        fs, u, v = Models(models).forward(m, u0, v0, models[0].p.K_svd)
+        mse, orth = over_members(D.svd_errors)(m, u, v)
+    out = []
+    for i, model in enumerate(models):
+        obj = float(fs[-1][i].mean())
+        out.append(
+            {
+                "test_obj": obj,
+                "test_loss": obj + float(sigma_sum[i]),
+                "svd_mse_sum": float(mse[i].mean()),
+                "svd_mse_mean": float(mse[i].mean()) / model.r,
+                "orth_err": float(orth[i].max()),
+            }
+        )
+    return out
+
+
+@dataclass(eq=False)  # members are told apart by identity (they hold tensors)
+class Member:
+    """One config's run state inside a batch (what its single run holds in locals)."""
+
+    p: DsvdParams
+    ctx: RunContext
+    model: DsvdModel
+    test: tuple[torch.Tensor, ...]
+    init: dict[str, float] = field(default_factory=dict)
+    curve: dict[str, list[Any]] = field(default_factory=dict)
+    status: str = "ok"
+    diverged_step: int | None = None
+    steps: int = 0
+    stopped: bool = False
+    pool: tuple[torch.Tensor, ...] = ()
+    bg: torch.Generator | None = None
+
+    def log(self, it: int, value: float, tl: float) -> bool:
+        """A curve row at a logged step; False when the member stops here."""
+        self.curve["step"].append(it)
+        self.curve["train_loss"].append(value + float(self.pool[3]))
+        self.curve["test_loss"].append(tl)
+        if is_diverged(tl):
+            self.status, self.diverged_step = "diverged", it
+            return False
+        if not self.ctx.report(it, train_loss=value, test_loss=tl):
+            self.stopped = True
+            return False
+        return it < self.p.iters
 
 
 def run_dsvd(p: DsvdParams, ctx: RunContext) -> MinvOutcome:
-    dtype = torch_dtype(p.dtype)
-    data_seed = p.seed if p.data_seed is None else p.data_seed
-    test = _draw(p, data_seed, "test", p.n_test, dtype, ctx.device)
-    model = DsvdModel(p, ctx.device)
-    init = evaluate(model, test)
-    neg_first = model.first_layer_neg[-1]
-    curve: dict[str, list[Any]] = {"step": [0], "train_loss": [math.nan], "test_loss": [init["test_loss"]]}
-    status, diverged_step, steps = "ok", None, 0
-    if is_diverged(init["test_loss"]):
-        status, diverged_step = "diverged", 1
-    stopped = not ctx.report(0, test_loss=init["test_loss"])
-    if p.iters and status == "ok" and not stopped:
-        pool = _draw(p, data_seed, "train", p.n_train, dtype, ctx.device)
-        bg = generator(p.seed if p.init_seed is None else p.init_seed, "ldminv", "dsvd_batches")
-        opt = (torch.optim.Adam if p.optimizer == "adam" else torch.optim.SGD)([model.offsets], lr=p.lr)
-        for it in range(1, p.iters + 1):
-            idx = torch.randperm(p.n_train, generator=bg)[: p.batch].to(ctx.device)
-            opt.zero_grad()
-            fs, _, _ = model.forward(pool[0][idx], pool[1][idx], pool[2][idx], p.K_svd, train_inner=True)
-            loss = torch.stack([f.mean() for f in fs]).mean()
-            value = float(loss.detach())
-            if is_diverged(value):
-                status, diverged_step = "diverged", it
-                break
-            loss.backward()
-            opt.step()
-            steps = it
-            if it % p.log_every == 0 or it == p.iters:
-                tl = evaluate(model, test)["test_loss"]
-                curve["step"].append(it)
-                curve["train_loss"].append(value + float(pool[3]))
-                curve["test_loss"].append(tl)
-                if is_diverged(tl):
-                    status, diverged_step = "diverged", it
-                    break
-                if not ctx.report(it, train_loss=value, test_loss=tl):
-                    stopped = True
-                    break
-    if stopped:
-        status = ctx.stop_status()
-    final = evaluate(model, test) if steps else init
+    return run_dsvd_batch([p], [ctx])[0]
+
+
+def run_dsvd_batch(ps: Sequence[DsvdParams], ctxs: Sequence[RunContext]) -> list[MinvOutcome]:
+    """D-SVD for configs of one batch key, each as if it ran alone (one config: a batch of one): own
+    data, batch order, offsets and optimiser state (a param group each); stops at its own step."""
+    members = []
+    for p, ctx in zip(ps, ctxs, strict=True):
+        data_seed = p.seed if p.data_seed is None else p.data_seed
+        test = _draw(p, data_seed, "test", p.n_test, torch_dtype(p.dtype), ctx.device)
+        members.append(Member(p, ctx, DsvdModel(p, ctx.device), test))
+    for mb, init in zip(members, evaluate([mb.model for mb in members], [mb.test for mb in members]), strict=True):
+        mb.init = init
+        mb.curve = {"step": [0], "train_loss": [math.nan], "test_loss": [init["test_loss"]]}
+        if is_diverged(init["test_loss"]):
+            mb.status, mb.diverged_step = "diverged", 1
+        mb.stopped = not mb.ctx.report(0, test_loss=init["test_loss"])
+    live = [mb for mb in members if mb.p.iters and mb.status == "ok" and not mb.stopped]
+    for mb in live:
+        data_seed = mb.p.seed if mb.p.data_seed is None else mb.p.data_seed
+        mb.pool = _draw(mb.p, data_seed, "train", mb.p.n_train, torch_dtype(mb.p.dtype), mb.ctx.device)
+        mb.bg = generator(mb.p.seed if mb.p.init_seed is None else mb.p.init_seed, "ldminv", "dsvd_batches")
+    groups = [{"params": [mb.model.offsets], "lr": mb.p.lr} for mb in live]
+    opt = None if not live else (torch.optim.Adam if ps[0].optimizer == "adam" else torch.optim.SGD)(groups)
+    for it in range(1, max(p.iters for p in ps) + 1):
+        if not live or opt is None:
+            break
+        idx = [torch.randperm(mb.p.n_train, generator=mb.bg)[: mb.p.batch].to(mb.ctx.device) for mb in live]
+        batch = [torch.stack([mb.pool[part][i] for mb, i in zip(live, idx, strict=True)]) for part in range(3)]
+        opt.zero_grad()
+        fs, _, _ = Models([mb.model for mb in live]).forward(
+            batch[0], batch[1], batch[2], ps[0].K_svd, train_inner=True
+        )
+        loss = over_members(lambda *f: torch.stack([x.mean() for x in f]).mean())(*fs)
+        values = loss.detach().tolist()
+        running = [j for j, v in enumerate(values) if not is_diverged(v)]
+        for j in set(range(len(live))) - set(running):
+            live[j].status, live[j].diverged_step = "diverged", it
+        loss[running].sum().backward()
+        for j in set(range(len(live))) - set(running):
+            live[j].model.offsets.grad = None
+        opt.step()
+        stepping = [live[j] for j in running]
+        for mb in stepping:
+            mb.steps = it
+        logging = [mb for mb in stepping if it % mb.p.log_every == 0 or it == mb.p.iters]
+        tls = evaluate([mb.model for mb in logging], [mb.test for mb in logging]) if logging else []
+        going = {
+            id(mb) for mb, tl in zip(logging, tls, strict=True) if mb.log(it, values[live.index(mb)], tl["test_loss"])
+        }
+        live = [mb for mb in stepping if id(mb) in going or (mb not in logging and it < mb.p.iters)]
+    finals = [mb for mb in members if mb.steps]  # a member that never stepped reports its init
+    metrics = evaluate([mb.model for mb in finals], [mb.test for mb in finals]) if finals else []
+    final_metrics = {id(mb): m for mb, m in zip(finals, metrics, strict=True)}
+    return [_outcome(mb, final_metrics.get(id(mb), mb.init)) for mb in members]
+
+
+def _outcome(mb: Member, final: dict[str, float]) -> MinvOutcome:
+    p, model = mb.p, mb.model
+    if mb.stopped:
+        mb.status = mb.ctx.stop_status()
     dev = max(float((c - 1.0).abs().max()) for pair in model.coeffs for c in pair)
     summary: dict[str, Any] = {
         **final,
-        "test_loss_init": init["test_loss"],
-        "svd_mse_sum_init": init["svd_mse_sum"],
-        "neg_step_frac": neg_first,
+        "test_loss_init": mb.init["test_loss"],
+        "svd_mse_sum_init": mb.init["svd_mse_sum"],
+        "neg_step_frac": model.first_layer_neg[0],
         "t_offsets_json": json.dumps([round(float(t), 12) for t in model.offsets.detach().flatten()]),
         "max_abs_c_dev": dev,
-        "diverged": status == "diverged",
+        "diverged": mb.status == "diverged",
     }
+    steps = mb.steps
     per_layer = layer_flops(p)
     flops = per_layer * p.K_svd * (p.n_test * (2 + (1 if steps else 0)) + 3 * p.batch * steps)
-    return MinvOutcome(status, summary, curve, max(steps, p.K_svd), diverged_step, flops)
+    return MinvOutcome(mb.status, summary, mb.curve, max(steps, p.K_svd), mb.diverged_step, flops)
 
 
 def layer_flops(p: DsvdParams) -> float:

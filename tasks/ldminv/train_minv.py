@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +20,12 @@ from tasks.common import generator, torch_dtype
 from tasks.ldminv import theory as T
 from tasks.ldminv.coefficients import identity_value, initial_coefficients, project_box
 from tasks.ldminv.data import DataSpec, Source
-from tasks.ldminv.engine import Batch, Engine, eq4
+from tasks.ldminv.engine import Batch, Engine, eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import MinvParams
 
 EVAL_CHUNK = 500  # matrices per evaluation chunk (bounds the matrix path's memory)
+CURVE_KEYS = ("step", "train_loss", "test_loss", "lr", "max_abs_c_dev", "grad_norm")
 
 
 @dataclass
@@ -83,7 +85,15 @@ class Trainer:
         self.train_source = Source(self.engine.spec, data_seed, "train")
         self.pool = None if p.n_train is None else self.engine.draw(self.train_source, p.n_train)
         self.batch_gen = generator(p.seed if p.init_seed is None else p.init_seed, "ldminv", "batches")
+        # float64 leaf on the device whatever the compute dtype (the engine casts): the optimiser's state
         self.coeffs = start_coefficients(p).to(ctx.device).requires_grad_(True)
+        self.status, self.steps, self.hit_tol = "ok", 0, -1
+        self.diverged_step: int | None = None
+        self.grad_init_max, self.last_train = math.nan, math.nan
+        self.stopped = False
+        self.init_coeffs = self.coeffs.detach().clone()
+        self.test0 = math.nan
+        self.curve: dict[str, list[Any]] = {k: [] for k in CURVE_KEYS}
 
     def next_batch(self) -> Batch:
         if self.pool is None:
@@ -94,86 +104,55 @@ class Trainer:
     def test_loss(self, coeffs: torch.Tensor | None) -> float:
         return float(_chunked_losses(self.engine, self.test, coeffs, self.p.K)[-1].mean())
 
-    def optimizer(self) -> torch.optim.Optimizer:
-        if self.p.optimizer == "adam":
-            return torch.optim.Adam([self.coeffs], lr=self.p.lr)
-        return torch.optim.SGD([self.coeffs], lr=self.p.lr)
-
     def max_dev(self) -> float:
         return float((self.coeffs.detach() - identity_value(self.p.model)).abs().max())
 
-    def run(self) -> MinvOutcome:
+    def start(self) -> None:
+        """Step 0: the test loss at the init, the curve's first row and the first report."""
         p = self.p
-        init_coeffs = self.coeffs.detach().clone()
-        curve: dict[str, list[Any]] = {
-            k: [] for k in ("step", "train_loss", "test_loss", "lr", "max_abs_c_dev", "grad_norm")
-        }
-        opt = self.optimizer()
-        sched = (
-            torch.optim.lr_scheduler.StepLR(opt, step_size=p.lr_halve_every, gamma=0.5) if p.lr_halve_every else None
+        self.test0 = self.test_loss(self.init_coeffs)
+        self.log_row(0, math.nan, self.test0, p.lr, math.nan)
+        self.stopped = not self.ctx.report(0, test_loss=self.test0)
+
+    def log_row(self, it: int, train: float, test: float, lr: float, gnorm: float) -> None:
+        row = (it, train, test, lr, self.max_dev(), gnorm)
+        for key, v in zip(CURVE_KEYS, row, strict=True):
+            self.curve[key].append(v)
+
+    def after_step(self, it: int, value: float, lr_now: float, gnorm: float) -> bool:
+        """Bookkeeping after this member's optimiser step at iteration `it`; False when it stops here."""
+        p = self.p
+        self.steps, self.last_train = it, value
+        if self.hit_tol < 0 and value <= p.train_tol:
+            self.hit_tol = it
+        if not all(math.isfinite(float(c)) for c in self.coeffs.detach().flatten()):
+            self.status, self.diverged_step = "diverged", it
+            return False
+        if it % p.log_every == 0 or it == p.iters:
+            tl = self.test_loss(self.coeffs.detach())
+            self.log_row(it, value, tl, lr_now, gnorm)
+            if is_diverged(tl):
+                self.status, self.diverged_step = "diverged", it
+                return False
+            if not self.ctx.report(it, train_loss=value, test_loss=tl):
+                self.stopped = True
+                return False
+        return it < p.iters
+
+    def outcome(self) -> MinvOutcome:
+        if self.stopped:
+            self.status = self.ctx.stop_status()
+        return self.finish(
+            self.status,
+            self.diverged_step,
+            self.steps,
+            self.curve,
+            self.init_coeffs,
+            self.test0,
+            self.hit_tol,
+            self.grad_init_max,
+            self.last_train,
         )
-        status, diverged_step, hit_tol, grad_init_max = "ok", None, -1, math.nan
-        test0 = self.test_loss(init_coeffs)
-        curve_row = {
-            "step": 0,
-            "train_loss": math.nan,
-            "test_loss": test0,
-            "lr": p.lr,
-            "max_abs_c_dev": self.max_dev(),
-            "grad_norm": math.nan,
-        }
-        for k, v in curve_row.items():
-            curve[k].append(v)
-        stopped = not self.ctx.report(0, test_loss=test0)
-        steps = 0
-        last_train = math.nan
-        for it in range(1, p.iters + 1):
-            if stopped:
-                break
-            opt.zero_grad()
-            loss = eq4(self.engine.losses(self.next_batch(), self.coeffs))
-            value = float(loss.detach())
-            if is_diverged(value):
-                status, diverged_step = "diverged", it
-                break
-            loss.backward()
-            assert self.coeffs.grad is not None
-            if it == 1:
-                grad_init_max = float(self.coeffs.grad.max())
-            gnorm = float(self.coeffs.grad.norm())
-            if p.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_([self.coeffs], p.grad_clip)
-            lr_now = opt.param_groups[0]["lr"]
-            opt.step()
-            if p.project_box:
-                project_box(self.coeffs, p.model)
-            if sched is not None:
-                sched.step()
-            steps, last_train = it, value
-            if hit_tol < 0 and value <= p.train_tol:
-                hit_tol = it
-            if not all(math.isfinite(float(c)) for c in self.coeffs.detach().flatten()):
-                status, diverged_step = "diverged", it
-                break
-            if it % p.log_every == 0 or it == p.iters:
-                tl = self.test_loss(self.coeffs.detach())
-                for key, v in (
-                    ("step", it),
-                    ("train_loss", value),
-                    ("test_loss", tl),
-                    ("lr", lr_now),
-                    ("max_abs_c_dev", self.max_dev()),
-                    ("grad_norm", gnorm),
-                ):
-                    curve[key].append(v)
-                if is_diverged(tl):
-                    status, diverged_step = "diverged", it
-                    break
-                if not self.ctx.report(it, train_loss=value, test_loss=tl):
-                    stopped = True
-        if stopped:
-            status = self.ctx.stop_status()
-        return self.finish(status, diverged_step, steps, curve, init_coeffs, test0, hit_tol, grad_init_max, last_train)
 
     def finish(
         self,
@@ -263,4 +242,71 @@ class Trainer:
 
 
 def run_minv(p: MinvParams, ctx: RunContext) -> MinvOutcome:
-    return Trainer(p, ctx).run()
+    return run_minv_batch([p], [ctx])[0]
+
+
+def _halving(every: int) -> Callable[[int], float]:
+    """StepLR(step_size=every, gamma=0.5) as a LambdaLR factor (halving is exact, so the two agree)."""
+    return lambda epoch: 0.5 ** (epoch // every) if every else 1.0
+
+
+def run_minv_batch(ps: Sequence[MinvParams], ctxs: Sequence[RunContext]) -> list[MinvOutcome]:
+    """Algorithm 1 for configs of one batch key, each as if it ran alone (one config: a batch of one).
+
+    Every member keeps its own data, batch order, coefficients (a leaf tensor of its own) and optimiser
+    state (a param group of its own, so its own lr and halving schedule); one training step stacks the
+    running members' batches and coefficients on a leading axis and evaluates Eq. 4 for all of them at
+    once (`over_members`: torch.func.vmap). The summed loss gives each member exactly its own gradient (members
+    share no parameter). A member that diverges, is pruned or times out leaves the stack at its own step.
+    """
+    members = [Trainer(p, ctx) for p, ctx in zip(ps, ctxs, strict=True)]
+    engine = members[0].engine  # path, model, order, dtype and device are part of the batch key
+    groups = [{"params": [mb.coeffs], "lr": mb.p.lr} for mb in members]
+    opt: torch.optim.Optimizer = (
+        torch.optim.Adam(groups) if ps[0].optimizer == "adam" else torch.optim.SGD(groups, lr=ps[0].lr)
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, [_halving(mb.p.lr_halve_every) for mb in members])
+
+    def member_eq4(base: torch.Tensor, start: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
+        return eq4(engine.losses(Batch(base, start, start.new_zeros(base.shape[0])), coeffs))
+
+    batched_eq4 = over_members(member_eq4)
+    for mb in members:
+        mb.start()
+    live = [i for i, mb in enumerate(members) if not mb.stopped and mb.p.iters > 0]
+    for it in range(1, max(p.iters for p in ps) + 1):
+        if not live:
+            break
+        opt.zero_grad()
+        batches = [members[i].next_batch() for i in live]
+        base = torch.stack([b.base for b in batches])
+        start = torch.stack([b.start for b in batches])
+        loss = batched_eq4(base, start, torch.stack([members[i].coeffs for i in live]))
+        values = loss.detach().tolist()
+        running = []
+        for j, i in enumerate(live):
+            if is_diverged(values[j]):
+                members[i].status, members[i].diverged_step = "diverged", it
+            else:
+                running.append(j)
+        loss[running].sum().backward()
+        stepping = [live[j] for j in running]
+        for i in set(live) - set(stepping):
+            members[i].coeffs.grad = None  # a diverged member's (NaN) gradient must not move it
+        gnorms, lrs = {}, {}
+        for i in stepping:
+            mb = members[i]
+            assert mb.coeffs.grad is not None
+            if it == 1:
+                mb.grad_init_max = float(mb.coeffs.grad.max())
+            gnorms[i] = float(mb.coeffs.grad.norm())  # before clipping, as the curve reports it
+            if mb.p.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_([mb.coeffs], mb.p.grad_clip)
+            lrs[i] = opt.param_groups[i]["lr"]
+        opt.step()
+        for i in stepping:
+            if members[i].p.project_box:
+                project_box(members[i].coeffs, members[i].p.model)
+        sched.step()
+        live = [i for i in stepping if members[i].after_step(it, values[live.index(i)], lrs[i], gnorms[i])]
+    return [mb.outcome() for mb in members]

@@ -11,11 +11,16 @@ Two exact forms:
 - direct: propagate the m x n activations forward and the m x n deltas backward.
 
 Every flop these functions spend is counted by the matching function of `flops.py`.
+
+Every function broadcasts over leading axes: a batch of configs of one shape (weights (B, m, m), data
+(B, d, n), ...) runs through the same code as one config, and scalars come back with shape (B,).
 """
 
 from __future__ import annotations
 
 import torch
+
+MATRIX = (-2, -1)  # the matrix axes; anything before them is a batch of configs
 
 
 def init_hidden(
@@ -48,7 +53,7 @@ def backward_gram(
     grads: list[torch.Tensor] = [torch.empty(0)] * depth
     s = b
     for l in range(depth, 0, -1):
-        grads[l - 1] = s.T @ (mmat @ fs[l - 1].T)
+        grads[l - 1] = s.mT @ (mmat @ fs[l - 1].mT)
         if l > 1:
             w = ws[l - 1]
             s = s + s @ w if resnet else s @ w
@@ -67,7 +72,7 @@ def gram_excess_grad(
     fs = prefixes(ws, a, resnet)
     dmat = b @ fs[-1] - phi
     mmat = dmat @ sigma
-    excess = 0.5 * (mmat * dmat).sum()
+    excess = 0.5 * (mmat * dmat).sum(dim=MATRIX)
     return excess, backward_gram(ws, b, fs, mmat, resnet)
 
 
@@ -78,13 +83,13 @@ def gram_batch_loss_grad(
 
     The normal equations do not hold on a batch, so M = U Sigma_b - C_b is formed explicitly.
     """
-    sigma_b = xb @ xb.T
-    c_b = yb @ xb.T
+    sigma_b = xb @ xb.mT
+    c_b = yb @ xb.mT
     fs = prefixes(ws, a, resnet)
     u = b @ fs[-1]
     mmat = u @ sigma_b - c_b
     # tr(U S U^T) - 2 tr(U C^T) = <U S - 2C, U> = <M - C, U>; only used to detect divergence.
-    loss = 0.5 * (((mmat - c_b) * u).sum() + (yb * yb).sum())
+    loss = 0.5 * (((mmat - c_b) * u).sum(dim=MATRIX) + (yb * yb).sum(dim=MATRIX))
     return loss, backward_gram(ws, b, fs, mmat, resnet)
 
 
@@ -101,15 +106,15 @@ def direct_loss_grad(
         hs.append(h + w @ h if resnet else w @ h)
     out = b @ hs[-1]
     r = out - y
-    loss = 0.5 * (r * r).sum()
-    delta = b.T @ r
+    loss = 0.5 * (r * r).sum(dim=MATRIX)
+    delta = b.mT @ r
     depth = len(ws)
     grads: list[torch.Tensor] = [torch.empty(0)] * depth
     for l in range(depth, 0, -1):
-        grads[l - 1] = delta @ hs[l - 1].T
+        grads[l - 1] = delta @ hs[l - 1].mT
         if l > 1:
             w = ws[l - 1]
-            delta = delta + w.T @ delta if resnet else w.T @ delta
+            delta = delta + w.mT @ delta if resnet else w.mT @ delta
     return loss, out, grads
 
 
@@ -123,4 +128,4 @@ def sum_loss(
 ) -> torch.Tensor:
     """The definition 1/2 ||B V A X - Y||_F^2, straight from the formula (the finite-difference oracle)."""
     r = end_to_end(ws, a, b, resnet) @ x - y
-    return 0.5 * (r * r).sum()
+    return 0.5 * (r * r).sum(dim=MATRIX)

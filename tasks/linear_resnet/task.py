@@ -10,6 +10,7 @@ analysis can test the depth-, width-, kappa- and batch-size scalings without the
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -257,22 +258,51 @@ class LinearResNetTask:
     }  # fmt: skip - one example per line reads as a table
 
     def run(self, p: GDParams | SGDParams, ctx: RunContext) -> Result:
-        setup, theory = build(p)
-        resnet = p.model == "resnet"
+        return self.run_batch([p], [ctx])[0]
+
+    def batch_key(self, p: GDParams | SGDParams) -> Hashable | None:
+        """What fixes the tensor shapes and the loop: members differ in seeds, transform, step size,
+        target and noise (their own data and A, B ride in the stack), iteration budget and cadence."""
+        batch = p.batch_size if isinstance(p, SGDParams) else None
+        return (p.algo, p.model, p.form, p.dtype, p.d, p.k, p.n, p.m, p.depth, batch)
+
+    def batch_bytes(self, p: GDParams | SGDParams) -> int:
+        """Device memory of one member: data, Gram matrices and transforms, weights with their start and
+        gradients, the prefixes (gram) or the activations of all samples or the minibatch (direct)."""
+        m, d, k, n, depth = p.m, p.d, p.k, p.n, p.depth
+        floats = (d + k) * n + d * d + k * d + m * (d + k) + 3 * depth * m * m + (depth + 1) * m * (d + k)
+        samples = p.batch_size if isinstance(p, SGDParams) else n
         if isinstance(p, SGDParams):
-            out = run_sgd(p, setup, ctx)
-            per_step = F.sgd_step(p.m, p.d, p.k, p.depth, p.batch_size, p.form, resnet).total
+            floats += (d + k) * samples
+        if p.form == "direct":
+            floats += (depth + 3) * m * samples + 2 * k * samples
+        return floats * torch_dtype(p.dtype).itemsize
+
+    def run_batch(self, ps: Sequence[GDParams | SGDParams], ctxs: Sequence[RunContext]) -> list[Result]:
+        keys = {self.batch_key(p) for p in ps}
+        if len(keys) != 1:
+            raise ValueError(f"linear_resnet run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
+        built = [build(p) for p in ps]
+        setups = [setup for setup, _ in built]
+        p0 = ps[0]
+        resnet = p0.model == "resnet"
+        if isinstance(p0, SGDParams):
+            outs = run_sgd([p for p in ps if isinstance(p, SGDParams)], setups, ctxs)
+            per_step = F.sgd_step(p0.m, p0.d, p0.k, p0.depth, p0.batch_size, p0.form, resnet).total
         else:
-            out = run_gd(p, setup, ctx)
-            per_step = F.gd_step(p.m, p.d, p.k, p.depth, p.n, p.form, resnet).total
-        return Result(
-            status=out.status,  # type: ignore[arg-type]  # Outcome.status holds a Status, typed as str
-            summary=summarize(out, theory, per_step, setup),
-            curve={k: list(v) for k, v in out.trace.curve.items()},
-            flops=out.flops,
-            n_steps=out.n_steps,
-            diverged_step=out.diverged_step,
-        )
+            outs = run_gd([p for p in ps if isinstance(p, GDParams)], setups, ctxs)
+            per_step = F.gd_step(p0.m, p0.d, p0.k, p0.depth, p0.n, p0.form, resnet).total
+        return [
+            Result(
+                status=out.status,  # type: ignore[arg-type]  # Outcome.status holds a Status, typed as str
+                summary=summarize(out, theory, per_step, setup),
+                curve={k: list(v) for k, v in out.trace.curve.items()},
+                flops=out.flops,
+                n_steps=out.n_steps,
+                diverged_step=out.diverged_step,
+            )
+            for out, (setup, theory) in zip(outs, built, strict=True)
+        ]
 
 
 # The registry finds a learner by its folder name and takes this attribute.

@@ -9,13 +9,14 @@ so its thresholds and best iterate have that resolution; divergence is checked o
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from tasks.base import RunContext, is_diverged
 from tasks.linear_resnet import flops as F
-from tasks.linear_resnet.model import direct_loss_grad, gram_batch_loss_grad, gram_excess_grad
+from tasks.linear_resnet.model import MATRIX, direct_loss_grad, gram_batch_loss_grad, gram_excess_grad
 from tasks.linear_resnet.params import GDParams, SGDParams
 
 THRESHOLDS: tuple[float, ...] = (1e-2, 1e-4, 1e-6)
@@ -65,11 +66,8 @@ class Trace:
                 self.rel_at_first[eps] = rel
         return rel
 
-    def log(
-        self, t: int, excess: float, grads: list[torch.Tensor], ws: list[torch.Tensor], w0: list[torch.Tensor]
-    ) -> None:
-        sq = [float((g * g).sum()) for g in grads]
-        dist = max(float(torch.linalg.matrix_norm(w - w_init)) for w, w_init in zip(ws, w0, strict=True))
+    def log(self, t: int, excess: float, sq: list[float], dist: float, depth: int) -> None:
+        """One curve row from the layers' squared gradient norms and max_l ||W_l - W_l(0)||_F."""
         row = {
             "step": t,
             "loss": self.loss_star + excess,
@@ -79,7 +77,7 @@ class Trace:
             "grad_norm": math.sqrt(sum(sq)),
             # Lemma A.1's per-layer PL ratio min_l ||grad_l||^2 / (L - L*).
             "pl_ratio": min(sq) / excess if excess > 0 else math.nan,
-            "w_dist": len(ws) * dist,  # L max_l ||W_l - W_l(0)||_F: the proofs keep it <= 0.5
+            "w_dist": depth * dist,  # L max_l ||W_l - W_l(0)||_F: the proofs keep it <= 0.5
         }
         for key in CURVE_KEYS:
             self.curve[key].append(row[key])
@@ -122,91 +120,228 @@ def _dims(p: GDParams | SGDParams) -> tuple[int, int, int, int, int, bool]:
     return p.m, p.d, p.k, p.depth, p.n, p.model == "resnet"
 
 
-def run_gd(p: GDParams, s: Setup, ctx: RunContext) -> Outcome:
-    m, d, k, depth, n, resnet = _dims(p)
-    ws = [w.clone() for w in s.w0]
-    total = F.gram_setup(d, k, n) + F.initial_loss(m, d, k, depth, resnet)
-    if p.form == "gram":
+@dataclass
+class Member:
+    """One config's bookkeeping inside a (batched) loop: what its single run would hold in locals."""
 
-        def evaluate(ws: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-            return gram_excess_grad(ws, s.a, s.b, s.sigma, s.phi, resnet)
-    else:
-        h0 = s.a @ s.x  # A is fixed: cache A X once (spec §5)
-        phix = s.phi @ s.x
-        total = total + F.direct_setup(m, d, k, n)
+    p: GDParams | SGDParams
+    s: Setup
+    ctx: RunContext
+    trace: Trace
+    total: F.Flops
+    status: str = "ok"
+    diverged_step: int | None = None
+    t: int = 0
+    ws: list[torch.Tensor] = field(default_factory=list)
 
-        def evaluate(ws: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-            _, out, grads = direct_loss_grad(ws, h0, s.b, s.y, resnet)
-            diff = out - phix  # exact suboptimality 1/2 ||(U - phi) X||^2, no cancellation against L*
-            return 0.5 * (diff * diff).sum(), grads
+    def outcome(self) -> Outcome:
+        return Outcome(self.status, self.t, self.diverged_step, self.total.total, self.trace, self.ws)
 
-    eval_cost = F.gd_eval(m, d, k, depth, n, p.form, resnet)
+
+class Live:
+    """The members still running and their tensors, stacked on a leading config axis on one device.
+
+    A member that stops (diverged, pruned, timed out, converged or out of iterations) leaves the stack,
+    keeping its own weights: the others go on without computing for it, so no NaN of a diverged member
+    ever enters a kernel again.
+    """
+
+    def __init__(self, members: list[Member], device: str) -> None:
+        self.members = members
+        ss = [mb.s for mb in members]
+
+        def stack(parts: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack(parts).to(device)
+
+        names = ("x", "y", "sigma", "phi", "a", "b")
+        self.data: dict[str, torch.Tensor] = {name: stack([getattr(s, name) for s in ss]) for name in names}
+        dtype = ss[0].x.dtype
+        self.data["eta"] = torch.tensor([s.eta for s in ss], dtype=dtype, device=device)[:, None, None]
+        self.w0 = [stack([s.w0[layer] for s in ss]) for layer in range(len(ss[0].w0))]
+        self.ws = [w.clone() for w in self.w0]
+
+    def stop(self, j: int, t: int, status: str, diverged_step: int | None = None) -> None:
+        mb = self.members[j]
+        mb.status, mb.diverged_step, mb.t = status, diverged_step, t
+        mb.ws = [w[j].to("cpu", copy=True) for w in self.ws]
+
+    def drop(self, stopped: list[int], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Remove the stopped members (indices into the current stack); returns the others' gradients."""
+        if not stopped:
+            return grads
+        gone = set(stopped)
+        keep = [j for j in range(len(self.members)) if j not in gone]
+        idx = torch.tensor(keep, dtype=torch.long, device=self.ws[0].device)
+        self.members = [self.members[j] for j in keep]
+        self.data = {k: v[idx] for k, v in self.data.items()}
+        self.w0 = [w[idx] for w in self.w0]
+        self.ws = [w[idx] for w in self.ws]
+        return [g[idx] for g in grads]
+
+    def operands(self) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        """Weights and data to compute with: the stacks, or a lone member's plain matrices (every single
+        run: a batched matmul over a batch of one costs about twice a plain one at these sizes)."""
+        if len(self.members) > 1:
+            return self.ws, self.data
+        return [w[0] for w in self.ws], {k: v[0] for k, v in self.data.items()}
+
+    def stacked(self, out: tuple[torch.Tensor, list[torch.Tensor]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """A (loss, gradients) pair with the member axis, whichever operands computed it."""
+        if len(self.members) > 1:
+            return out
+        return out[0][None], [g[None] for g in out[1]]
+
+    def log_stats(self, grads: list[torch.Tensor]) -> tuple[list[list[float]], list[float]]:
+        """Per member: the layers' squared gradient norms and max_l ||W_l - W_l(0)||_F."""
+        sq = torch.stack([(g * g).sum(dim=MATRIX) for g in grads], dim=1)
+        dist = torch.stack([torch.linalg.matrix_norm(w - w0) for w, w0 in zip(self.ws, self.w0, strict=True)], 1)
+        return sq.tolist(), dist.amax(dim=1).tolist()
+
+    def update(self, grads: list[torch.Tensor], scale: float = 1.0) -> None:
+        step = self.data["eta"] * scale if scale != 1.0 else self.data["eta"]
+        for w, g in zip(self.ws, grads, strict=True):
+            w.addcmul_(g, step, value=-1.0)  # W - eta G in one pass, each member with its own eta
+
+
+def _members(ps: Sequence[GDParams | SGDParams], setups: Sequence[Setup], ctxs: Sequence[RunContext]) -> list[Member]:
+    out = []
+    for p, s, ctx in zip(ps, setups, ctxs, strict=True):
+        m, d, k, depth, n, resnet = _dims(p)
+        total = F.gram_setup(d, k, n) + F.initial_loss(m, d, k, depth, resnet)
+        out.append(Member(p, s, ctx, Trace(s.loss_star, s.loss0 - s.loss_star), total))
+    return out
+
+
+def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunContext]) -> list[Outcome]:
+    """GD for configs of one shape (`batch_key`), each as if it ran alone; one config is a batch of one."""
+    members = _members(ps, setups, ctxs)
+    p0 = ps[0]
+    m, d, k, depth, n, resnet = _dims(p0)
+    live = Live(members, ctxs[0].device)
+    if p0.form == "direct":
+        # A is fixed: cache A X once (spec §5), and phi X for the exact suboptimality.
+        live.data["h0"] = live.data["a"] @ live.data["x"]
+        live.data["phix"] = live.data["phi"] @ live.data["x"]
+        for mb in members:
+            mb.total = mb.total + F.direct_setup(m, d, k, n)
+
+    def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        ws, t = live.operands()
+        if p0.form == "gram":
+            return live.stacked(gram_excess_grad(ws, t["a"], t["b"], t["sigma"], t["phi"], resnet))
+        _, out, grads = direct_loss_grad(ws, t["h0"], t["b"], t["y"], resnet)
+        diff = out - t["phix"]  # exact suboptimality 1/2 ||(U - phi) X||^2, no cancellation against L*
+        return live.stacked((0.5 * (diff * diff).sum(dim=MATRIX), grads))
+
+    eval_cost = F.gd_eval(m, d, k, depth, n, p0.form, resnet)
     log_cost = F.grad_norms(m, depth) + F.weight_distance(m, depth)
-    trace = Trace(s.loss_star, s.loss0 - s.loss_star)
-    status, diverged_step, t = "ok", None, 0
-    for t in range(p.n_iters + 1):
-        excess_t, grads = evaluate(ws)
-        total = total + eval_cost
-        excess = float(excess_t)
-        if is_diverged(s.loss_star + excess):
-            status, diverged_step = "diverged", t
+    for t in range(max(p.n_iters for p in ps) + 1):
+        excess_t, grads = evaluate()
+        excesses = excess_t.tolist()
+        stats: tuple[list[list[float]], list[float]] | None = None
+        stopped: list[int] = []
+        for j, mb in enumerate(live.members):
+            mb.total = mb.total + eval_cost
+            excess = excesses[j]
+            if is_diverged(mb.s.loss_star + excess):
+                live.stop(j, t, "diverged", t)
+                stopped.append(j)
+                continue
+            rel = mb.trace.observe(t, excess)
+            last = t == mb.p.n_iters or (mb.p.stop_rel > 0 and rel <= mb.p.stop_rel)
+            if t % mb.p.log_every == 0 or last:
+                stats = stats or live.log_stats(grads)
+                mb.trace.log(t, excess, stats[0][j], stats[1][j], len(grads))
+                mb.total = mb.total + log_cost
+                if not mb.ctx.report(t, loss=mb.s.loss_star + excess, rel_subopt=rel):
+                    live.stop(j, t, mb.ctx.stop_status())
+                    stopped.append(j)
+                    continue
+            if last:
+                live.stop(j, t, "ok")
+                stopped.append(j)
+                continue
+            mb.total = mb.total + F.update(m, depth)
+        grads = live.drop(stopped, grads)
+        if not live.members:
             break
-        rel = trace.observe(t, excess)
-        last = t == p.n_iters or (p.stop_rel > 0 and rel <= p.stop_rel)
-        if t % p.log_every == 0 or last:
-            trace.log(t, excess, grads, ws, s.w0)
-            total = total + log_cost
-            if not ctx.report(t, loss=s.loss_star + excess, rel_subopt=rel):
-                status = ctx.stop_status()
-                break
-        if last:
-            break
-        for w, g in zip(ws, grads, strict=True):
-            w.sub_(g, alpha=s.eta)
-        total = total + F.update(m, depth)
-    return Outcome(status, t, diverged_step, total.total, trace, ws)
+        live.update(grads)
+    return [mb.outcome() for mb in members]
 
 
-def run_sgd(p: SGDParams, s: Setup, ctx: RunContext) -> Outcome:
-    m, d, k, depth, n, resnet = _dims(p)
-    bsz = p.batch_size
-    assert s.batch_gen is not None
-    sampler = BatchSampler(n, bsz, p.sampling, s.batch_gen)
-    step = s.eta * n / bsz  # G = (n/B) sum_batch grad l_i: unbiased for the SUM loss (spec §1.5)
-    ws = [w.clone() for w in s.w0]
-    total = F.gram_setup(d, k, n) + F.initial_loss(m, d, k, depth, resnet)
+def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[RunContext]) -> list[Outcome]:
+    """SGD for configs of one shape (`batch_key`), each as if it ran alone: every member draws its
+    minibatches from its own generator, in the order its single run would."""
+    members = _members(ps, setups, ctxs)
+    p0 = ps[0]
+    m, d, k, depth, n, resnet = _dims(p0)
+    bsz = p0.batch_size
+    samplers = {id(mb): _sampler(mb) for mb in members}
+    live = Live(members, ctxs[0].device)
+    live.data["xt"], live.data["yt"] = live.data["x"].mT.contiguous(), live.data["y"].mT.contiguous()
     full_cost = F.gram_eval(m, d, k, depth, resnet) + F.grad_norms(m, depth) + F.weight_distance(m, depth)
-    batch_cost = F.sgd_eval(m, d, k, depth, bsz, p.form, resnet)
-    trace = Trace(s.loss_star, s.loss0 - s.loss_star)
-    status, diverged_step, t = "ok", None, 0
-    for t in range(p.n_iters + 1):
-        if t % p.log_every == 0 or t == p.n_iters:
-            excess_t, grads = gram_excess_grad(ws, s.a, s.b, s.sigma, s.phi, resnet)
-            total = total + full_cost
-            excess = float(excess_t)
-            if is_diverged(s.loss_star + excess):
-                status, diverged_step = "diverged", t
-                break
-            rel = trace.observe(t, excess)
-            trace.log(t, excess, grads, ws, s.w0)
-            if not ctx.report(t, loss=s.loss_star + excess, rel_subopt=rel):
-                status = ctx.stop_status()
-                break
-            if p.stop_rel > 0 and rel <= p.stop_rel:
-                break
-        if t == p.n_iters:
+    batch_cost = F.sgd_eval(m, d, k, depth, bsz, p0.form, resnet)
+    for t in range(max(p.n_iters for p in ps) + 1):
+        stopped: list[int] = []
+        if any(t % mb.p.log_every == 0 or t == mb.p.n_iters for mb in live.members):
+            # Every member is evaluated when one logs (one batched pass); only the loggers use it.
+            ws, tt = live.operands()
+            excess_t, grads = live.stacked(gram_excess_grad(ws, tt["a"], tt["b"], tt["sigma"], tt["phi"], resnet))
+            excesses = excess_t.tolist()
+            stats: tuple[list[list[float]], list[float]] | None = None
+            for j, mb in enumerate(live.members):
+                if not (t % mb.p.log_every == 0 or t == mb.p.n_iters):
+                    continue
+                mb.total = mb.total + full_cost
+                excess = excesses[j]
+                if is_diverged(mb.s.loss_star + excess):
+                    live.stop(j, t, "diverged", t)
+                    stopped.append(j)
+                    continue
+                rel = mb.trace.observe(t, excess)
+                stats = stats or live.log_stats(grads)
+                mb.trace.log(t, excess, stats[0][j], stats[1][j], len(grads))
+                if not mb.ctx.report(t, loss=mb.s.loss_star + excess, rel_subopt=rel):
+                    live.stop(j, t, mb.ctx.stop_status())
+                    stopped.append(j)
+                    continue
+                if mb.p.stop_rel > 0 and rel <= mb.p.stop_rel:
+                    live.stop(j, t, "ok")
+                    stopped.append(j)
+        for j, mb in enumerate(live.members):
+            if t == mb.p.n_iters and j not in stopped:
+                live.stop(j, t, "ok")
+                stopped.append(j)
+        live.drop(stopped, [])
+        if not live.members:
             break
-        idx = sampler.next()
-        xb, yb = s.x[:, idx], s.y[:, idx]
-        if p.form == "gram":
-            batch_loss, grads = gram_batch_loss_grad(ws, s.a, s.b, xb, yb, resnet)
+        idx = torch.stack([samplers[id(mb)].next() for mb in live.members]).to(live.ws[0].device)
+        rows = torch.arange(len(live.members), device=idx.device)[:, None]
+        # Gathering whole sample rows of the (B, n, d) transposes is a plain copy per sample.
+        xb, yb = live.data["xt"][rows, idx].mT, live.data["yt"][rows, idx].mT
+        ws, tt = live.operands()
+        if len(live.members) == 1:
+            xb, yb = xb[0], yb[0]
+        if p0.form == "gram":
+            batch_loss, grads = live.stacked(gram_batch_loss_grad(ws, tt["a"], tt["b"], xb, yb, resnet))
         else:
-            batch_loss, _, grads = direct_loss_grad(ws, s.a @ xb, s.b, yb, resnet)
-        total = total + batch_cost
-        if is_diverged(float(batch_loss) * n / bsz):
-            status, diverged_step = "diverged", t
+            batch_loss, _, grads = direct_loss_grad(ws, tt["a"] @ xb, tt["b"], yb, resnet)
+            batch_loss, grads = live.stacked((batch_loss, grads))
+        stopped = []
+        for j, (mb, value) in enumerate(zip(live.members, batch_loss.tolist(), strict=True)):
+            mb.total = mb.total + batch_cost
+            if is_diverged(value * n / bsz):
+                live.stop(j, t, "diverged", t)
+                stopped.append(j)
+            else:
+                mb.total = mb.total + F.update(m, depth)
+        grads = live.drop(stopped, grads)
+        if not live.members:
             break
-        for w, g in zip(ws, grads, strict=True):
-            w.sub_(g, alpha=step)
-        total = total + F.update(m, depth)
-    return Outcome(status, t, diverged_step, total.total, trace, ws)
+        live.update(grads, n / bsz)  # G = (n/B) sum_batch grad l_i: unbiased for the SUM loss (spec §1.5)
+    return [mb.outcome() for mb in members]
+
+
+def _sampler(mb: Member) -> BatchSampler:
+    assert isinstance(mb.p, SGDParams) and mb.s.batch_gen is not None
+    return BatchSampler(mb.p.n, mb.p.batch_size, mb.p.sampling, mb.s.batch_gen)

@@ -1,0 +1,195 @@
+"""When trials are asked and told: the study as the executor's lazy source of cells.
+
+The whole study is one `execute_cells` call. Its source (`cells`) asks a trial when there is room
+and yields its cell; it yields None (nothing yet) while `parallel` trials are in flight, and the
+executor asks again once it has handed a finished record to `finished`, which tells the trials.
+Runs are persisted on the grid's flush policy (by count and by time), so a study writes a few
+part files, not one per trial or batch.
+
+* `async` (default): `parallel` trials are always in flight. A finished run's trials are told at
+  once and the next trial is asked at the executor's next pull, so no worker waits for a batch's
+  slowest run. Trials are told in completion order, which depends on timing: a seeded study is not
+  reproducible, and a trial asked while others run is sampled without their results (TPE's constant
+  liar counts them as bad).
+* `deterministic`: `parallel` trials are asked together and told in trial-number order once all
+  their runs have finished; then the next batch is asked. A seeded study is reproducible (pruning
+  aside, docs/tuning.md), at the cost of workers idling while a batch's slowest run finishes.
+
+Either way, a trial whose run is already in the store is told from the stored row without running,
+and trials in flight that ask for the same cell share one run.
+
+In async mode the tells themselves (Optuna storage writes: an fsynced journal append, an RDB round
+trip) run on a thread of their own, in order, so the next ask and the worker waiting for it do not
+wait for them; the sampler sees a trial as running until its tell lands, as with the threads of
+`study.optimize(n_jobs=...)`. Told in line instead: `parallel: 1` (a sequential study's next ask
+should see the last result) and the grid sampler (it counts the points told to know which remain).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from runner.grid.spec import Cell
+from runner.store import RunRecord
+from runner.tune.optuna_adapter import grid_size, tell, trial_states
+from runner.tune.trials import trial_row, verdict
+from tasks.status import FAILED, is_settled
+
+if TYPE_CHECKING:
+    from runner.tune.driver import StudyDriver
+
+
+class TrialSchedule:
+    def __init__(self, driver: StudyDriver) -> None:
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
+
+        self.d = driver
+        self.deterministic = driver.p.mode == "deterministic"
+        finished = (TrialState.COMPLETE, TrialState.PRUNED)
+        self.done = sum(t.state in finished for t in driver.study.get_trials(deepcopy=False))
+        self.failed = 0
+        self.running = 0  # trials asked and not told yet
+        self.waiting: dict[str, list[tuple[Any, Cell]]] = {}  # run in flight -> the trials it will tell
+        self.batch: list[tuple[Any, Cell]] = []  # deterministic: this batch's trials, in number order
+        self.rows: dict[str, dict[str, Any]] = {}  # deterministic: this batch's finished runs
+        background = not self.deterministic and driver.p.parallel > 1 and driver.p.sampler.name != "grid"
+        self._teller = ThreadPoolExecutor(1, thread_name_prefix="convgrid-tell") if background else None
+        self._tells: list[Future[None]] = []
+
+    def cells(self) -> Iterator[Cell | list[Cell] | None]:
+        """The executor's source: cells of newly asked trials (in groups of `batch`, for a task that
+        runs them as one batch), None while there is no room."""
+        while True:
+            room = self._room()
+            if room is None:
+                return
+            if room == 0:
+                yield None
+                continue
+            asked, rejected = self.d.ask(room)
+            self.failed += rejected
+            self.d.bar.update([FAILED] * rejected)
+            group: list[Cell] = []
+            for trial, cell in asked:
+                self.running += 1
+                if self.deterministic:
+                    self.batch.append((trial, cell))
+                if cell.run_id in self.waiting:
+                    self.waiting[cell.run_id].append((trial, cell))
+                elif cell.run_id in self.d.known:
+                    if not self.deterministic:
+                        self._tell(trial, cell, self.d.known[cell.run_id], fresh=False)
+                else:
+                    self.waiting[cell.run_id] = [(trial, cell)]
+                    self.d.hub.add(cell.run_id, trial)
+                    if self.d.p.batch == 1:
+                        yield cell
+                        continue
+                    group.append(cell)
+                    if len(group) == self.d.p.batch:
+                        yield group
+                        group = []
+            if group:
+                yield group
+            self._settle_batch()  # a batch wholly answered from the store is told at once
+
+    def finished(self, records: list[RunRecord]) -> None:
+        """The executor's finished records (the `execute_cells` sink): tell their trials."""
+        for record in records:
+            self.d.hub.finish(record.run_id)  # no value of this run reaches its trial once it is told
+            self.d.report.ran += 1
+            if is_settled(record.row["status"], self.d.retry_failed):
+                self.d.known[record.run_id] = record.row
+            trials = self.waiting.pop(record.run_id, [])
+            if self.deterministic:
+                self.rows[record.run_id] = record.row
+                continue
+            for trial, cell in trials:
+                self._tell(trial, cell, record.row, fresh=True)
+        self._settle_batch()
+        self.d.flush_if_due()
+
+    def _settle_batch(self) -> None:
+        """Deterministic mode: once every run of the batch is in, tell it in trial-number order."""
+        if not self.deterministic or not self.batch or self.waiting:
+            return
+        for trial, cell in self.batch:
+            fresh = cell.run_id in self.rows
+            self._tell(trial, cell, self.rows[cell.run_id] if fresh else self.d.known[cell.run_id], fresh)
+        self.batch.clear()
+        self.rows.clear()
+
+    def close(self) -> None:
+        """Wait for the tells still being written (and raise what failed in one). Idempotent."""
+        if self._teller is not None:
+            self._teller.shutdown(wait=True)
+        self._collect()
+
+    def _collect(self) -> None:
+        """Raise the error of a tell that failed on the teller thread; forget those done."""
+        done = [f for f in self._tells if f.done()]
+        self._tells = [f for f in self._tells if not f.done()]
+        for f in done:
+            f.result()
+
+    def _tell(self, trial: Any, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
+
+        state, values, note = verdict(self.d.p, row)
+        self.running -= 1
+        self.done += state in (TrialState.COMPLETE, TrialState.PRUNED)
+        self.failed += state == TrialState.FAIL
+        self.d.report.from_store += not fresh
+        self.d.member(cell)
+        self.d.bar.update([row["status"]])
+        args = (trial, cell.run_id, row["status"], state, values, note)
+        if self._teller is None:
+            self._write_tell(*args)
+            return
+        self._tells.append(self._teller.submit(self._write_tell, *args))
+        self._collect()
+
+    def _write_tell(
+        self, trial: Any, run_id: str, status: str, state: Any, values: list[float] | None, note: str | None
+    ) -> None:
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
+
+        if state != TrialState.COMPLETE:  # COMPLETE means an ok run: no attribute (one journal write less)
+            trial.set_user_attr("run_status", status)
+        if note:
+            trial.set_user_attr("note", note)
+        frozen = tell(self.d.study, trial, values, state=state)
+        if frozen is not None:  # else the grid sampler stopped the study: close() writes its row
+            self.d.add_row(trial_row(self.d.p, self.d.label, frozen, run_id))
+
+    def _room(self) -> int | None:
+        """How many trials to ask now: 0 to wait for trials in flight, None to ask no more."""
+        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
+
+        p = self.d.p
+        if self.failed >= p.max_failed:
+            self.d.report.stopped_early = f"{self.failed} trials failed (max_failed)"
+            return None
+        need = p.n_trials - self.done - self.running
+        room = min(p.parallel - self.running, need)
+        if self.deterministic and self.running:
+            room = 0  # the batch is told before the next one is asked
+        if room < min(p.batch, need):
+            room = 0  # refill a whole batch at a time: a batch of one would waste the batched path
+        if room > 0 and p.sampler.name == "grid":
+            # never ask past the unvisited points (the grid sampler would repeat some)
+            trials = self.d.study.get_trials(deepcopy=False)
+            enqueued = sum(t.state == TrialState.WAITING for t in trials)
+            if not enqueued and self.d.study.sampler.is_exhausted(self.d.study):
+                if not self.running:
+                    self.d.report.stopped_early = "the grid is covered"
+                return 0 if self.running else None
+            visited = len({json.dumps(t.params, sort_keys=True) for t in trials if t.state.is_finished()})
+            room = min(room, grid_size(p) - visited - self.running + enqueued)
+            room = room if room > 0 or self.running else 1
+        if room <= 0:
+            return 0 if self.running else None
+        return room

@@ -1,0 +1,189 @@
+"""Asynchronous tuning: `parallel` trials in flight, a trial asked as each run finishes, records
+written on the flush policy (one part for a short study), and the deterministic mode that tells
+batches in trial-number order whatever order runs finish in.
+
+A scripted executor (the Executor contract, runs in this process) finishes runs in an order the test
+chooses, which Ray would give only by timing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
+from runner.execute.report_channel import LocalChannel
+from runner.execute.worker import run_item
+from runner.store import ResultStore, RunRecord
+from runner.store.trials import read_trials
+from runner.tune.driver import tune
+from tests.test_tune import ls_study
+
+
+class ScriptedExecutor:
+    """Pulls items until the source waits (at most `hold`), then finishes the newest one first (LIFO)
+    or the oldest (FIFO). Logs each pull ("+run_id", or "wait") and each finished run ("-run_id"),
+    and the sizes of the groups it was given."""
+
+    name = "scripted"
+
+    def __init__(self, lifo: bool, hold: int = 16) -> None:
+        self.lifo, self.hold = lifo, hold
+        self.log: list[str] = []
+        self.groups: list[int] = []
+        self.max_in_flight = 0
+
+    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+        source = iter(items)
+        held: list[WorkItem] = []
+        ended = False
+        while True:
+            while not ended and len(held) < self.hold:
+                item = next(source, StopIteration)
+                if item is StopIteration:
+                    ended = True
+                elif item is None:
+                    self.log.append("wait")
+                    break
+                else:
+                    group = item if isinstance(item, list) else [item]
+                    self.groups.append(len(group))
+                    self.log += ["+" + i.run_id for i in group]
+                    held += group
+            self.max_in_flight = max(self.max_in_flight, len(held))
+            if not held:
+                assert ended, "the source waited with nothing in flight"
+                return
+            item = held.pop() if self.lifo else held.pop(0)
+            self.log.append("-" + item.run_id)
+            reporter = channel.reporters(item) if channel is not None else None
+            yield [run_item(item, reporter=reporter)]
+
+    def start(self) -> None:
+        pass
+
+    def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
+        return LocalChannel(judge, spec)
+
+    def close(self) -> None:
+        pass
+
+
+def _trials(root: Path, study: str) -> list[tuple[int, str, str, float | None]]:
+    return [
+        (r["number"], r["state"], r["params_json"], r["value"])
+        for r in read_trials(ResultStore(root), study).to_pylist()
+    ]
+
+
+def test_async_keeps_parallel_trials_in_flight_and_asks_as_each_finishes(tmp_path: Path) -> None:
+    executor = ScriptedExecutor(lifo=True)
+    raw = ls_study("async", n_trials=12, parallel=3, sampler={"name": "tpe", "seed": 1})
+    (report,) = tune(raw, tmp_path, executor, progress=False, flush_s=600)
+    assert report.states == {"COMPLETE": 12} and report.ran == 12
+    assert executor.max_in_flight == 3
+    # after the first three, every finished run is followed at once by one new trial, then a wait
+    first_finish = next(i for i, e in enumerate(executor.log) if e.startswith("-"))
+    assert [e[0] for e in executor.log[:first_finish]] == ["+", "+", "+", "w"]
+    steady = executor.log[first_finish : first_finish + 3 * 9]
+    assert [e[0] for e in steady] == ["-", "+", "w"] * 9
+    store = ResultStore(tmp_path)
+    # every trial is a stored run, written as one part (flush by count and time, not per trial)
+    rows = read_trials(store, "async").to_pylist()
+    assert {r["run_id"] for r in rows} <= set(store.read_runs("least_squares", ["status"])["run_id"].to_pylist())
+    assert len(store.parts("runs", "task=least_squares")) == 1
+
+
+def test_deterministic_mode_tells_in_trial_order_whatever_order_runs_finish(tmp_path: Path) -> None:
+    raw = ls_study("det", n_trials=9, parallel=3, mode="deterministic", sampler={"name": "tpe", "seed": 5})
+    results = []
+    for lifo in (False, True):
+        executor = ScriptedExecutor(lifo=lifo)
+        tune(raw, tmp_path / str(lifo), executor, progress=False)
+        # a whole batch is asked before any run finishes, and the next only once all three are told
+        pulls = [e[0] for e in executor.log]
+        assert pulls == ["+", "+", "+", "w", "-", "w", "-", "w", "-"] * 3
+        results.append(_trials(tmp_path / str(lifo), "det"))
+    assert results[0] == results[1]  # the same trials, params and values, in FIFO and LIFO completion
+    assert [n for n, *_ in results[0]] == list(range(9))
+
+
+def test_deterministic_flag_and_file_key(tmp_path: Path) -> None:
+    from runner.tune.driver import with_overrides
+    from runner.tune.optuna_adapter import load_plans
+
+    (plan,) = load_plans(ls_study("flag", n_trials=2))
+    assert plan.mode == "async"
+    assert with_overrides(plan, deterministic=True).mode == "deterministic"
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="mode"):
+        load_plans(ls_study("flag", n_trials=2, mode="fast"))
+
+
+def test_trials_in_flight_with_the_same_params_share_one_run(tmp_path: Path) -> None:
+    executor = ScriptedExecutor(lifo=True)
+    raw = ls_study("shared", n_trials=6, parallel=3, sampler={"name": "random", "seed": 0})
+    raw["space"] = {"lr": {"type": "categorical", "choices": [0.1, 0.2]}}
+    (report,) = tune(raw, tmp_path, executor, progress=False)
+    rows = read_trials(ResultStore(tmp_path), "shared").to_pylist()
+    assert len(rows) == 6 and {r["state"] for r in rows} == {"COMPLETE"}
+    # two points: each run sent to the executor once, the other trials share it or are told from the store
+    assert report.ran == len({r["run_id"] for r in rows}) == 2
+    assert sum(e.startswith("+") for e in executor.log) == 2
+
+
+def test_a_batch_of_trials_is_asked_and_handed_over_as_one_group(tmp_path: Path) -> None:
+    from runner.tune.driver import run_study
+    from runner.tune.optuna_adapter import load_plans
+
+    (plan,) = load_plans(ls_study("grouped", n_trials=12, parallel=6, sampler={"name": "random", "seed": 2}))
+    # least_squares has no run_batch, so the file would refuse `batch: 3`; the grouping is the tuner's part
+    executor = ScriptedExecutor(lifo=False)
+    report = run_study(replace(plan, batch=3), tmp_path, executor, progress=False)
+    assert report.states == {"COMPLETE": 12}
+    assert executor.groups == [3, 3, 3, 3]  # never a trial alone: refilled when a whole group finished
+    assert executor.max_in_flight == 6
+
+
+def test_batch_needs_a_task_with_run_batch() -> None:
+    from runner.errors import ConfigError
+    from runner.tune.optuna_adapter import load_plans
+
+    with pytest.raises(ConfigError, match="no run_batch") as err:
+        load_plans(ls_study("b", n_trials=4, parallel=4, batch=2))
+    assert err.value.key == "batch"
+
+
+def test_a_pruned_run_asked_again_is_judged_afresh() -> None:
+    """The report channel stays open for the whole study now: a stop verdict for a run must not
+    reach a later run of the same id (a pruned point asked again), in the judge or the channel actor."""
+    from runner.execute.channel_actor import _ReportChannelActor
+    from runner.tune.pruning import PruningHub
+
+    class Trial:
+        def __init__(self, prune: bool) -> None:
+            self.prune, self.reported = prune, []
+
+        def report(self, value: float, step: int) -> None:
+            self.reported.append(step)
+
+        def should_prune(self) -> bool:
+            return self.prune
+
+    hub = PruningHub()
+    hub.add("r", Trial(prune=True))
+    assert hub.judge("r", 1, 0.5) is False and hub.judge("r", 2, 0.5) is False  # stopped, and stays so
+    hub.finish("r")
+    again = Trial(prune=False)
+    hub.add("r", again)
+    assert hub.judge("r", 1, 0.5) is True and again.reported == [1]
+    hub.finish("r")
+    assert hub.judge("r", 2, 0.5) is True and again.reported == [1]  # a told trial gets no more values
+
+    channel = _ReportChannelActor()
+    channel.stop(["r"])
+    assert channel.report("r", 3, 0.5) is False  # the same run: stop
+    assert channel.report("r", 1, 0.5, True) is True  # the first value of a new run of that id: judged afresh
