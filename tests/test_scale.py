@@ -251,3 +251,12 @@ def test_a_tasks_schemas_come_back_from_the_cache_without_the_task(
     assert schema.task_schemas("least_squares") == expected  # a damaged entry: built again, and stored
     assert cache.load_schemas(path) == expected
     schema._schemas.cache_clear()
+
+
+def test_stored_ids_that_are_not_run_ids_are_left_out_of_the_index() -> None:
+    import pyarrow as pa
+
+    from runner.store.index import stored_keys
+
+    good = hashlib.sha256(b"x").hexdigest()[:32]
+    assert stored_keys(pa.array(["r1", good, good.upper(), good + "0"])).tolist() == [int(good[:16], 16)]

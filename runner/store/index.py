@@ -37,6 +37,13 @@ def run_keys(ids: np.ndarray) -> np.ndarray:
     return keys
 
 
+def stored_keys(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Keys of run ids read from the store. An id that is not 32 lower-case hex digits (a store written
+    by hand or by an old convgrid) is no cell of any grid, and is left out rather than mis-keyed."""
+    ids = ids.filter(pc.match_substring_regex(ids, "^[0-9a-f]{32}$"))
+    return run_keys(np.array(ids.to_numpy(zero_copy_only=False), dtype="S32"))
+
+
 def id_array(ids: Iterable[str]) -> np.ndarray:
     return np.array([i.encode() for i in ids], dtype="S32")
 
@@ -65,7 +72,7 @@ class SettledIndex:
             ):
                 if wanted:
                     ids = table.filter(pc.is_in(table["status"], value_set=pa.array(wanted)))["run_id"]
-                    out.append(run_keys(np.array(ids.to_numpy(zero_copy_only=False), dtype="S32")))
+                    out.append(stored_keys(ids))
         return cls(_sorted(final), _sorted(skipped))
 
     def classify(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
