@@ -77,6 +77,17 @@ class ClaimResult:
     verdict: Verdict
     complete: bool
     reduced: bool = False
+    n_wanted: int = 0  # runs the grid asks for
+    n_finished: int = 0  # of those, runs with a final status
+
+    @property
+    def size(self) -> str:
+        """The grid's kind (reduced or full) and, while not all of it has run, how much did: a verdict on half
+        a grid must not read like one on the whole grid."""
+        if self.grid is None:
+            return "-"
+        kind = "reduced" if self.reduced else "full"
+        return kind if self.complete else f"{kind}, partial: {self.n_finished} of {self.n_wanted} runs"
 
     @property
     def surprising(self) -> bool:
@@ -97,7 +108,7 @@ class ClaimsTable:
                 {
                     "claim": r.claim.id,
                     "grid": r.grid or "-",
-                    "size": "-" if r.grid is None else ("reduced" if r.reduced else "full"),
+                    "size": r.size,
                     "verdict": r.verdict.verdict,
                     "expected": r.claim.expected,
                     "measured": r.verdict.measured,
@@ -112,7 +123,7 @@ class ClaimsTable:
         lines = []
         for r in self.results:
             mark = "!!" if r.surprising else "  "
-            size = "" if r.grid is None else (" [reduced]" if r.reduced else " [full]")
+            size = "" if r.grid is None else f" [{r.size}]"
             lines.append(
                 f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.grid or '-'}{size}"
             )
@@ -158,10 +169,13 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
         except FileNotFoundError:
             runs = pd.DataFrame(columns=["run_id", "status"])
         finished = runs[runs["status"].isin(sorted(FINAL_STATUSES))]
-        complete = wanted <= set(finished["run_id"])
+        n_finished = len(wanted & set(finished["run_id"]))
+        complete = n_finished == len(wanted)
         curves = load_curves(root, claim.task, runs=finished) if claim.needs_curves and not finished.empty else None
         verdict = claim.check(finished, curves) if not finished.empty else Verdict(NO_DATA, "no finished runs")
-        table.results.append(ClaimResult(claim, grid, verdict, complete, is_reduced(grid)))
+        table.results.append(
+            ClaimResult(claim, grid, verdict, complete, is_reduced(grid), n_wanted=len(wanted), n_finished=n_finished)
+        )
     return table
 
 

@@ -116,9 +116,8 @@ class Report:
             header = ["claim", "grid", "size", "verdict", "expected", "measured", "paper"]
             lines += ["", "## Claims", "", _row(header), "|---" * len(header) + "|"]
             for r in decided:
-                size = "reduced" if r.reduced else "full"
                 v = r.verdict
-                lines.append(_row([r.claim.id, r.grid, size, v.verdict, r.claim.expected, v.measured, v.paper]))
+                lines.append(_row([r.claim.id, r.grid, r.size, v.verdict, r.claim.expected, v.measured, v.paper]))
             lines += [
                 "",
                 "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid.",

@@ -1,12 +1,14 @@
 """Write throughput and read times of the results store, this checkout against a baseline commit.
 
-    python benchmarks/store.py [--runs 100000] [--steps 100] [--flush 256] [--baseline 411c227]
+    python benchmarks/store.py [--runs 100000] [--steps 100] [--flush 256] [--baseline 411c227 ...]
 
 The baseline (default: the commit before the crash-safe store) is checked out in a temporary git
 worktree and measured in the same invocation, same machine, same data: each checkout runs this file
 in its own subprocess (`--worker`), which
   - writes `runs` least_squares runs of `steps` curve rows each through `ResultStore.write_records`
-    in flushes of `flush` runs (what a driver does), timing only the store calls;
+    in flushes of `flush` runs, one commit per flush, timing only the store calls; and, where the
+    checkout has it, the same flushes handed to the group-commit writer thread a driver uses (as fast
+    as they come: each commit takes what queued during the one before), timed until all is committed;
   - reads them back with convgrid (`read_runs`, `read_curves`) and with pandas, DuckDB and polars
     on one task's folder, and on the whole runs/ folder (the README's one-line queries).
 A client that fails on a layout prints its error instead of a time.
@@ -82,7 +84,7 @@ def _client(fn: Callable[[], int]) -> dict[str, Any]:
     return {"s": round(seconds, 3), "rows": rows}
 
 
-def worker(root: Path, runs: int, steps: int, flush: int) -> dict[str, Any]:
+def worker(root: Path, runs: int, steps: int, flush: int, write_only: bool = False) -> dict[str, Any]:
     """Runs inside one checkout (cwd and sys.path are that checkout)."""
     import duckdb
     import pandas as pd
@@ -92,16 +94,27 @@ def worker(root: Path, runs: int, steps: int, flush: int) -> dict[str, Any]:
     from runner.store import ResultStore
 
     store = ResultStore(root)
-    write_s = 0.0
-    for start in range(0, runs, flush):
-        batch = _records(min(flush, runs - start), steps, seed=start)
-        seconds, _ = _timed(lambda b=batch: store.write_records(b, task_schemas))
-        write_s += seconds
+    batches = [_records(min(flush, runs - start), steps, seed=start) for start in range(0, runs, flush)]
+    write_s = sum(_timed(lambda b=batch: store.write_records(b, task_schemas))[0] for batch in batches)
     result: dict[str, Any] = {
         "write_s": round(write_s, 2),
         "runs_per_s": round(runs / write_s),
         "curve_rows_per_s": round(runs * steps / write_s),
     }
+    try:  # how this checkout's driver writes: flushes handed to a group-commit writer thread
+        from runner.store.group_commit import GroupCommit
+    except ImportError:
+        result["group commit: runs_per_s"] = "(none)"  # a checkout from before it
+    else:
+        other = ResultStore(f"{root}-group")
+        t0 = time.perf_counter()
+        writer = GroupCommit(lambda records: other.write_records(records, task_schemas) or [])
+        for batch in batches:  # all at once: the writer takes what has queued during each commit
+            writer.submit(batch)
+        writer.close()
+        result["group commit: runs_per_s"] = round(runs / (time.perf_counter() - t0))
+    if write_only:
+        return result
     fresh = ResultStore(root)
     task_runs, task_curves = f"{root}/runs/task=least_squares", f"{root}/curves/task=least_squares"
     result["convgrid runs"] = _client(lambda: fresh.read_runs("least_squares").num_rows)
@@ -117,12 +130,32 @@ def worker(root: Path, runs: int, steps: int, flush: int) -> dict[str, Any]:
     return result
 
 
-def _run_in(tree: Path, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _run_in(tree: Path, root: Path, args: argparse.Namespace, write_only: bool = False) -> dict[str, Any]:
     cmd = [sys.executable, str(REPO / "benchmarks" / "store.py"), "--worker", str(root)]
     cmd += ["--runs", str(args.runs), "--steps", str(args.steps), "--flush", str(args.flush)]
+    cmd += ["--write-only"] if write_only else []
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _interleaved(contenders: list[tuple[str, Path]], tmp: Path, args: argparse.Namespace) -> None:
+    """Write runs/s of each checkout, `args.repeat` rounds, each round every checkout once in turn."""
+    import statistics
+
+    seen: dict[str, dict[str, list[float]]] = {label: {} for label, _ in contenders}
+    for round_ in range(args.repeat):
+        for i, (label, tree) in enumerate(contenders):
+            result = _run_in(tree, tmp / f"round-{round_}-{i}", args, write_only=True)
+            for key in ("runs_per_s", "group commit: runs_per_s"):
+                if isinstance(result.get(key), int):
+                    seen[label].setdefault(key, []).append(result[key])
+    print(f"write runs/s, median of {args.repeat} interleaved rounds ({args.runs} runs, flushes of {args.flush}):")
+    for label, keys in seen.items():
+        cells = ", ".join(
+            f"{k} {statistics.median(v):.0f} (all: {sorted(round(x) for x in v)})" for k, v in keys.items()
+        )
+        print(f"  {label}: {cells}")
 
 
 def main() -> None:
@@ -130,22 +163,39 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--flush", type=int, default=256)
-    parser.add_argument("--baseline", default="411c227", help="git revision to compare with")
+    parser.add_argument(
+        "--baseline", action="append", help="git revision to compare with (repeatable; default 411c227)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        help="only time writes, this many rounds, the checkouts interleaved in each; print medians "
+        "(on a shared machine one pass of each is at the mercy of the load of the moment)",
+    )
+    parser.add_argument("--write-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         sys.path.insert(0, os.getcwd())  # this checkout's packages, not an installed copy
-        print(json.dumps(worker(args.worker, args.runs, args.steps, args.flush)))
+        print(json.dumps(worker(args.worker, args.runs, args.steps, args.flush, args.write_only)))
         return
+    baselines = args.baseline or ["411c227"]
     with tempfile.TemporaryDirectory(prefix="convgrid-store-bench-") as tmp:
-        base = Path(tmp) / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=REPO, check=True)
+        trees = {f"baseline {rev}": Path(tmp) / f"baseline-{i}" for i, rev in enumerate(baselines)}
+        for rev, tree in zip(baselines, trees.values(), strict=True):
+            subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO, check=True)
         try:
-            results = {}
-            for label, tree in (("baseline " + args.baseline, base), ("this checkout", REPO)):
+            results: dict[str, dict[str, Any]] = {}
+            contenders = [*trees.items(), ("this checkout", REPO)]
+            if args.repeat:
+                _interleaved(contenders, Path(tmp), args)
+                return
+            for label, tree in contenders:
                 results[label] = _run_in(tree, Path(tmp) / f"store-{len(results)}", args)
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO, check=True)
+            for tree in trees.values():
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=True)
     print(f"{args.runs} runs, {args.runs * args.steps} curve rows, flushes of {args.flush} runs")
     keys = list(next(iter(results.values())))
     print(f"{'':28}" + "".join(f"{label:>28}" for label in results))

@@ -29,8 +29,10 @@ from runner.execute.unwritable import write_isolated
 from runner.grid.schema import task_schemas
 from runner.grid.spec import Cell, CellSource, Grid, GridFile, load_grid
 from runner.store import ResultStore, RunRecord
+from runner.store.claims import Claims, blocks_of
 from runner.store.columns import MEMBER_SCHEMA
-from runner.store.index import SettledIndex, run_keys, stored_keys
+from runner.store.group_commit import GroupCommit
+from runner.store.index import SettledIndex, id_array, run_keys, stored_keys
 from runner.store.store import TASK_KINDS, task_dir
 
 
@@ -46,9 +48,11 @@ class RunReport:
     wall_s: float = 0.0
     compacted: str | None = None  # what the automatic compaction after the run did, if it ran
     executor: str | None = None  # the executor that ran the cells (auto picks one)
+    by_others: int = 0  # cells of this plan that other drivers on the same store ran meanwhile
 
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "nothing"
+        others = f"; {self.by_others} cells ran in other drivers" if self.by_others else ""
         if self.executed == 0:
             head = f"{self.grid}: all {self.already_done} of {self.cells} cells already done; nothing to run"
             if self.skipped_failed:
@@ -56,10 +60,12 @@ class RunReport:
                     f"{self.grid}: {self.already_done} of {self.cells} cells done, {self.skipped_failed} "
                     "failed/timed out (use --retry-failed); nothing to run"
                 )
+            if self.by_others:
+                head = f"{self.grid}: nothing ran here{others}"
             return f"{head} (results in {redact(self.results)})"
         return (
             f"{self.grid}: ran {self.executed} of {self.cells} cells in {self.wall_s:.1f}s ({counts}); "
-            f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped; "
+            f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped{others}; "
             f"results in {redact(self.results)}" + (f"; {self.compacted}" if self.compacted else "")
         )
 
@@ -71,7 +77,9 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
     if kind == "local":
         from runner.execute.local import LocalExecutor
 
-        return LocalExecutor(threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"))
+        return LocalExecutor(
+            threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"), batch=options.get("batch", True)
+        )
     if kind in ("ray", "auto"):
         from runner.execute.ray_pool import RayExecutor
 
@@ -198,26 +206,37 @@ def execute_cells(
     sink: Callable[[list[RunRecord]], None] | None = None,
     total: int | None = None,
 ) -> Counter[str]:
-    """Run cells, persisting records as chunks complete: a part file once `flush_every` runs have
+    """Run cells, persisting records as chunks complete: a flush once `flush_every` runs have
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
-    finished work, and tiny runs do not make one file each). A Ctrl-C keeps what finished.
-    `channel` (from `executor.report_channel`) carries intermediate values to a judge; `sink` sees
-    every finished record too (the tuner tells its trials from them). `cells` is pulled lazily, as
-    the executor's workers free up (see `Executor.execute`); `total` (default: its length, where it
-    has one) sizes the progress bar."""
+    finished work, plus the flush being committed, and tiny runs do not make one file each). Flushes
+    are committed by a writer thread (runner.store.group_commit: the fsyncs of one overlap the next
+    runs, and flushes waiting for it share one commit); all is committed when this returns. A Ctrl-C
+    keeps what finished. `channel` (from `executor.report_channel`) carries intermediate values to a
+    judge; `sink` sees every finished record too (the tuner tells its trials from them). `cells` is
+    pulled lazily, as the executor's workers free up (see `Executor.execute`); `total` (default: its
+    length, where it has one) sizes the progress bar."""
     if total is None:
         total = len(cells) if isinstance(cells, Sized) else 0
     bar = Progress(total, label, enabled=progress)
     buffer: list[RunRecord] = []
     last_flush = time.monotonic()
 
+    def commit(records: Sequence[RunRecord]) -> list[tuple[str, RunRecord]]:
+        """(status it arrived with, the failed record stored instead) of each record the store refused."""
+        arrived = {r.run_id: r.status for r in records}
+        return [(arrived[f.run_id], f) for f in write_isolated(store, records, task_schemas)]
+
+    def recount(refused: list[tuple[str, RunRecord]]) -> None:
+        for was, failed in refused:
+            bar.counts[was] -= 1  # counted as it arrived; stored as failed (the store refused it)
+            bar.counts[failed.status] += 1
+
+    writer = GroupCommit(commit)
+
     def flush() -> None:
         nonlocal last_flush
         if buffer:
-            for failed in write_isolated(store, buffer, task_schemas):
-                was = next(r.status for r in buffer if r.run_id == failed.run_id)
-                bar.counts[was] -= 1  # counted as it arrived; stored as failed (the store refused it)
-                bar.counts[failed.status] += 1
+            writer.submit(list(buffer))
             buffer.clear()
         last_flush = time.monotonic()
 
@@ -231,8 +250,42 @@ def execute_cells(
                 flush()
     finally:
         flush()
-        bar.close()
+        try:
+            recount(writer.close())
+        finally:
+            bar.close()
     return bar.counts
+
+
+def execute_shared(
+    grid: CellSource,
+    todo: np.ndarray,
+    store: ResultStore,
+    executor: Executor,
+    claims: Claims,
+    retry_failed: bool,
+    label: str,
+    **flush_options: Any,
+) -> Counter[str]:
+    """`execute_cells` over the waves of blocks of the grid this driver claims (runner.store.claims):
+    drivers started on the same grid and root split its cells, and take over those of a dead one.
+    `todo` indexes the grid's cells; waves name run ids, rebuilt into cells as they are run."""
+    ids = grid.ids.astype(str).tolist()
+    index = {rid: i for i, rid in enumerate(ids)}
+
+    def still_todo(wave: list[str]) -> set[str]:
+        final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(id_array(wave)))
+        return {rid for rid, settled in zip(wave, (final | skipped).tolist(), strict=True) if not settled}
+
+    counts: Counter[str] = Counter()
+    claims.start()
+    try:
+        for wave in claims.waves(blocks_of(ids), [ids[i] for i in todo.tolist()], still_todo):
+            cells = grid.cells_at([index[i] for i in wave])
+            counts.update(execute_cells(cells, store, executor, label, total=len(wave), **flush_options))
+    finally:
+        claims.close()  # after the last flush: what this driver leaves unfinished is free at once
+    return counts
 
 
 def run_grid(
@@ -246,9 +299,13 @@ def run_grid(
     close_executor: bool = True,
     flush_every: int = 256,
     flush_s: float = 2.0,
+    share: bool = True,
+    lease_s: float | None = None,
     **executor_options: Any,
 ) -> RunReport:
-    """Run every cell of a grid not yet in the store. `only` restricts to (and re-runs) given run ids."""
+    """Run every cell of a grid not yet in the store. `only` restricts to (and re-runs) given run ids.
+    With `share`, drivers running the same grid on the same root split the work (runner.store.claims;
+    a driver is presumed dead `lease_s` after its last heartbeat); `only` never shares: it reruns."""
     grid: CellSource = source if isinstance(source, Grid | GridFile) else load_grid(source)
     store = ResultStore(results)
     store.recover()  # finish or undo what a killed command left before planning from the store
@@ -266,7 +323,7 @@ def run_grid(
         small = not executor_options.get("address") and small_work(grid, todo, store)
         executor = "local" if small else "ray"
         if small:  # the in-process executor takes only these of the Ray executor's options
-            executor_options = {k: v for k, v in executor_options.items() if k in ("threads", "timeout_s")}
+            executor_options = {k: v for k, v in executor_options.items() if k in ("threads", "timeout_s", "batch")}
     runner = make_executor(executor, **executor_options) if len(todo) else None
     if runner is not None:
         # Workers first: a cluster that cannot be reached fails the command before anything is written.
@@ -276,17 +333,17 @@ def run_grid(
         return report
     report.executor = runner.name
     t0 = time.monotonic()
+    claims = store.claims(grid.ids.astype(str).tolist(), lease_s) if share and only is None else None
+    flush_options: dict[str, Any] = {"progress": progress, "flush_every": flush_every, "flush_s": flush_s}
     try:
-        report.counts = execute_cells(
-            grid.cells_at(todo),
-            store,
-            runner,
-            grid.name,
-            progress=progress,
-            flush_every=flush_every,
-            flush_s=flush_s,
-            total=len(todo),
-        )
+        if claims is None:
+            report.counts = execute_cells(
+                grid.cells_at(todo), store, runner, grid.name, total=len(todo), **flush_options
+            )
+        else:
+            report.counts = execute_shared(grid, todo, store, runner, claims, retry_failed, grid.name, **flush_options)
+            report.executed = sum(report.counts.values())
+            report.by_others = max(0, len(todo) - report.executed)
     finally:
         report.wall_s = time.monotonic() - t0
         if close_executor:

@@ -144,6 +144,7 @@ class Task(Hashable, Protocol):
     summary_fields / curve_fields: declared column types (curve always has an int "step" too).
     examples: configs for the conformance suite, as raw dicts; `diverging_example` really diverges
     (or is None where the task's algorithms cannot).
+    Optional: `devices`, the devices the task computes on through `ctx.device` (see `device_for`).
     """
 
     name: ClassVar[str]
@@ -178,6 +179,14 @@ class BatchableTask(Task, Protocol):
     def batch_bytes(self, p: Any) -> int: ...
 
     def run_batch(self, ps: Sequence[Any], ctxs: Sequence[RunContext]) -> list[Result]: ...
+
+
+def device_for(task: Task, device: str) -> str:
+    """The device a run of `task` computes on in a worker that holds `device`. A task that computes on
+    `ctx.device` says so with a class attribute `devices` (say `("cpu", "cuda")`); without it a task
+    runs on the CPU, and a GPU pool gives it CPU actors."""
+    kind = device.split(":")[0]
+    return device if kind in getattr(task, "devices", ("cpu",)) else "cpu"
 
 
 def is_diverged(value: float, limit: float = 1e150) -> bool:

@@ -13,7 +13,10 @@ import analysis
 from analysis.claims import FAILS, HOLDS, Claim, Verdict, evaluate
 from analysis.report import build_report
 from runner import run_grid
+from runner.api import member_rows
 from runner.cli import main
+from runner.grid.spec import load_grid
+from runner.store import ResultStore
 
 LSQ = {
     "name": "lsq_full",
@@ -126,6 +129,24 @@ def test_claims_decide_and_strict_flags_surprises(
     monkeypatch.setattr("analysis.claims.registry", lambda: [_best_step_claim(HOLDS)])
     assert main(["check", str(store), "--strict"]) == 0
     assert "lsq.optimal_step_best: holds" in capsys.readouterr().out
+
+
+def test_check_says_how_much_of_a_partial_grid_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A verdict on half a grid must not be labelled like one on the whole grid ("[full]")."""
+    block = {"task": "least_squares", "params": {"d_in": 4, "m": 10, "n_iters": 20}}
+    run_grid({"name": "lsq_full", "blocks": [block]}, tmp_path, "local", progress=False)
+    # the grid grows to three cells; only the first has run
+    grown = load_grid({"name": "lsq_full", "blocks": [{**block, "product": {"lr": [0.01, 0.02]}}, block]})
+    ResultStore(tmp_path).write_members(member_rows(grown))
+
+    def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+        return Verdict(HOLDS, f"{len(runs)} runs")
+
+    claim = Claim("lsq.partial", "-", "least_squares", ("lsq_full",), "-", check)
+    result = evaluate(str(tmp_path), [claim]).results[0]
+    assert (result.complete, result.n_finished, result.n_wanted) == (False, 1, 3)
+    assert "on lsq_full [full, partial: 1 of 3 runs]" in evaluate(str(tmp_path), [claim]).format()
+    assert evaluate(str(tmp_path), [claim]).frame()["size"].tolist() == ["full, partial: 1 of 3 runs"]
 
 
 def test_registered_claims_run_on_reduced_grids(store: Path) -> None:

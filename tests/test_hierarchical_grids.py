@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from analysis.claims import NO_DATA, evaluate
-from analysis.hierarchical.claims import CLAIMS
+from analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
+from analysis.hierarchical.claims import CLAIMS, kernels_need_more_samples
 from analysis.hierarchical.figures import FIGURES
 from runner.cli import main
 from runner.grid.spec import load_grid
@@ -68,3 +69,20 @@ def test_small_grids_run_end_to_end(tmp_path: Path) -> None:
     for cid in ("004.C1.joint_beats_layerwise", "004.C1.layerwise_plateaus", "004.C2.bfc"):
         assert table[cid].reduced and table[cid].verdict.verdict != NO_DATA, table[cid].verdict
     assert "spec prototype" in table["004.C1.joint_beats_layerwise"].verdict.paper
+
+
+def test_kernel_claim_is_decided_at_the_largest_n_both_ran() -> None:
+    """C6 on a grid still running (or cut to the sizes that fit): kernels at n = 8000 have no network
+    beside them yet, so the verdict is taken at n = 4000, where the network is 10x below the best kernel
+    only in the first frame."""
+    rows = [
+        {"learner": "kernel", "kernel": "poly", "degree": 4, "n_train": n, "test_mse": mse}
+        for n, mse in ((4000, 0.4), (4000, 0.5), (8000, 0.001))
+    ] + [{"learner": "kernel", "kernel": "ntk", "degree": None, "n_train": 4000, "test_mse": 0.6}]
+    net = [{"learner": "wk", "kernel": None, "degree": None, "n_train": 4000, "test_mse": 0.01}]
+    verdict = kernels_need_more_samples(pd.DataFrame(rows + net), None)
+    assert verdict.verdict == HOLDS and verdict.measured.startswith("median test MSE / Var(y): n = 4000: network 0.01;")
+    assert "poly4: 0.45" in verdict.measured and "8000" not in verdict.measured
+    net[0]["test_mse"] = 0.05
+    assert kernels_need_more_samples(pd.DataFrame(rows + net), None).verdict == FAILS
+    assert kernels_need_more_samples(pd.DataFrame(rows), None).verdict == NO_DATA

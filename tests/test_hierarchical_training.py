@@ -9,6 +9,7 @@ import pytest
 import torch
 from pydantic import TypeAdapter
 
+from tasks import get_task
 from tasks.base import RunContext
 from tasks.hierarchical.data import make_data
 from tasks.hierarchical.densenet import DenseNet
@@ -148,3 +149,19 @@ def test_joint_training_corrects_lower_features_in_miniature() -> None:
     assert joint["test_mse"] < lw["test_mse"]
     assert joint["fe_orth_l2"] < lw["fe_orth_l2"] == lw["fe2_after_l2"]
     assert joint["fe_lin_l2"] < lw["fe_lin_l2"] and joint["fe_orth_l3"] < lw["fe_orth_l3"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("example", [0, 4, 6], ids=["wk", "densenet", "kernel_ntk"])
+def test_cuda_runs_match_cpu(example: int) -> None:
+    """Every learner computes on ctx.device: the same float64 run on CUDA equals the CPU run up to
+    reduction order (data and target are drawn on the CPU in float64, so both see the same inputs)."""
+    task = get_task("hierarchical")
+    p = ADAPTER.validate_python(task.examples[example])
+    cpu = task.run(p, RunContext()).summary
+    gpu = task.run(p, RunContext(device="cuda")).summary
+    for key in ("test_mse", "train_mse", "val_mse"):
+        assert gpu[key] == pytest.approx(cpu[key], rel=1e-6), key
+    if isinstance(p, WKParams):
+        f32 = task.run(p.model_copy(update={"dtype": "float32"}), RunContext(device="cuda")).summary
+        assert f32["test_mse"] == pytest.approx(cpu["test_mse"], rel=0.05)

@@ -6,14 +6,18 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.store.compact import compact
+from runner.store.exclusive import S3IfNoneMatch, for_root
+from tests.shared_drivers import check_takeover, kill_one_driver_midway
 
 GRID = {
     "name": "s3",
@@ -75,3 +79,37 @@ def test_run_resume_status_and_compact_on_s3(s3_root: str, capsys: pytest.Captur
     assert store.read_curves("least_squares").num_rows == curves_before + 200
     assert main(["status", s3_root]) == 0
     assert "s3" in capsys.readouterr().out
+
+
+def test_if_none_match_creates_once_among_racing_threads(s3_root: str) -> None:
+    """The primitive the claims rely on, against the server: of 8 racing PUTs with If-None-Match: *,
+    exactly one succeeds and its body is what the key holds."""
+    store = ResultStore(s3_root)
+    exclusive = for_root(s3_root, store.fs)
+    assert isinstance(exclusive, S3IfNoneMatch)
+    target = store.files.abs("_store/claims/race/b000000-g000000.json")
+    wins: list[bytes] = []
+    barrier = threading.Barrier(8)
+
+    def race(i: int) -> None:
+        barrier.wait()
+        if exclusive.create(target, f"driver {i}".encode()):
+            wins.append(f"driver {i}".encode())
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    with store.fs.open_input_stream(target) as stream:
+        assert stream.read() == wins[0]
+    assert not exclusive.create(target, b"late")
+
+
+def test_a_killed_driver_s_blocks_are_taken_over_on_s3(s3_root: str, tmp_path: Path) -> None:
+    root = s3_root.replace("convgrid/results", "convgrid/shared")
+    seen = kill_one_driver_midway(tmp_path, root, 64, lease_s=2.0, kill_after=12)
+    check_takeover(seen, 64)
+    names = [i.base_name for i in ResultStore(root).files.listing("_store/claims")]
+    assert len(names) == 1  # one grid's claims

@@ -170,11 +170,20 @@ def test_the_local_executor_pulls_one_item_per_finished_run() -> None:
 
     source = CountingSource()
     got = 0
-    for records in LocalExecutor().execute(source):
+    for records in LocalExecutor(batch=False).execute(source):
         got += len(records)
         assert source.pulled == got  # the next cell is made only once this one has been handed back
         if got == 20:
             break
+    # batched, cells of one key are pulled until a batch is full: never more than a batch ahead
+    source = CountingSource()
+    got = 0
+    for records in LocalExecutor(max_batch=8).execute(source):
+        got += len(records)
+        assert got <= source.pulled <= got + 8
+        if got == 20:
+            break
+    assert source.pulled == 24  # three batches of 8 pulled, the third partly handed back
 
 
 def test_a_group_from_the_source_travels_in_one_chunk(pool: RayExecutor) -> None:

@@ -203,8 +203,9 @@ def test_a_fragmented_store_is_compacted_after_a_run_and_reads_the_same(
 
     monkeypatch.setenv(COMPACT_PARTS_ENV, "0")  # never: the reference store keeps one part per flush
     run_grid(_grid([0.01, 0.02]), tmp_path / "ref", "local", progress=False, flush_every=1)
-    assert len(ResultStore(tmp_path / "ref").parts("runs/task=least_squares")) == 10
-    monkeypatch.setenv(COMPACT_PARTS_ENV, "4")
+    # flushes waiting for the group-commit writer share a commit: fewer parts than flushes, but several
+    assert len(ResultStore(tmp_path / "ref").parts("runs/task=least_squares")) > 1
+    monkeypatch.setenv(COMPACT_PARTS_ENV, "1")
     report = run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False, flush_every=1)
     assert report.compacted is not None and "compacted" in report.line()
     store = ResultStore(tmp_path / "auto")

@@ -71,24 +71,31 @@ def layerwise_plateaus(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 def bfc_lower_features_improve(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     wk = runs[runs["learner"] == "wk"]
     out, ok = [], True
-    for proto in ("joint", "layerwise"):
-        sub = wk[wk["protocol"] == proto]
-        if sub.empty:
-            return Verdict(NO_DATA, f"no {proto} runs")
-        depth = int(sub["L"].max())
-        sub = sub[sub["L"] == depth]
-        cols = [f"fe2_after_l{top}" for top in range(2, depth + 1)] + ["fe_orth_l2"]
-        med = [float(sub[c].astype(float).median()) for c in cols]
-        out.append(f"{proto} L={depth}: fe_2 after stage 2..L, final = " + " -> ".join(f"{v:.3g}" for v in med))
-        if proto == "joint":
-            ok &= all(b < a for a, b in itertools.pairwise(med)) and med[-1] < 0.5 * med[0]
-        else:
-            ok &= max(med) == min(med)  # frozen: bit-for-bit constant
+    # per input law: Gaussian labels have kurtosis ~1e3 at L = 4 (spec 6.3), pooling would hide either law
+    for dist, law in wk.groupby("dist", sort=True):
+        for proto in ("joint", "layerwise"):
+            sub = law[law["protocol"] == proto]
+            if sub.empty:
+                return Verdict(NO_DATA, f"no {proto} runs with {dist} inputs")
+            depth = int(sub["L"].max())
+            sub = sub[sub["L"] == depth]
+            cols = [f"fe2_after_l{top}" for top in range(2, depth + 1)] + ["fe_orth_l2"]
+            med = [float(sub[c].astype(float).median()) for c in cols]
+            trail = " -> ".join(f"{v:.3g}" for v in med)
+            out.append(f"{dist} {proto} L={depth} (n={len(sub)}): fe_2 after stage 2..L, final = {trail}")
+            if proto == "joint":
+                ok &= all(b < a for a, b in itertools.pairwise(med)) and med[-1] < 0.5 * med[0]
+            else:
+                ok &= max(med) == min(med)  # frozen: bit-for-bit constant
+    if not out:
+        return Verdict(NO_DATA, "no K/W runs")
     return Verdict(
         HOLDS if ok else FAILS,
-        "; ".join(out) + " (medians over every gamma / input law / seed of that depth)",
+        "; ".join(out) + " (medians over every gamma and seed of that depth and input law)",
         paper="Theorem 2 / Fig. 9: training higher layers improves lower-layer features; spec prototype L=4 g=0.3: "
         "fe_2 0.0251 -> 0.0096 -> 0.0029 -> 0.0015 joint, constant 0.0251 layer-wise",
+        theory="holds when, for every input law, joint's fe_2 falls at every stage (to under half in all) and "
+        "layer-wise's stays constant",
     )
 
 
@@ -140,22 +147,26 @@ def correction_is_local(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def kernels_need_more_samples(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    n_max = runs["n_train"].max()
-    at = runs[runs["n_train"] == n_max]
-    kern = at[at["learner"] == "kernel"]
-    net = at[at["learner"] == "wk"]
-    if kern.empty or net.empty:
+    kern = runs[runs["learner"] == "kernel"]
+    net = runs[runs["learner"] == "wk"]
+    common = sorted(set(kern["n_train"]) & set(net["n_train"]))
+    if not common:
         return Verdict(NO_DATA, "needs kernels and the network at the same n")
-    label = kern["kernel"].astype(str) + np.where(kern["kernel"] == "poly", kern["degree"].astype(str), "")
-    best_kernel = float(kern["test_mse"].astype(float).groupby(label).median().min())
-    network = float(net["test_mse"].astype(float).median())
-    by = kern["test_mse"].astype(float).groupby(label).median()
+    # degree is NaN for ntk/rf, so the column is float: poly4, not poly4.0
+    degree = kern["degree"].fillna(0).astype(int).astype(str)
+    label = kern["kernel"].astype(str) + np.where(kern["kernel"] == "poly", degree, "")
+    by = kern["test_mse"].astype(float).groupby([kern["n_train"], label]).median()
+    network = net["test_mse"].astype(float).groupby(net["n_train"]).median()
+    # decided at the largest n both have (a grid still running, or one cut to the sizes that fit, has fewer)
+    n_max = common[-1]
+    best_kernel = float(by.loc[n_max].min())
+    rows = [f"n = {n}: network {network[n]:.3g}; kernels {fmt(by.loc[n])}" for n in common]
     return Verdict(
-        HOLDS if network < 0.1 * best_kernel else FAILS,
-        f"n = {n_max}: network {network:.3g}; kernels {fmt(by)}",
+        HOLDS if float(network[n_max]) < 0.1 * best_kernel else FAILS,
+        "median test MSE / Var(y): " + " | ".join(rows),
         paper="Thm I.1/I.3: kernels need d^Omega(2^(L-1)) samples; spec prototype poly ridge at n=8000: p=4 0.291, "
         "p=8 0.372 (n=2000: 0.619, 0.725); network 0.0006-0.0012 at n=2e4",
-        theory="holds when the network's median is below a tenth of the best kernel's",
+        theory="holds when, at the largest n both ran, the network's median is below a tenth of the best kernel's",
     )
 
 

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 from cluster import ClusterError, head_lost
 from runner import errors
-from runner.cli.options import add_execution_options, check_results_root, executor_options, join_cluster, positive_int
+from runner.cli.options import (
+    add_execution_options,
+    check_results_root,
+    executor_options,
+    join_cluster,
+    positive_float,
+    positive_int,
+)
 from runner.errors import ConfigError, Terminated, raise_terminated, redact
 
 if TYPE_CHECKING:
@@ -37,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--only", action="append", metavar="RUN_ID", help="run (again) just this run id (a prefix is enough)"
     )
     run.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
+    run.add_argument(
+        "--lease",
+        type=positive_float,
+        default=None,
+        help="drivers sharing a grid on one store take over a driver silent this many seconds "
+        "(default CONVGRID_LEASE_S or 30)",
+    )
     run.add_argument(
         "--max-cells",
         type=positive_int,
@@ -101,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         flush_every=args.flush_every,
         flush_s=args.flush_seconds,
+        lease_s=args.lease,
         **executor_options(args),
     )
     print(report.line())

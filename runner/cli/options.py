@@ -48,6 +48,13 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--workers", type=positive_int, default=None, help="number of actors (default: one per CPU slot)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch/BLAS threads per actor (default 1)")
+    p.add_argument(
+        "--gpus-per-worker",
+        type=positive_float,
+        default=None,
+        help="GPU share of each actor for tasks that compute on a GPU, e.g. 0.25: four actors per GPU, each capped "
+        "at a quarter of its memory (default: no GPU actors)",
+    )
     p.add_argument("--timeout", type=positive_float, default=None, help="per-run time limit in seconds")
     p.add_argument(
         "--grace",
@@ -68,6 +75,11 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
         help="write parts at least every S seconds (default 2): a crash loses at most that much finished work",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    p.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="run every cell alone, never as a batched call of cells with equal batch keys (comparisons, debugging)",
+    )
 
 
 def check_results_root(results: str) -> None:
@@ -95,6 +107,8 @@ def executor_options(args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         "timeout_s": args.timeout,
         "grace_s": args.grace,
+        "batch": not args.no_batch,
+        "gpus_per_worker": args.gpus_per_worker,
     }
 
 

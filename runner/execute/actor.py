@@ -11,50 +11,76 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import ray
 
-from runner.execute.base import ReporterFactory, WorkItem
-from runner.execute.worker import configure_threads, run_item
+from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
+from runner.execute.worker import configure_threads, run_items
 from runner.store.records import RunRecord
 
 
 class _ChunkActor:
-    def __init__(self, threads: int, device: str) -> None:
+    def __init__(self, threads: int, device: str, gpu_fraction: float | None = None) -> None:
         configure_threads(threads)
         self.threads = threads
         self.device = device
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                self.device = "cpu"  # a GPU Ray counted but torch cannot see (a simulated GPU node)
+            elif gpu_fraction is not None and gpu_fraction < 1:
+                # Ray's fractional GPUs are bookkeeping only: the cap on this process's allocations is ours.
+                torch.cuda.set_per_process_memory_fraction(gpu_fraction)
         self._lock = threading.Lock()
-        self._current: tuple[str, float] | None = None
+        self._current: tuple[tuple[str, ...], float] | None = None
 
     def run_chunk(
-        self, items: list[WorkItem], timeout_s: float | None, reporters: ReporterFactory | None = None
+        self,
+        items: list[WorkItem],
+        timeout_s: float | None,
+        reporters: ReporterFactory | None = None,
+        policy: BatchPolicy | None = None,
     ) -> Iterator[RunRecord]:
-        """A Ray streaming generator: each record reaches the driver as its run finishes, not when the
-        chunk does, so a driver killed mid-chunk has already flushed what finished (the results root
-        stays with the driver)."""
-        for item in items:
-            with self._lock:
-                self._current = (item.run_id, time.monotonic())
-            reporter = reporters(item) if reporters else None
-            yield run_item(item, device=self.device, threads=self.threads, timeout_s=timeout_s, reporter=reporter)
+        """A Ray streaming generator: each record reaches the driver as its run (or its batch) finishes,
+        not when the chunk does, so a driver killed mid-chunk has already flushed what finished (the
+        results root stays with the driver)."""
+        yield from run_items(
+            items,
+            device=self.device,
+            threads=self.threads,
+            timeout_s=timeout_s,
+            reporters=reporters,
+            policy=policy,
+            on_start=self._started,
+        )
         with self._lock:
             self._current = None
 
+    def _started(self, group: Sequence[WorkItem]) -> None:
+        # A batch runs (and overruns its deadline) as one: the hard timeout kills it as one.
+        with self._lock:
+            self._current = (tuple(i.run_id for i in group), time.monotonic())
+
     @ray.method(concurrency_group="control")
-    def current(self) -> tuple[str, float] | None:
-        """(run_id, seconds it has been running) of the run in progress, or None when idle."""
+    def current(self) -> tuple[tuple[str, ...], float] | None:
+        """(run ids, seconds they have been running) of the run or batch in progress, or None when idle."""
         with self._lock:
             if self._current is None:
                 return None
-            run_id, t0 = self._current
-            return run_id, time.monotonic() - t0
+            run_ids, t0 = self._current
+            return run_ids, time.monotonic() - t0
 
     @ray.method(concurrency_group="control")
     def pid(self) -> int:
         return os.getpid()
+
+    @ray.method(concurrency_group="control")
+    def placement(self) -> tuple[str, str]:
+        """(Ray node id, device the runs compute on) of this actor."""
+        return ray.get_runtime_context().get_node_id(), self.device
 
 
 # Applied as a call, not a decorator, so that type checkers see the plain class above and the actor

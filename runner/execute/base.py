@@ -26,6 +26,17 @@ class WorkItem:
     params: dict[str, Any]  # full validated params, JSON-ready
 
 
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How a worker groups the cells of a chunk into batched calls (runner.execute.batching).
+    `enabled=False` runs every cell alone (comparisons, debugging); `budget_bytes=None` picks the
+    device's default (a fraction of free GPU memory, a fixed budget on the CPU)."""
+
+    enabled: bool = True
+    max_size: int = 64
+    budget_bytes: int | None = None
+
+
 class FeedStalled(RuntimeError):
     """An `execute` source yielded None (it waits for runs) while no run was in flight: it would wait forever."""
 

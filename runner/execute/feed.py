@@ -12,7 +12,7 @@ handed out first.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from runner.execute.base import WorkItem, WorkSource
 
@@ -62,13 +62,25 @@ class Feed:
         """Nothing held and nothing more will come."""
         return self.exhausted and not self._buffer
 
-    def take(self, n: int) -> list[WorkItem]:
-        """Held items in order, whole groups only: up to `n` items, but at least the first group."""
+    def take(self, n: int, where: Callable[[WorkItem], bool] | None = None) -> list[WorkItem]:
+        """Held items in order, whole groups only: up to `n` items, but at least the first group. With
+        `where`, only the groups whose first item it accepts (the others stay held, in their order)."""
         out: list[WorkItem] = []
+        kept: deque[list[WorkItem]] = deque()
         while self._buffer and (not out or len(out) + len(self._buffer[0]) <= n):
-            out += self._buffer.popleft()
+            group = self._buffer.popleft()
+            if where is None or where(group[0]):
+                out += group
+            else:
+                kept.append(group)
+        self._buffer.extendleft(reversed(kept))
         self._held -= len(out)
         return out
+
+    def peek(self) -> Iterator[WorkItem]:
+        """The held items, in order, without taking them."""
+        for group in self._buffer:
+            yield from group
 
     def give_back(self, items: Iterable[WorkItem]) -> None:
         """Items to run again before anything else, in their order, as one group."""

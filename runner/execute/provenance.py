@@ -1,4 +1,4 @@
-"""Where and with what a run was computed: host, code version, package versions."""
+"""Where and with what a run was computed: host, GPU, code version, package versions."""
 
 from __future__ import annotations
 
@@ -49,3 +49,14 @@ def packages() -> str:
 @cache
 def host() -> str:
     return socket.gethostname()
+
+
+@cache
+def gpu(device: str) -> tuple[str | None, float | None]:
+    """(model name, total memory in GB) of a CUDA `device`, (None, None) for the CPU."""
+    if not device.startswith("cuda"):
+        return None, None
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return str(props.name), round(props.total_memory / 1e9, 3)

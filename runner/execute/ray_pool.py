@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from runner.execute.base import FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
+from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
 from runner.execute.feed import Feed
 from runner.store.records import RunRecord
 
@@ -64,8 +64,12 @@ class RayExecutor:
     target_chunk_s: float = 1.0
     in_flight_per_worker: int = 2
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
+    batch: bool = True  # run cells with equal batch keys as one batched call (False: every cell alone)
+    max_batch: int = 64
+    gpus_per_worker: float = 0.0  # > 0: GPU actors (num_gpus=this) for tasks that compute on ctx.device
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
+    kinds: list[str] = field(default_factory=list, init=False)  # "gpu" or "cpu", per actor
     down: dict[int, Any] = field(default_factory=dict, init=False)  # dead actor index -> its liveness probe
     chunks_submitted: int = field(default=0, init=False)
     chunks_resubmitted: int = field(default=0, init=False)
@@ -81,10 +85,18 @@ class RayExecutor:
         ray = connect(self.address, runtime_env=runtime_env()) if self.address else connect(None)
         from runner.execute.actor import ChunkActor  # imports ray: only after connect set its environment
 
-        # One actor per CPU slot. The shipped tasks compute on the CPU (float64, small matrices), so
-        # actors reserve no GPU; a task that uses ctx.device would add a GPU-share option here.
-        n = self.workers if self.workers is not None else int(ray.cluster_resources().get("CPU", 1) // self.threads)
-        self.actors = [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(max(1, n))]
+        # With a GPU share: one actor per share of the cluster's GPUs (Ray places them on GPU nodes only),
+        # for the tasks that compute on ctx.device; CPU actors on the CPU slots left, for the others.
+        # Without: one CPU actor per CPU slot.
+        resources = ray.cluster_resources()
+        f = self.gpus_per_worker
+        n_gpu = int(resources.get("GPU", 0) // f) if f > 0 else 0
+        gpu = ChunkActor.options(num_cpus=self.threads, num_gpus=f)
+        self.actors = [gpu.remote(self.threads, "cuda", f) for _ in range(n_gpu)]
+        free = int(resources.get("CPU", 1) // self.threads) - n_gpu
+        n = self.workers if self.workers is not None else (free if n_gpu else max(1, free))
+        self.actors += [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(n)]
+        self.kinds = ["gpu"] * n_gpu + ["cpu"] * (len(self.actors) - n_gpu)
         self.down = {}
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
@@ -172,22 +184,64 @@ class RayExecutor:
         reporters: Any,
     ) -> None:
         """Give every free chunk slot a chunk, least loaded actor first (so a few items spread over the
-        actors), pulling from the source at most one chunk per free slot (the bounded look-ahead)."""
+        actors), pulling from the source at most one chunk per free slot (the bounded look-ahead; with
+        batching, at least a batch per slot, so that a chunk can hold the batch at the front). Each
+        actor takes the items of its kind (GPU or CPU task) only."""
         alive = [idx for idx in range(len(self.actors)) if idx not in self.down]
         free = sum(self.in_flight_per_worker - load[idx] for idx in alive)
         if free <= 0:
             return
         slots = len(alive) * self.in_flight_per_worker
-        feed.pull(sizer.size(None, slots) * free)
+        feed.pull(max(sizer.size(None, slots), self.max_batch if self.batch else 1) * free)
         n = sizer.size(feed.held if feed.dry else None, slots)
+        policy = BatchPolicy(enabled=self.batch, max_size=self.max_batch)
         while feed.held:
-            idx = min(alive, key=load.__getitem__)
-            if load[idx] >= self.in_flight_per_worker:
-                return
-            chunk = feed.take(n)
-            pending[self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters)] = _Chunk(idx, chunk)
+            idle = [idx for idx in sorted(alive, key=load.__getitem__) if load[idx] < self.in_flight_per_worker]
+            for idx in idle:
+                size = max(n, self._batch_at_front(feed, slots))
+                where = None if len(set(self.kinds)) == 1 else (lambda item, k=self.kinds[idx]: self._kind(item) == k)
+                chunk = feed.take(size, where)
+                if chunk:
+                    break
+            else:
+                return  # no free actor, or none of the kind the held items need
+            gen = self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters, policy)
+            pending[gen] = _Chunk(idx, chunk)
             load[idx] += 1
             self.chunks_submitted += 1
+
+    def _kind(self, item: WorkItem) -> str:
+        """Which actors run `item`: GPU actors when there are some and its task computes on ctx.device."""
+        if "gpu" not in self.kinds or "cpu" not in self.kinds:
+            return self.kinds[0]  # one kind of actor: it runs everything (a CPU task on a GPU actor uses the CPU)
+        from tasks.base import device_for
+        from tasks.registry import get_task
+
+        try:
+            return "gpu" if device_for(get_task(item.task), "cuda") != "cpu" else "cpu"
+        except Exception:  # noqa: BLE001 - a task that cannot load fails on whichever actor runs it, as a record
+            return "cpu"
+
+    def _batch_at_front(self, feed: Feed, slots: int) -> int:
+        """How many held items at the front share one batch key (at most a batch, and, once the source
+        has ended, at most a fair share of what is left, so that every actor still gets work): a chunk
+        holds at least that many, so that its worker can run them as one batch."""
+        if not self.batch:
+            return 1
+        from runner.execute.batching import batch_key
+
+        front = iter(feed.peek())
+        first = next(front, None)
+        key = batch_key(first) if first is not None else None
+        if key is None:
+            return 1
+        cap = min(self.max_batch, max(1, math.ceil(feed.held / slots))) if feed.dry else self.max_batch
+        n = 1
+        for item in front:
+            if n >= cap or batch_key(item) != key:
+                break
+            n += 1
+        return n
 
     def _poll_s(self) -> float:
         """How long to wait for a record before yielding control: short enough for the caller's flush
@@ -209,13 +263,13 @@ class RayExecutor:
             return
         items = {i.run_id: i for c in pending.values() for i in c.items}
         for idx, state in zip(busy, states, strict=True):
-            if state is None or state[1] < limit or state[0] in killed:
+            if state is None or state[1] < limit or killed.issuperset(state[0]):
                 continue
-            run_id, elapsed = state
-            killed.add(run_id)
+            run_ids, elapsed = state
+            killed.update(run_ids)
             ray.kill(self.actors[idx], no_restart=False)
             self.hard_kills += 1
-            yield [timeout_record(items[run_id], elapsed, self.timeout_s)]
+            yield [timeout_record(items[run_id], elapsed, self.timeout_s) for run_id in run_ids]
 
     def worker_pids(self) -> list[int]:
         import ray
@@ -229,4 +283,5 @@ class RayExecutor:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
+        self.kinds = []
         self.down = {}

@@ -26,6 +26,8 @@ _KEPT = (
     "finished",
     "host",
     "device",
+    "gpu_name",
+    "gpu_memory_gb",
     "code_version",
     "packages",
 )  # fmt: skip - one tuple of names, kept short

@@ -10,14 +10,16 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runner.execute import provenance
-from runner.execute.base import Reporter, WorkItem
+from runner.execute.base import BatchPolicy, Reporter, ReporterFactory, WorkItem
+from runner.execute.batching import Group, plan_groups
 from runner.grid.identity import validate_params
 from runner.store.records import RunRecord
-from tasks.base import Result, RunContext
+from tasks.base import Result, RunContext, device_for
 from tasks.registry import get_task
 from tasks.status import FAILED, TIMEOUT
 
@@ -42,6 +44,7 @@ def _version(name: str) -> str:
 
 
 def _record(item: WorkItem, result: Result, started: datetime, wall: float, device: str) -> RunRecord:
+    gpu_name, gpu_memory_gb = provenance.gpu(device)
     row: dict[str, Any] = {
         "run_id": item.run_id,
         "task": item.task,
@@ -57,6 +60,8 @@ def _record(item: WorkItem, result: Result, started: datetime, wall: float, devi
         "finished": datetime.now(UTC),
         "host": provenance.host(),
         "device": device,
+        "gpu_name": gpu_name,
+        "gpu_memory_gb": gpu_memory_gb,
         "code_version": provenance.code_version(),
         "packages": provenance.packages(),
     }
@@ -81,15 +86,76 @@ def run_item(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     deadline = time.time() + timeout_s if timeout_s else None
-    ctx = RunContext(device=device, threads=threads, deadline=deadline, reporter=reporter)
+    used = device
     try:
         task = get_task(item.task)
+        used = device_for(task, device)
         params = validate_params(task, item.params)
-        result = task.run(params, ctx)
+        result = task.run(params, RunContext(device=used, threads=threads, deadline=deadline, reporter=reporter))
         result.validate(task)
     except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
         result = Result(status=FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    return _record(item, result, started, time.perf_counter() - t0, device)
+    return _record(item, result, started, time.perf_counter() - t0, used)
+
+
+def run_items(
+    items: Sequence[WorkItem],
+    *,
+    device: str = "cpu",
+    threads: int = 1,
+    timeout_s: float | None = None,
+    reporters: ReporterFactory | None = None,
+    policy: BatchPolicy | None = None,
+    on_start: Callable[[Sequence[WorkItem]], None] | None = None,
+) -> Iterator[RunRecord]:
+    """Run a chunk, yielding each record as its run (or its batch) finishes: items of one task with
+    equal batch keys run as one `run_batch` call (see runner.execute.batching), the rest one by one.
+    `on_start(group_items)` is told what is about to run (the actor's hard-timeout bookkeeping)."""
+    for group in plan_groups(items, policy or BatchPolicy(), device):
+        if on_start is not None:
+            on_start(group.items)
+        if group.task is None:
+            item = group.items[0]
+            reporter = reporters(item) if reporters else None
+            yield run_item(item, device=device, threads=threads, timeout_s=timeout_s, reporter=reporter)
+        else:
+            yield from _run_batch(group, device, threads, timeout_s, reporters)
+
+
+def _run_batch(
+    group: Group, device: str, threads: int, timeout_s: float | None, reporters: ReporterFactory | None
+) -> Iterator[RunRecord]:
+    """One `run_batch` call. Each member gets its own context: its own reporter (a pruner stops it
+    alone) and a deadline counted from the batch's start. Its record's wall_s is its share of the
+    batch's wall time (the batch's seconds over its member count), so that summed wall_s stays the
+    compute spent and the chunk sizer's per-run estimate stays right.
+
+    If the batched call raises (or breaks the protocol), its members run again one by one: the single
+    run is the reference the batched path must equal, so each member gets exactly the record it would
+    have had alone (a bad member fails alone instead of failing its batch mates)."""
+    assert group.task is not None
+    used = device_for(group.task, device)
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    deadline = time.time() + timeout_s if timeout_s else None
+    ctxs = [
+        RunContext(device=used, threads=threads, deadline=deadline, reporter=reporters(i) if reporters else None)
+        for i in group.items
+    ]
+    try:
+        results = group.task.run_batch(list(group.params), ctxs)
+        if len(results) != len(group.items):
+            raise ValueError(f"run_batch returned {len(results)} results for {len(group.items)} configs")
+        for result in results:
+            result.validate(group.task)
+    except Exception:  # noqa: BLE001 - the members are run alone instead, where a task's bug is a recorded failure
+        for item in group.items:
+            reporter = reporters(item) if reporters else None
+            yield run_item(item, device=device, threads=threads, timeout_s=timeout_s, reporter=reporter)
+        return
+    share = (time.perf_counter() - t0) / len(group.items)
+    for item, result in zip(group.items, results, strict=True):
+        yield _record(item, result, started, share, used)
 
 
 def timeout_record(item: WorkItem, elapsed_s: float, limit_s: float, device: str = "cpu") -> RunRecord:

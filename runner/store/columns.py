@@ -30,6 +30,9 @@ RUN_COLUMNS: list[pa.Field] = [
     pa.field("finished", pa.timestamp("us", tz="UTC")),
     pa.field("host", pa.string()),
     pa.field("device", pa.string()),
+    # The GPU a run computed on (torch's device name and total memory), null for a run on the CPU.
+    pa.field("gpu_name", pa.string()),
+    pa.field("gpu_memory_gb", pa.float64()),
     pa.field("code_version", pa.string()),
     pa.field("packages", pa.string()),
     # How many curve rows the attempt wrote: a run whose curves were lost (a damaged part moved to

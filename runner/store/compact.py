@@ -25,6 +25,7 @@ from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
 from runner.store.files import delete_quietly
 from runner.store.parts import DamagedPartWarning
 from runner.store.store import (
+    ATTEMPT_CURVES,
     ATTEMPTS,
     CURVES,
     RUNS,
@@ -100,9 +101,11 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
         warnings.simplefilter("ignore", DamagedPartWarning)
         runs_schema = without_partition(store.reader.unified_schema(parts[RUNS] + parts[ATTEMPTS]))
         curves_schema = store.reader.unified_schema(parts[CURVES])
+        old_schema = store.reader.unified_schema(parts[ATTEMPT_CURVES] + parts[CURVES])
     all_runs = _quiet_read(store, parts[RUNS], runs_schema)
     attempts = _quiet_read(store, parts[ATTEMPTS], runs_schema)
     curves = _quiet_read(store, parts[CURVES], curves_schema) if parts[CURVES] else None
+    old_curves = _quiet_read(store, parts[ATTEMPT_CURVES], old_schema) if parts[ATTEMPT_CURVES] else None
     damaged = [p for p in every if p in store.reader.damaged]
     if damaged and not repair:
         report.skipped.append(name)
@@ -139,11 +142,28 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
         task_dir(ATTEMPTS, name),
         report,
     )
+    superseded = [old_curves] if old_curves is not None else []
     if curves is not None and kept_curve_rows is not None:
         report.rows_dropped += curves.num_rows - kept_curve_rows.num_rows
         ordered = kept_curve_rows.sort_by([("run_id", "ascending"), ("step", "ascending")])
-        chunks = [ordered.slice(i, CURVE_ROWS_PER_PART) for i in range(0, ordered.num_rows, CURVE_ROWS_PER_PART)]
-        _rewrite(txn, readable[CURVES], chunks, curves.num_rows, task_dir(CURVES, name), report)
+        _rewrite(txn, readable[CURVES], _chunks(ordered), curves.num_rows, task_dir(CURVES, name), report)
+        if kept_curve_rows.num_rows < curves.num_rows:  # superseded rows a store before attempt_curves/ kept
+            kept_pairs = _pairs(latest).combine_chunks()
+            superseded.append(curves.filter(pc.invert(pc.is_in(_pairs(curves), value_set=kept_pairs))))
+    if superseded:
+        old = pa.concat_tables(superseded, promote_options="permissive")
+        ordered = old.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
+        rows_in = old_curves.num_rows if old_curves is not None else 0
+        _rewrite(txn, readable[ATTEMPT_CURVES], _chunks(ordered), rows_in, task_dir(ATTEMPT_CURVES, name), report)
+
+
+def _chunks(table: pa.Table) -> list[pa.Table]:
+    """Parts of at most CURVE_ROWS_PER_PART rows (so a later retry rewrites one of them, not all)."""
+    return [table.slice(i, CURVE_ROWS_PER_PART) for i in range(0, table.num_rows, CURVE_ROWS_PER_PART)]
+
+
+def _pairs(table: pa.Table) -> pa.ChunkedArray:
+    return pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
 
 
 def _drop_runs_missing_curves(latest: pa.Table, curves: pa.Table | None, report: CompactReport) -> pa.Table:

@@ -75,11 +75,10 @@ def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
 
 def ensure_dir(fs: pafs.FileSystem, path: str) -> None:
     if is_local(fs):
-        parent = str(Path(path).parent)
-        existed = os.path.isdir(path)
+        if os.path.isdir(path):
+            return  # one stat: the common case, several times per flush
         os.makedirs(path, exist_ok=True)
-        if not existed:
-            fsync_dir(fs, parent)  # the new directory's entry must survive a crash too
+        fsync_dir(fs, str(Path(path).parent))  # the new directory's entry must survive a crash too
     else:
         fs.create_dir(path, recursive=True)
 

@@ -6,33 +6,48 @@ Within the caller's transaction (writer lock held, earlier crashes recovered):
   - the parts of runs/ and curves/ holding a superseded attempt are rewritten without it, in the same
     part as the new rows; so are parts whose schema differs from the task's current one (a new task
     version's column), so that one task's files always share one schema, as polars requires;
-  - the kept attempts' rows go to runs/ and their curve rows to curves/.
+  - the kept attempts' rows go to runs/ and their curve rows to curves/; the curve rows of the
+    attempts they supersede move to attempt_curves/ (the history's curves).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from collections.abc import Sequence
+from itertools import chain
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from runner.store.records import RunRecord
-from runner.store.store import ATTEMPTS, CURVES, RUNS, ResultStore, conform, latest_per_run, task_dir, without_partition
+from runner.store.store import (
+    ATTEMPT_CURVES,
+    ATTEMPTS,
+    CURVES,
+    RUNS,
+    ResultStore,
+    conform,
+    latest_per_run,
+    task_dir,
+    without_partition,
+)
 from runner.store.txn import Transaction
 
 
 def curve_table(recs: Sequence[RunRecord], batch_id: str, schema: pa.Schema) -> pa.Table:
-    cols: dict[str, list[object]] = defaultdict(list)
-    for rec in recs:
-        n = len(rec.curve.get("step", []))
-        cols["run_id"].extend([rec.run_id] * n)
-        cols["batch_id"].extend([batch_id] * n)
-        for col in schema.names[2:]:
-            cols[col].extend(rec.curve.get(col, [None] * n))
-    return pa.Table.from_pydict({c: cols[c] for c in schema.names}, schema=schema)
+    """The curve rows of `recs`, built column by column: the ids by one `take` of each record's id
+    repeated over its steps, the values from one flattened list per column (a Python loop over rows
+    was most of a flush's CPU time)."""
+    lengths = [len(rec.curve.get("step", [])) for rec in recs]
+    total = sum(lengths)
+    owner = np.repeat(np.arange(len(recs)), lengths)
+    columns = [pa.array([rec.run_id for rec in recs], pa.string()).take(owner), pa.repeat(batch_id, total)]
+    for field in list(schema)[2:]:
+        values = (rec.curve.get(field.name, [None] * n) for rec, n in zip(recs, lengths, strict=True))
+        columns.append(pa.array(list(chain.from_iterable(values)), field.type))
+    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
 
 
 def _same(a: pa.Schema, b: pa.Schema | None) -> bool:
@@ -80,9 +95,9 @@ def stage_task(
         pairs = pc.binary_join_element_wise(newest["run_id"], newest["batch_id"], "/")
         every = pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
         history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
-    txn.add(pa.concat_tables(history), task_dir(ATTEMPTS, task))
+    _add(store, txn, pa.concat_tables(history), task_dir(ATTEMPTS, task))
     if newest.num_rows:
-        store.remember(task, txn.add(newest, runs_dir), newest)
+        store.remember(task, _add(store, txn, newest, runs_dir), newest)
     for part in rewrite:
         txn.remove(part)
 
@@ -98,15 +113,25 @@ def stage_task(
     )
     crewrite = _parts_with_rows(store, curve_parts, ctarget, stale) if gone.num_rows else set()
     crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
-    csurvivors = []
+    csurvivors, superseded = [], []
     for part in sorted(crewrite):
         rows_ = reader.read([part], ctarget)
         doomed = _pairs_mask(rows_, gone)
         csurvivors.append(rows_.filter(pc.invert(doomed)))
+        superseded.append(rows_.filter(doomed))
         txn.remove(part)
     ctable = pa.concat_tables([conform(fresh, ctarget), *csurvivors])
     if ctable.num_rows:
-        txn.add(ctable, curves_dir)
+        _add(store, txn, ctable, curves_dir)
+    old = pa.concat_tables(superseded) if superseded else None
+    if old is not None and old.num_rows:  # the history keeps them, out of every curves/ reader's way
+        _add(store, txn, old, task_dir(ATTEMPT_CURVES, task))
+
+
+def _add(store: ResultStore, txn: Transaction, table: pa.Table, directory: str) -> str:
+    final = txn.add(table, directory)
+    store.reader.known(final, table.schema)
+    return final
 
 
 def _finished(rec: RunRecord) -> str:

@@ -62,6 +62,11 @@ class PartReader:
         self._schemas[rel] = schema
         return schema
 
+    def known(self, rel: str, schema: pa.Schema) -> None:
+        """The schema of a part this process is writing (what its footer will say): the next flush
+        need not read the footer back."""
+        self._schemas[rel] = schema
+
     def readable(self, rels: Sequence[str]) -> list[str]:
         return [r for r in rels if self.schema(r) is not None]
 

@@ -6,6 +6,7 @@ import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from runner.store.claims import DriverInfo, live_claims
 from runner.store.parts import DamagedPartWarning
 from runner.store.store import TASK_KINDS, ResultStore, task_dir
 from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST
@@ -20,6 +21,7 @@ class StatusReport:
     by_grid_task: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
     errors: list[tuple[str, str, str]] = field(default_factory=list)  # (task, run_id, first line)
     damaged: dict[str, str] = field(default_factory=dict)  # part path -> why it cannot be read
+    drivers: list[tuple[str, DriverInfo, int, float]] = field(default_factory=list)  # claims.live_claims
 
     def format(self, max_errors: int = 10) -> str:
         lines = []
@@ -42,6 +44,14 @@ class StatusReport:
                 f"damaged parts ({len(self.damaged)}; skipped by every reader, `convgrid compact --repair` moves them):"
             )
             lines.extend(f"  {path}: {why}" for path, why in sorted(self.damaged.items()))
+        if self.drivers:
+            lines.append(f"drivers sharing grids ({len(self.drivers)}; a live one beats every lease/4 seconds):")
+            for key, info, held, age in self.drivers:
+                finished = len(info.done)
+                lines.append(
+                    f"  grid {key} driver {info.driver} (host {info.host}, pid {info.pid}): "
+                    f"{held} blocks claimed, {finished} finished, last heartbeat {age:.0f}s ago"
+                )
         return "\n".join(lines).rstrip() or "the store is empty"
 
 
@@ -87,4 +97,5 @@ def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
         by_grid_task[grid, task][latest.get(rid, "missing")] += 1
     report.by_task, report.by_grid, report.by_grid_task = dict(by_task), dict(by_grid), dict(by_grid_task)
     report.damaged = damaged
+    report.drivers = live_claims(store.files)
     return report

@@ -35,7 +35,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from runner.store.claims import LEASE_S, Claims, grid_key
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
+from runner.store.exclusive import for_root
 from runner.store.files import WriterLock, is_local
 from runner.store.parts import PartReader
 from runner.store.records import RunRecord
@@ -43,7 +45,10 @@ from runner.store.txn import INTERNAL, Root, Transaction, View, recover
 from tasks.status import FINAL_STATUSES
 
 RUNS, CURVES, ATTEMPTS = "runs", "curves", "attempts"
-TASK_KINDS = (RUNS, CURVES, ATTEMPTS)
+# the curve rows of superseded attempts: the history's curves, beside (never inside) curves/ and attempts/
+ATTEMPT_CURVES = "attempt_curves"
+TASK_KINDS = (RUNS, CURVES, ATTEMPTS, ATTEMPT_CURVES)
+ATTEMPT_CHOICES = ("kept", "superseded", "all")
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
 
 # task name -> (runs schema, curves schema): how a writer tells the store the columns of a task.
@@ -139,6 +144,15 @@ class ResultStore:
                 continue
         return read()
 
+    def claims(self, run_ids: Iterable[str], lease_s: float | None = None) -> Claims | None:
+        """This driver's share of the claims on the grid of `run_ids` (runner.store.claims), or None
+        where the root has no create-if-absent (then drivers do not share work)."""
+        exclusive = for_root(self.root, self.fs)
+        if exclusive is None:
+            return None
+        lease = lease_s if lease_s is not None else float(os.environ.get("CONVGRID_LEASE_S", LEASE_S))
+        return Claims(self.files, exclusive, grid_key(run_ids), lease)
+
     # ---- writing -------------------------------------------------------------------------------
     def write_part(self, table: pa.Table, *directory: str) -> str:
         """Append `table` as one new part (members, trials); atomic for every reader. Returns its path."""
@@ -221,7 +235,7 @@ class ResultStore:
     def file_schema(self, kind: str, task: str) -> pa.Schema:
         """The schema of a task's runs, curves or attempts as its files say: the union of every part's
         columns (a later code version may have added some), with the metadata of the newest part."""
-        fixed = CURVE_COLUMNS if kind == CURVES else RUN_COLUMNS
+        fixed = CURVE_COLUMNS if kind in (CURVES, ATTEMPT_CURVES) else RUN_COLUMNS
         rels = self.retrying(lambda: self.parts(task_dir(kind, task)))
         if kind == RUNS:  # legacy stores and a runs folder emptied by a repair: attempts say it too
             rels = rels + self.retrying(lambda: self.parts(task_dir(ATTEMPTS, task)))
@@ -263,7 +277,7 @@ class ResultStore:
             # as nulls rather than failing: the files are the truth, and they say nothing of it.
             full = pa.unify_schemas([file_schema, pa.schema([pa.field(c, pa.null()) for c in missing])])
             table = self.reader.read(self.parts(task_dir(kind, task)), full, wanted, filter)
-            if kind != CURVES and (columns is None or PARTITION in columns):
+            if kind in (RUNS, ATTEMPTS) and (columns is None or PARTITION in columns):
                 position = 1 if columns is None else columns.index(PARTITION)
                 table = table.add_column(min(position, table.num_columns), PARTITION, pa.array([task] * table.num_rows))
             return table
@@ -311,10 +325,24 @@ class ResultStore:
         columns: list[str] | None = None,
         keys: pa.Table | None = None,
         sort: bool = True,
+        attempts: str = "kept",
     ) -> pa.Table:
         """Curve rows of the newest attempt of each run (optionally only of `run_ids`, or of the
         (run_id, batch_id) pairs in `keys`), sorted by run_id and step; with `sort=False` in the
-        order read, which is grouped by run in step order too, and cheaper on millions of rows."""
+        order read, which is grouped by run in step order too, and cheaper on millions of rows.
+
+        `attempts="superseded"`: the curve rows of the attempts a later one replaced (attempt_curves/,
+        kept since this layout; join `read_attempts` on run_id and batch_id); `"all"`: both, sorted
+        by run_id, batch_id and step."""
+        if attempts not in ATTEMPT_CHOICES:
+            raise ValueError(f"attempts={attempts!r}: choose one of {', '.join(ATTEMPT_CHOICES)}")
+        if attempts != "kept":
+            old = self._superseded_curves(task, run_ids, columns)
+            if attempts == "superseded":
+                return old.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
+            kept = self.read_curves(task, run_ids, columns, keys, sort=False)
+            both = pa.concat_tables([kept, old], promote_options="permissive")
+            return both.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
         if keys is None:
             keys = self.read_runs(task, columns=["batch_id"]).select(["run_id", "batch_id"])
         if run_ids is not None:
@@ -325,6 +353,11 @@ class ResultStore:
             expr = expr & pc.field("run_id").isin(keys["run_id"])
         table = kept_curves(self.read_table(CURVES, task, cols, expr), keys)
         return table.sort_by([("run_id", "ascending"), ("step", "ascending")]) if sort and table.num_rows else table
+
+    def _superseded_curves(self, task: str, run_ids: Iterable[str] | None, columns: list[str] | None) -> pa.Table:
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
+        expr = None if run_ids is None else pc.field("run_id").isin(pa.array(list(run_ids), pa.string()))
+        return self.read_table(ATTEMPT_CURVES, task, cols, expr)
 
 
 def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:

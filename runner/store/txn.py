@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -199,21 +200,31 @@ class Transaction:
         if self.empty:
             return
         fs = self.root.fs
+        marker = f"{TXN_DIR}/{self.marker.txn}.json"
+        # Locally the marker is written (and fsynced) beside the staged parts, in parallel with them,
+        # so that one fsync of the staging folder makes all their names durable; its rename into
+        # txn/ is the commit point. (Uncommitted, it is one more staging leftover for `recover`.)
+        tmp = f"{STAGING_DIR}/{self.marker.txn}.marker"
+        if is_local(fs):
+            ensure_dir(fs, self.root.abs(STAGING_DIR))
+            self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
         fsync_dir(fs, self.root.abs(STAGING_DIR))
         kill_point("staged", self.label)
         ensure_dir(fs, self.root.abs(TXN_DIR))
-        marker = f"{TXN_DIR}/{self.marker.txn}.json"
         if is_local(fs):
-            tmp = f"{TXN_DIR}/.{self.marker.txn}.json.tmp"
-            write_bytes(fs, self.root.abs(tmp), self.marker.to_json())
             fs.move(self.root.abs(tmp), self.root.abs(marker))
         else:
             write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
         fsync_dir(fs, self.root.abs(TXN_DIR))
         kill_point("marked", self.label)
-        apply(self.root, self.marker, self.label)
+        try:
+            apply(self.root, self.marker, self.label)
+        except OSError as exc:
+            # Committed: every reader already sees this transaction and the next command's `recover`
+            # finishes publishing it. Raising would make the caller write the same rows again.
+            warnings.warn(f"transaction {self.marker.txn} committed, publishing left to recovery: {exc}", stacklevel=2)
 
 
 def apply(root: Root, marker: Marker, label: str = "recover") -> None:
@@ -227,7 +238,7 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
             else:
                 parent = str(PurePosixPath(final).parent)
                 ensure_dir(fs, root.abs(parent))
-                fs.move(root.abs(staged), root.abs(final))
+                _move(root, staged, final)
                 touched.add(parent)
         if i == 0:
             kill_point("publishing", label)
@@ -237,7 +248,7 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     for src, dest in marker.moves:
         if root.exists(src):
             ensure_dir(fs, root.abs(str(PurePosixPath(dest).parent)))
-            fs.move(root.abs(src), root.abs(dest))
+            _move(root, src, dest)
             touched.add(str(PurePosixPath(src).parent))
     for i, rel in enumerate(marker.removes):
         delete_quietly(fs, root.abs(rel))
@@ -250,6 +261,17 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     # No fsync after this delete: if a crash undoes it, recovery applies the marker again, which
     # finds every add published and every remove gone, and changes nothing.
     delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
+
+
+def _move(root: Root, src: str, dest: str) -> None:
+    """Move a part; a move that another process applying the same marker made first is done. (On an
+    object store there is no writers' lock: a command's `recover` may apply a live writer's marker
+    while the writer does, and a move there is a copy then a delete.)"""
+    try:
+        root.fs.move(root.abs(src), root.abs(dest))
+    except OSError:  # FileNotFoundError included: the source went between our look and our move
+        if root.exists(src) or not root.exists(dest):
+            raise
 
 
 def recover(root: Root, locked: bool) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from tasks.deep_linear.data import Problem
-from tasks.deep_linear.flops import FlopCounter
+from tasks.deep_linear.flops import FlopCounter, entries
 from tasks.deep_linear.params import BCGDParams
 from tasks.deep_linear.sweep import Slot, gauss_seidel_slots
 from tasks.deep_linear.theory import sq_kappa, thm32_gamma
@@ -53,37 +53,47 @@ def layer_gradient(
     slot: Slot, r: torch.Tensor, sxx: torch.Tensor, counter: FlopCounter
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, float]:
     """From R = (residual) X^T (d_out x d_in): G, A G, D = A G P, ||AGC||^2 and ||G||^2."""
+    g, ag, d, q, g2 = layer_gradients(slot, r, sxx, counter)
+    return g, ag, d, float(q), float(g2)
+
+
+def layer_gradients(
+    slot: Slot, r: torch.Tensor, sxx: torch.Tensor, counter: FlopCounter
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`layer_gradient` for one config or a stack of configs (leading config axis): ||AGC||^2 and
+    ||G||^2 as tensors, one entry per config (0-dimensional for one)."""
     a, pm = slot.a, slot.p
-    rp = r if pm is None else counter.mm(r, pm.T)
-    g = rp if a is None else counter.mm(a.T, rp)
+    rp = r if pm is None else counter.mm(r, pm.mT)
+    g = rp if a is None else counter.mm(a.mT, rp)
     ag = g if a is None else counter.mm(a, g)
     d = ag if pm is None else counter.mm(ag, pm)
-    q = float((counter.mm(d, sxx) * d).sum())
-    g2 = float((g * g).sum())
-    counter.add(2.0 * d.numel() + 2.0 * g.numel())
+    q = (counter.mm(d, sxx) * d).sum((-2, -1))
+    g2 = (g * g).sum((-2, -1))
+    counter.add(2.0 * entries(d) + 2.0 * entries(g))
     return g, ag, d, q, g2
 
 
 def apply_update(
     ws: list[torch.Tensor],
     slot: Slot,
-    step: float,
+    step: float | torch.Tensor,
     g: torch.Tensor,
     ag: torch.Tensor,
     d: torch.Tensor,
     order: str,
     counter: FlopCounter,
 ) -> torch.Tensor:
-    """W_i <- W_i - step G; hand A W_i(new) = AW - step AG back to a descending sweep; return M_new."""
+    """W_i <- W_i - step G; hand A W_i(new) = AW - step AG back to a descending sweep; return M_new.
+    One config, or a stack of them with `step` of shape (B, 1, 1)."""
     ws[slot.i - 1] = ws[slot.i - 1] - step * g
-    counter.add(2.0 * g.numel())
+    counter.add(2.0 * entries(g))
     if order == "desc":
         if slot.a is None:
             slot.a_after = ws[slot.i - 1]
         else:
             slot.a_after = slot.aw - step * ag
-            counter.add(2.0 * ag.numel())
-    counter.add(2.0 * d.numel())
+            counter.add(2.0 * entries(ag))
+    counter.add(2.0 * entries(d))
     return slot.m - step * d
 
 

@@ -16,15 +16,24 @@ from __future__ import annotations
 import torch
 
 
+def entries(t: torch.Tensor) -> int:
+    """Entries of one config's matrix: a batched tensor (leading config axis) counts one member's."""
+    return t.shape[-2] * t.shape[-1] if t.dim() >= 2 else t.numel()
+
+
 class FlopCounter:
+    """Counts one config's flops. The learners are written for one config's matrices or for a stack of
+    them (a leading config axis, tasks.deep_linear.batched): products and entries are counted per
+    member, so a batch's counter reads what each of its members' single runs would."""
+
     __slots__ = ("total",)
 
     def __init__(self) -> None:
         self.total = 0.0
 
     def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        cols = b.shape[1] if b.dim() == 2 else 1
-        self.total += 2.0 * a.shape[0] * a.shape[1] * cols
+        cols = b.shape[-1] if b.dim() >= 2 else 1
+        self.total += 2.0 * a.shape[-2] * a.shape[-1] * cols
         return a @ b
 
     def add(self, n: float) -> None:

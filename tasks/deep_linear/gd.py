@@ -8,13 +8,13 @@ The Du & Hu step n_L / (3 L ||X||^2) is offered because the paper reports that i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import torch
 
 from tasks.deep_linear.bcgd import Update
 from tasks.deep_linear.data import Problem
-from tasks.deep_linear.flops import FlopCounter
+from tasks.deep_linear.flops import FlopCounter, entries
 
 
 def du_hu_lr(prob: Problem, depth: int) -> float:
@@ -36,13 +36,22 @@ def _prefixes(ws: list[torch.Tensor], counter: FlopCounter) -> tuple[list[torch.
 
 def gd(prob: Problem, ws: list[torch.Tensor], lr: float, grad_scale: int, counter: FlopCounter) -> Iterator[Update]:
     """Yield one Update (layer=-1: all layers) per GD iteration, forever."""
+    for m in gd_steps(prob.sxx, prob.syx, ws, lr * grad_scale, counter):
+        yield Update(-1, lr, m)
+
+
+def gd_steps(
+    sxx: torch.Tensor, syx: torch.Tensor, ws: list[torch.Tensor], step: float | torch.Tensor, counter: FlopCounter
+) -> Generator[torch.Tensor, list[int] | None, None]:
+    """Update `ws` in place by GD steps of size `step` (the gradient's scale included) and yield the
+    end-to-end matrix after each, forever. Written for one config's matrices or a stack of them with a
+    leading config axis (then `step` has shape (B, 1, 1)): the same operations either way. A stack's
+    owner may send the rows to keep (members that stopped dropped): the next steps compute only those."""
     depth = len(ws)
-    sxx, syx = prob.sxx, prob.syx
-    step = lr * grad_scale
     pref, m = _prefixes(ws, counter)
     while True:
         r = counter.mm(m, sxx) - syx
-        counter.add(r.numel())
+        counter.add(entries(r))
         suf: list[torch.Tensor | None] = [None] * (depth + 1)  # suf[j] = W_L..W_{j+1}
         if depth >= 2:
             suf[depth - 1] = ws[depth - 1]
@@ -51,10 +60,16 @@ def gd(prob: Problem, ws: list[torch.Tensor], lr: float, grad_scale: int, counte
         grads = []
         for j in range(1, depth + 1):
             pj = pref[j - 1]
-            rp = r if pj is None else counter.mm(r, pj.T)
-            grads.append(rp if suf[j] is None else counter.mm(suf[j].T, rp))  # type: ignore[union-attr]  # the products are filled before use
+            rp = r if pj is None else counter.mm(r, pj.mT)
+            grads.append(rp if suf[j] is None else counter.mm(suf[j].mT, rp))  # type: ignore[union-attr]  # the products are filled before use
         for j, g in enumerate(grads):  # simultaneous (Jacobi) update from the same weights
             ws[j] = ws[j] - step * g
-            counter.add(2.0 * g.numel())
+            counter.add(2.0 * entries(g))
         pref, m = _prefixes(ws, counter)
-        yield Update(-1, lr, m)
+        keep = yield m
+        if keep is not None:
+            rows = torch.tensor(keep, device=m.device)
+            ws[:] = [w[rows] for w in ws]
+            pref = [None if q is None else q[rows] for q in pref]
+            m, sxx, syx = m[rows], sxx[rows], syx[rows]
+            step = step[rows] if isinstance(step, torch.Tensor) else step

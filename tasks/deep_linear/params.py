@@ -261,4 +261,5 @@ DeepLinearParams = Annotated[BCGDParams | GDParams | BCSGDParams, Field(discrimi
 AnyParams = BCGDParams | GDParams | BCSGDParams
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
-SPEC = TaskSpec(name="deep_linear", version="1", Params=DeepLinearParams)
+# version 2: GD and L2 BCGD compute with a leading config axis (last-bit changes)
+SPEC = TaskSpec(name="deep_linear", version="2", Params=DeepLinearParams)

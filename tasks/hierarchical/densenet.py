@@ -17,6 +17,7 @@ from tasks.hierarchical.data import Data
 from tasks.hierarchical.metrics import median_se, nmse
 from tasks.hierarchical.params import DenseNetParams
 from tasks.hierarchical.target import Target
+from tasks.status import DIVERGED, OK, Status
 
 
 def activation(name: str, z: torch.Tensor) -> torch.Tensor:
@@ -61,7 +62,7 @@ class DenseNet:
 
 def train_densenet(
     p: DenseNetParams, target: Target, data: Data, ctx: RunContext
-) -> tuple[str, dict[str, list[Any]], dict[str, Any], float, int, int | None]:
+) -> tuple[Status, dict[str, list[Any]], dict[str, Any], float, int, int | None]:
     """(status, curve, summary, flops, n_steps, diverged_step)."""
     dt, dev = torch_dtype(p.dtype), ctx.device
     net = DenseNet(p, target, data.train.x, dev)
@@ -80,7 +81,8 @@ def train_densenet(
         "flops": [],
     }
     flops, steps, epochs = 0.0, 0, 0
-    status, diverged_step = "ok", None
+    status: Status = OK
+    diverged_step: int | None = None
     row: dict[str, float] = {}
 
     def record(stage: int, loss: float) -> dict[str, float]:
@@ -126,7 +128,7 @@ def train_densenet(
                 value = float(obj.detach())
                 total += value
                 if is_diverged(value):
-                    status, diverged_step = "diverged", steps
+                    status, diverged_step = DIVERGED, steps
                     break
             if status != "ok":
                 break

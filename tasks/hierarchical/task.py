@@ -199,7 +199,7 @@ class HierarchicalTask:
         summary["diverged"] = status == "diverged"
         curve_out: dict[str, Sequence[Any]] = {**curve}
         return Result(
-            status=status,  # type: ignore[arg-type]  # the trainers return a Status, typed as str
+            status=status,
             summary=summary,
             curve=curve_out,
             flops=flops,

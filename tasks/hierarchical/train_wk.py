@@ -34,6 +34,7 @@ from tasks.hierarchical.wk_model import (
     q_dim,
     reg_gap,
 )
+from tasks.status import DIVERGED, OK, Status
 
 LAYERS = range(2, MAX_L + 1)
 CURVE_COLUMNS = [
@@ -85,7 +86,7 @@ def init_net(p: WKParams, target: Target, mean_sq: torch.Tensor, device: str) ->
 
 @dataclass
 class Outcome:
-    status: str
+    status: Status
     curve: dict[str, list[Any]]
     summary: dict[str, Any]
     flops: float
@@ -200,7 +201,8 @@ class Trainer:
         n_batches = n // p.batch
         plan = phases(p)
         last = self.record(plan[0], math.nan, initial=True)
-        status, diverged_step = "ok", None
+        status: Status = OK
+        diverged_step: int | None = None
         for phase in plan:
             if phase.distill_before is not None:
                 layer = phase.distill_before
@@ -236,7 +238,7 @@ class Trainer:
                     if b % 16 == 15 or b == n_batches - 1:
                         value = float(obj.detach())
                         if is_diverged(value) or not all(torch.isfinite(t).all() for t in params):
-                            status, diverged_step = "diverged", self.steps
+                            status, diverged_step = DIVERGED, self.steps
                             break
                 if status == "diverged":
                     break

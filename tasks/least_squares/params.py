@@ -40,4 +40,5 @@ class OptimalStep(CommonParams):
 LeastSquaresParams = tagged_union("lr_rule", "const", ConstStep, OptimalStep)
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
-SPEC = TaskSpec(name="least_squares", version="1", Params=LeastSquaresParams)
+# version 2: computes with a leading config axis (batched kernels: last-bit changes)
+SPEC = TaskSpec(name="least_squares", version="2", Params=LeastSquaresParams)

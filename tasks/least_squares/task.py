@@ -10,6 +10,8 @@ overhead benchmark (its cost per step is set by d_in and d_out).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -41,6 +43,7 @@ def gd_flops_per_iter(d_in: int, d_out: int) -> float:
 class LeastSquaresTask:
     name: ClassVar[str] = SPEC.name
     version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # computes on ctx.device (tasks.base.device_for)
     Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "err_final": "float",
@@ -61,66 +64,112 @@ class LeastSquaresTask:
     diverging_example: ClassVar[dict[str, Any] | None] = {"d_in": 8, "d_out": 2, "m": 30, "lr": 5.0, "n_iters": 500}
 
     def run(self, p: ConstStep | OptimalStep, ctx: RunContext) -> Result:
-        x, y = make_problem(p)
-        sxx, syx = x @ x.T, y @ x.T
-        w_star = y @ torch.linalg.pinv(x)
-        eig = torch.linalg.eigvalsh(sxx.double())
-        lam_max = float(eig[-1])
-        # lambda_min over the range of X: the smallest nonzero eigenvalue governs the error's rate.
-        nonzero = eig[eig > lam_max * 1e-12]
-        lam_min = float(nonzero[0])
-        lr_opt = 2.0 / (lam_max + lam_min)
-        lr = p.lr if isinstance(p, ConstStep) else lr_opt
-        rate = max(abs(1 - lr * lam_min), abs(1 - lr * lam_max))
-        loss_star = 0.5 * float(torch.linalg.matrix_norm(w_star @ x - y) ** 2)
+        # A batch of one: the batched kernels give a member the same bits whatever the batch size (see
+        # tasks.deep_linear.batched), so a member of a batch equals its single run exactly.
+        return self.run_batch([p], [ctx])[0]
 
-        def err_of(w: torch.Tensor) -> float:
-            dw = w - w_star
-            return float(torch.trace(dw @ sxx @ dw.T)) / p.m
+    def batch_key(self, p: ConstStep | OptimalStep) -> Hashable | None:
+        if min(p.d_in, p.d_out) < 2:
+            return None  # a one-column product: torch's batched kernel then differs in rounding with the batch size
+        return (p.d_in, p.d_out, p.dtype)
 
-        w = torch.zeros(p.d_out, p.d_in, dtype=x.dtype)
-        steps: list[int] = []
-        errs: list[float] = []
-        losses: list[float] = []
-        err0 = err_of(w)
-        err = err0
-        status: Status = OK
-        iters_to_tol = -1
-        diverged_step = None
-        it = 0
-        for it in range(1, p.n_iters + 1):
+    def batch_bytes(self, p: ConstStep | OptimalStep) -> int:
+        itemsize = 8 if p.dtype == "float64" else 4
+        return itemsize * ((p.d_in + p.d_out) * p.m + 2 * p.d_in * p.d_in + 6 * p.d_out * p.d_in)
+
+    def run_batch(self, ps: Sequence[ConstStep | OptimalStep], ctxs: Sequence[RunContext]) -> list[Result]:
+        """GD on every member at once (a leading config axis); each member stops, diverges and reports
+        on its own, exactly as its single run."""
+        members = [_Member(p, ctx) for p, ctx in zip(ps, ctxs, strict=True)]
+        device = ctxs[0].device
+        sxx = torch.stack([m.sxx for m in members]).to(device)
+        syx = torch.stack([m.syx for m in members]).to(device)
+        w_star = torch.stack([m.w_star for m in members]).to(device)
+        lr = torch.tensor([m.lr for m in members], dtype=sxx.dtype, device=device).view(-1, 1, 1)
+        w = torch.zeros_like(syx)
+        err0 = _errors(w - w_star, sxx)
+        going = [True] * len(members)
+        for it in range(1, max(p.n_iters for p in ps) + 1):
             w = w - lr * (w @ sxx - syx)
-            err = err_of(w)
-            if is_diverged(err):
-                status, diverged_step = DIVERGED, it
+            errs = _errors(w - w_star, sxx)
+            for i, member in enumerate(members):
+                if going[i]:
+                    going[i] = member.step(it, errs[i])
+            if not any(going):
                 break
-            if it % p.log_every == 0 or err <= p.tol or it == p.n_iters:
-                steps.append(it)
-                errs.append(err)
-                losses.append(loss_star + 0.5 * p.m * err)
-                if not ctx.report(it, err=err):
-                    status = ctx.stop_status()
-                    break
-            if err <= p.tol:
-                iters_to_tol = it
-                break
+        return [member.result(e0) for member, e0 in zip(members, err0, strict=True)]
+
+
+def _errors(dw: torch.Tensor, sxx: torch.Tensor) -> list[float]:
+    """Each member's trace(dW Sxx dW^T), un-normalised."""
+    return (dw @ sxx @ dw.mT).diagonal(dim1=-2, dim2=-1).sum(-1).tolist()
+
+
+class _Member:
+    """One config of a batch: its problem and theory up front, its trace and stop rule per step."""
+
+    def __init__(self, p: ConstStep | OptimalStep, ctx: RunContext) -> None:
+        self.p, self.ctx = p, ctx
+        x, y = make_problem(p)
+        self.sxx, self.syx = x @ x.T, y @ x.T
+        self.w_star = y @ torch.linalg.pinv(x)
+        eig = torch.linalg.eigvalsh(self.sxx.double())
+        self.lam_max = float(eig[-1])
+        # lambda_min over the range of X: the smallest nonzero eigenvalue governs the error's rate.
+        nonzero = eig[eig > self.lam_max * 1e-12]
+        self.lam_min = float(nonzero[0])
+        self.lr_opt = 2.0 / (self.lam_max + self.lam_min)
+        self.lr = p.lr if isinstance(p, ConstStep) else self.lr_opt
+        self.loss_star = 0.5 * float(torch.linalg.matrix_norm(self.w_star @ x - y) ** 2)
+        self.steps: list[int] = []
+        self.errs: list[float] = []
+        self.losses: list[float] = []
+        self.status: Status = OK
+        self.iters_to_tol = -1
+        self.diverged_step: int | None = None
+        self.it = 0
+        self.err = math.nan
+
+    def step(self, it: int, trace: float) -> bool:
+        """Account for iteration `it`; False when the run is over."""
+        p = self.p
+        err = trace / p.m
+        self.it, self.err = it, err
+        if is_diverged(err):
+            self.status, self.diverged_step = DIVERGED, it
+            return False
+        if it % p.log_every == 0 or err <= p.tol or it == p.n_iters:
+            self.steps.append(it)
+            self.errs.append(err)
+            self.losses.append(self.loss_star + 0.5 * p.m * err)
+            if not self.ctx.report(it, err=err):
+                self.status = self.ctx.stop_status()
+                return False
+        if err <= p.tol:
+            self.iters_to_tol = it
+            return False
+        return it < p.n_iters
+
+    def result(self, trace0: float) -> Result:
+        p = self.p
+        rate = max(abs(1 - self.lr * self.lam_min), abs(1 - self.lr * self.lam_max))
         return Result(
-            status=status,
+            status=self.status,
             summary={
-                "err_final": err,
-                "err_0": err0,
-                "iters_to_tol": iters_to_tol,
-                "lr_used": lr,
-                "lr_opt_theory": lr_opt,
+                "err_final": self.err,
+                "err_0": trace0 / p.m,
+                "iters_to_tol": self.iters_to_tol,
+                "lr_used": self.lr,
+                "lr_opt_theory": self.lr_opt,
                 "rate_theory": rate,
-                "lambda_max": lam_max,
-                "lambda_min": lam_min,
-                "cond_x": (lam_max / lam_min) ** 0.5,
+                "lambda_max": self.lam_max,
+                "lambda_min": self.lam_min,
+                "cond_x": (self.lam_max / self.lam_min) ** 0.5,
             },
-            curve={"step": steps, "err": errs, "loss": losses},
-            flops=it * gd_flops_per_iter(p.d_in, p.d_out),
-            n_steps=it,
-            diverged_step=diverged_step,
+            curve={"step": self.steps, "err": self.errs, "loss": self.losses},
+            flops=self.it * gd_flops_per_iter(p.d_in, p.d_out),
+            n_steps=self.it,
+            diverged_step=self.diverged_step,
         )
 
 

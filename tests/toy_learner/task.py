@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,6 +20,7 @@ class FaultyParams(TaskParams):
     weights: list[float] | None = Field(None, description="if set, the result adds sum((w - 1)^2): a vector to tune")
     poison: bool = Field(False, description="return a summary value the store cannot take (a string for a float)")
     probe_dir: str | None = Field(None, description="if set, each finished run touches probe_dir/<run x> (fault tests)")
+    ledger: str | None = Field(None, description="if set, each finished run appends '<x> <pid>' to this file")
 
 
 class FaultyTask:
@@ -45,6 +47,9 @@ class FaultyTask:
         time.sleep(p.hang_s)
         if p.probe_dir is not None:  # the fault tests' witness of when a run finished, outside the store
             Path(p.probe_dir, f"{p.x:g}").write_text(f"{time.time()}\n")
+        if p.ledger is not None:  # one short O_APPEND write per run: lines of concurrent drivers never mix
+            with open(p.ledger, "a") as ledger:
+                ledger.write(f"{p.x:g} {os.getpid()}\n")
         square: Any = p.x * p.x + sum((w - 1.0) ** 2 for w in p.weights or [])
         if p.poison:
             square = f"not a number: {square}"  # passes the protocol, fails the float column

@@ -1,0 +1,97 @@
+"""Which cells of a chunk run together as one batched computation (tasks.base.BatchableTask).
+
+Items of one chunk with the same task and equal, non-None `batch_key` form a batch, capped by a member
+count (`max_size`) and a memory budget (the sum of the members' `batch_bytes`). Everything else (a task
+without the batch methods, a key of None, a config that does not even validate) is a batch of one and
+runs through the task's plain `run`. Imports the tasks (and so torch): worker side, or a driver that
+cuts chunks to hold whole batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runner.execute.base import BatchPolicy, WorkItem
+from runner.grid.identity import validate_params
+from tasks.base import BatchableTask
+from tasks.registry import get_task
+
+CPU_BUDGET_BYTES = 512 * 2**20  # members' working sets summed; far above the small learners' needs, far below RAM
+GPU_FREE_FRACTION = 0.5  # of the memory free on the device when the batch is planned (the rest: allocator slack)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Items that run as one call: `task` and `params` are set only for a real batch (two or more)."""
+
+    items: list[WorkItem]
+    task: BatchableTask | None = None
+    params: tuple[Any, ...] = ()
+
+
+def default_budget(device: str) -> int:
+    """Bytes a batch may use on `device`: a fraction of the free memory on CUDA (which already counts
+    this actor's cap when it holds a GPU fraction), a fixed budget on the CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free * GPU_FREE_FRACTION)
+    return CPU_BUDGET_BYTES
+
+
+def batch_key(item: WorkItem) -> tuple[str, Hashable] | None:
+    """(task, key) of an item that may share a batch, or None when it runs alone."""
+    member = _member(item)
+    return None if member is None else (item.task, member[1])
+
+
+def _member(item: WorkItem) -> tuple[BatchableTask, Hashable, Any] | None:
+    try:
+        task = get_task(item.task)
+        if not isinstance(task, BatchableTask):
+            return None
+        params = validate_params(task, item.params)
+        key = task.batch_key(params)
+    except Exception:  # noqa: BLE001 - a cell that cannot even be keyed runs alone, where its error is recorded
+        return None
+    return None if key is None else (task, key, params)
+
+
+def plan_groups(items: Sequence[WorkItem], policy: BatchPolicy, device: str) -> Iterator[Group]:
+    """Cut a chunk into groups: items of one task with equal keys form batches (in the order of their
+    key's first appearance, wherever in the chunk they are), within the policy's caps; the rest, and
+    everything when batching is off, run alone in their order."""
+    if not policy.enabled:
+        for item in items:
+            yield Group([item])
+        return
+    budget = policy.budget_bytes if policy.budget_bytes is not None else default_budget(device)
+    buckets: dict[Any, list[tuple[WorkItem, tuple[BatchableTask, Hashable, Any] | None]]] = {}
+    for n, item in enumerate(items):
+        member = _member(item)
+        buckets.setdefault(("alone", n) if member is None else (item.task, member[1]), []).append((item, member))
+    for bucket in buckets.values():
+        batch: list[tuple[WorkItem, Any]] = []
+        used = 0
+        for item, member in bucket:
+            if member is None:
+                yield Group([item])
+                continue
+            task, _key, params = member
+            size = max(0, int(task.batch_bytes(params)))
+            if batch and (len(batch) >= policy.max_size or used + size > budget):
+                yield _group(batch, task)
+                batch, used = [], 0
+            batch.append((item, params))
+            used += size
+        if batch:
+            yield _group(batch, task)
+
+
+def _group(batch: list[tuple[WorkItem, Any]], task: BatchableTask) -> Group:
+    if len(batch) == 1:
+        return Group([batch[0][0]])
+    return Group([i for i, _ in batch], task, tuple(p for _, p in batch))

@@ -1,0 +1,299 @@
+"""Several drivers, one store: drivers running the same grid on the same root split its cells.
+
+Layout, per grid (its key: a hash of the grid's sorted run ids, so every driver of one grid agrees):
+
+    _store/claims/<key>/drivers/<driver>.json     a live driver's heartbeat: {"beat": n, "done": blocks, ...}
+    _store/claims/<key>/b<block>-g<gen>.json      generation `gen` of the claim on block `block`: its driver
+
+Claims are coarse: the grid's run ids, in the grid's order, are cut into blocks of `block_size(n)` cells (at most
+~64 blocks up to 262,144 cells, blocks of 4,096 beyond: a 1M-cell grid has 245 claim files, not 1M).
+A claim is made by creating its file with the root's create-if-absent (runner.store.exclusive): of
+drivers racing for `b7-g0`, one wins. The block belongs to the newest generation's driver.
+
+Heartbeats are cheap: one small overwrite per driver every lease/4 seconds, whatever it holds. A
+driver is live while its file exists and its beat keeps changing; it is dead once an observer has
+seen the same beat for `lease_s` seconds on the observer's own monotonic clock (no clock of two
+machines is ever compared); on the observer's own host, a driver whose pid is gone is dead at once
+(so rerunning a SIGKILLed command resumes without waiting). A driver that ends (done, Ctrl-C, an
+error) deletes its file, so its blocks are free at once; a SIGKILLed one leaves it, and its blocks
+are free a lease later.
+
+A driver's heartbeat also lists the blocks it has finished (run and flushed); a block held by a live
+driver and not in that list is in progress, and nobody else touches it. A block of a dead or ended
+driver, or one its live driver lists as finished, is taken over by creating the next generation (create-if-
+absent again: one taker wins) after asking the store which of its cells are still to run (a cell
+the dead driver stored is never run again). So a grid costs its cells plus the runs a dead driver
+had in flight, unflushed, when it died.
+
+Drivers take blocks by guided self-scheduling: a share ceil(free / (4 x live drivers)) of the free
+blocks at a time (one wave, run as one `execute` call), so a lone driver makes few waves and a driver
+that joins later still finds work. A driver with nothing left to claim waits while live drivers hold
+blocks with work, and takes them over if those drivers die: when `run` returns, the grid is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow.fs as pafs
+
+from runner.store.exclusive import ExclusiveCreate
+from runner.store.files import delete_quietly, read_bytes, write_bytes
+from runner.store.txn import INTERNAL, Root
+
+CLAIMS_DIR = f"{INTERNAL}/claims"
+LEASE_S = 30.0
+CLAIM_FILE = re.compile(r"^b(\d+)-g(\d+)\.json$")
+
+
+def grid_key(run_ids: Iterable[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(set(run_ids))).encode()).hexdigest()[:16]
+
+
+def block_size(n_cells: int) -> int:
+    return min(4096, max(8, math.ceil(n_cells / 64)))
+
+
+def blocks_of(run_ids: Iterable[str]) -> list[list[str]]:
+    """Blocks in the grid's order (every driver of one grid expands it alike): a grid lists the cells
+    that differ only in seed or step size side by side, so a block keeps them together and a chunk of
+    it forms batches (tasks.base.BatchableTask); sorted ids would scatter them."""
+    ids = list(dict.fromkeys(run_ids))
+    size = block_size(len(ids))
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+@dataclass(frozen=True)
+class Claim:
+    block: int
+    gen: int
+    driver: str
+
+
+@dataclass
+class DriverInfo:
+    driver: str
+    beat: int
+    host: str
+    pid: int
+    at: float  # the driver's wall clock at this beat: shown by `status`, never compared across machines
+    done: frozenset[int]  # blocks it has finished
+
+
+@dataclass
+class Liveness:
+    """What this process saw of each driver's beat, and when (its own monotonic clock)."""
+
+    seen: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def alive(self, info: DriverInfo | None, lease_s: float, now: float) -> bool:
+        if info is None:
+            return False  # ended (its file deleted) or never existed
+        if info.host == socket.gethostname() and not _pid_running(info.pid):
+            return False  # a driver on this machine whose process is gone: no need to wait a lease
+        last = self.seen.get(info.driver)
+        if last is None or last[0] != info.beat:
+            self.seen[info.driver] = (info.beat, now)
+            return True
+        return now - last[1] < lease_s
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    return True
+
+
+class Claims:
+    """One driver's view of the claims on one grid. `start` before claiming, `close` when done."""
+
+    def __init__(self, files: Root, exclusive: ExclusiveCreate, key: str, lease_s: float = LEASE_S) -> None:
+        self.files, self.exclusive, self.lease_s = files, exclusive, lease_s
+        self.dir = f"{CLAIMS_DIR}/{key}"
+        self.driver = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.liveness = Liveness()
+        self._owners: dict[str, str] = {}  # claim file -> driver (claim files never change)
+        self._beat = 0
+        self._done: set[int] = set()  # blocks this driver has run and flushed
+        self._write_lock = threading.Lock()  # the heartbeat thread and the claiming thread both beat
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- this driver's heartbeat -----------------------------------------------------------------
+    def _driver_path(self, driver: str) -> str:
+        return f"{self.dir}/drivers/{driver}.json"
+
+    def _write_beat(self) -> None:
+        with self._write_lock:
+            self._beat += 1
+            body = {"driver": self.driver, "beat": self._beat, "host": socket.gethostname(), "pid": os.getpid()}
+            self.files.fs.create_dir(self.files.abs(f"{self.dir}/drivers"), recursive=True)
+            path = self.files.abs(self._driver_path(self.driver))
+            data = json.dumps({**body, "at": time.time(), "done": sorted(self._done)}).encode()
+            if isinstance(self.files.fs, pafs.LocalFileSystem):
+                tmp = f"{path}.tmp"  # rename over: a reader sees the old beat or the new, whole
+                write_bytes(self.files.fs, tmp, data)
+                os.replace(tmp, path)
+            else:
+                write_bytes(self.files.fs, path, data)  # an upload appears whole
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.lease_s / 4):
+            try:
+                self._write_beat()
+            except OSError:
+                continue  # a missed beat is one of four per lease; the next one may get through
+
+    def finished(self, blocks: Iterable[int]) -> None:
+        """Say (at once, not at the next beat) that these blocks are run and flushed."""
+        self._done.update(blocks)
+        self._write_beat()
+
+    def start(self) -> None:
+        """Announce this driver (before its first claim, so no claim ever names an unknown driver)."""
+        self._write_beat()
+        self._thread = threading.Thread(target=self._heartbeat, name="convgrid-heartbeat", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """End this driver: its blocks are free at once for any other driver."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        delete_quietly(self.files.fs, self.files.abs(self._driver_path(self.driver)))
+
+    # ---- reading the claims ----------------------------------------------------------------------
+    def drivers(self) -> dict[str, DriverInfo]:
+        found = {}
+        for info in self.files.listing(f"{self.dir}/drivers"):
+            if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
+                continue
+            try:
+                body = json.loads(read_bytes(self.files.fs, info.path))
+            except (FileNotFoundError, ValueError):
+                continue  # ended between listing and read
+            found[body["driver"]] = DriverInfo(
+                body["driver"], body["beat"], body["host"], body["pid"], body["at"], frozenset(body["done"])
+            )
+        return found
+
+    def holders(self) -> dict[int, Claim]:
+        """The newest claim of every claimed block."""
+        newest: dict[int, tuple[int, str]] = {}
+        for info in self.files.listing(self.dir):
+            match = CLAIM_FILE.match(info.base_name)
+            if match is None:
+                continue
+            block, gen = int(match[1]), int(match[2])
+            if block not in newest or gen > newest[block][0]:
+                newest[block] = (gen, info.path)
+        claims = {}
+        for block, (gen, path) in newest.items():
+            if path not in self._owners:
+                try:
+                    self._owners[path] = json.loads(read_bytes(self.files.fs, path))["driver"]
+                except FileNotFoundError:
+                    continue  # an older generation deleted by its taker: listed again next time
+            claims[block] = Claim(block, gen, self._owners[path])
+        return claims
+
+    def claim(self, block: int, gen: int) -> bool:
+        path = f"{self.dir}/b{block:06d}-g{gen:06d}.json"
+        won = self.exclusive.create(self.files.abs(path), json.dumps({"driver": self.driver}).encode())
+        if won and gen > 0:  # the older generations are history nobody needs: keep one file per block
+            for old in range(gen):
+                delete_quietly(self.files.fs, self.files.abs(f"{self.dir}/b{block:06d}-g{old:06d}.json"))
+        return won
+
+    # ---- splitting the work ----------------------------------------------------------------------
+    def waves(
+        self,
+        blocks: Sequence[Sequence[str]],
+        todo: Iterable[str],
+        still_todo: Callable[[list[str]], set[str]],
+        poll_s: float | None = None,
+    ) -> Iterator[list[str]]:
+        """Yield lists of run ids for this driver to run now, until every block with work in `todo` is
+        done by someone. `still_todo(ids)` asks the store which of `ids` are still to run."""
+        todo = set(todo)
+        pending = {b for b, ids in enumerate(blocks) if todo.intersection(ids)}
+        poll = poll_s if poll_s is not None else min(1.0, self.lease_s / 4)
+        while pending:
+            holders = self.holders()
+            infos = self.drivers()
+            now = time.monotonic()
+            live = {d for d in infos if d == self.driver or self.liveness.alive(infos[d], self.lease_s, now)}
+            free = sorted(b for b in pending if b not in holders)
+            if free:
+                share = math.ceil(len(free) / (4 * max(1, len(live))))
+                # start at a driver-specific place: racing drivers mostly create different files
+                start = int(hashlib.sha256(self.driver.encode()).hexdigest(), 16) % len(free)
+                mine = []
+                for block in free[start:] + free[:start]:
+                    if self.claim(block, 0):
+                        mine.append(block)
+                        pending.discard(block)
+                        if len(mine) >= share:
+                            break
+                if mine:
+                    yield [rid for b in sorted(mine) for rid in blocks[b] if rid in todo]
+                    self.finished(mine)  # the caller asks for the next wave once this one is flushed
+                continue
+            orphans = sorted(b for b in pending if holders[b].driver not in live or b in infos[holders[b].driver].done)
+            if orphans:
+                left = still_todo([rid for b in orphans for rid in blocks[b]])
+                taken = []
+                for block in orphans:
+                    if not left.intersection(blocks[block]):
+                        pending.discard(block)  # its driver finished it
+                    elif self.claim(block, holders[block].gen + 1):
+                        taken.append(block)
+                        pending.discard(block)
+                for dead in {holders[b].driver for b in orphans} & (set(infos) - live):
+                    delete_quietly(self.files.fs, self.files.abs(self._driver_path(dead)))  # seen dead a lease
+                if taken:
+                    yield [rid for b in taken for rid in blocks[b] if rid in left]
+                    self.finished(taken)
+                continue
+            time.sleep(poll)  # every block left is held by a live driver: watch it finish or die
+
+
+def live_claims(files: Root, lease_hint_s: float = LEASE_S) -> list[tuple[str, DriverInfo, int, float]]:
+    """For `convgrid status`: (grid key, driver, blocks held, seconds since its last beat by its clock)
+    of every driver with a heartbeat file. One look cannot tell a slow driver from a dead one: the age
+    says which is likely (a live one beats every lease/4)."""
+    rows = []
+    for info in files.listing(CLAIMS_DIR):
+        if info.type != pafs.FileType.Directory:
+            continue
+        key = info.base_name
+        view = Claims(files, _NoCreate(), key, lease_hint_s)
+        held: dict[str, int] = {}
+        for claim in view.holders().values():
+            held[claim.driver] = held.get(claim.driver, 0) + 1
+        for driver in view.drivers().values():
+            rows.append((key, driver, held.get(driver.driver, 0), time.time() - driver.at))
+    return rows
+
+
+class _NoCreate:
+    """A read-only view's stand-in for create-if-absent (status never claims)."""
+
+    name = "none"
+
+    def create(self, path: str, data: bytes) -> bool:
+        raise RuntimeError("a read-only view of the claims does not claim")

@@ -1,0 +1,178 @@
+"""Many deep_linear configs of one shape as one computation: every weight matrix, covariance and
+end-to-end product gets a leading config axis, and the learners' products become batched matmuls
+(HFTA-style horizontal fusion).
+
+Why a single run of these configs is a batch of one: torch computes a small batched product with
+another kernel than a plain matrix product (a naive loop instead of BLAS below about 400 multiply-adds
+per matrix), so the two differ in the last bits, and the exact line search of BCGD amplifies that to
+1e-7 relative near the error floor within 80 iterations. The batched kernel gives every member the same
+bits whatever the batch size (products with one column excepted, which is why those configs run alone),
+so a member of a batch of 64 equals its single run exactly.
+
+Covered: GD (both step rules) and L2 BCGD with the exact line search (eq. 3.4, one step per member and
+layer) or a constant step; the rest (L4 loss, the Thm 3.2 rules and checks, BCSGD) runs alone.
+
+The learners are the single-run ones (`gd_steps`, `gauss_seidel_slots`, `layer_gradients`,
+`apply_update` work on a stack as on one matrix); per-member scalars (steps, line-search numerators and
+denominators) are tensors with one entry per member. Each member has its own Tracker, so early stop,
+divergence, curve, pruning (its own `ctx.report`) and deadline are judged per member at its own step.
+A member that stops leaves a GD stack (its rows are gathered out; the others' numbers do not change,
+the batched kernel being blind to the batch size). In a BCGD stack it stays until every member has
+stopped (its rows keep computing, possibly NaN, touching no other member's rows): the sweep caches
+products of every row, and cutting them all would cost more than the rows it saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Hashable, Sequence
+
+import torch
+
+from tasks.base import FieldType, Result, RunContext
+from tasks.deep_linear.bcgd import apply_update, layer_gradients
+from tasks.deep_linear.flops import FlopCounter
+from tasks.deep_linear.gd import gd_steps
+from tasks.deep_linear.objective import L2Objective
+from tasks.deep_linear.params import AnyParams, BCGDParams, GDParams
+from tasks.deep_linear.sweep import gauss_seidel_slots
+from tasks.deep_linear.tracker import Setup, Tracker, prepare
+
+# (layer updated, each member's step, the stacked end-to-end matrices after the update)
+BatchUpdate = tuple[int, list[float], torch.Tensor]
+
+
+def batch_key(p: AnyParams) -> Hashable | None:
+    """Algorithm, step rule, sweep order, shapes and dtype: what one stacked computation must share.
+    Seeds, data, init, step sizes, tolerances and budgets vary per member."""
+    if isinstance(p, GDParams):
+        rule: tuple[str, ...] = ()
+    elif isinstance(p, BCGDParams) and p.loss == "l2" and p.lr_rule in ("opt", "const") and not p.check_thm32:
+        rule = (p.order, p.lr_rule)
+    else:
+        return None
+    widths = p.layer_widths()
+    if min(widths[:-1]) < 2 or p.m < 2:
+        return None  # a one-column product: torch's batched kernel then differs in rounding with the batch size
+    return (p.algo, *rule, tuple(widths), p.dtype)
+
+
+def batch_bytes(p: AnyParams) -> int:
+    """One member's device memory: weights, their updates and gradients, the cached prefix and suffix
+    products, the covariances, the data and the error metric's factors."""
+    w = p.layer_widths()
+    d_in, d_out, depth = w[0], w[-1], len(w) - 1
+    weights = sum(w[j] * w[j - 1] for j in range(1, depth + 1))
+    products = sum(w[j] * (d_in + d_out) for j in range(1, depth + 1))
+    data = (d_in + d_out) * p.m + 2 * d_in * d_in + 6 * d_out * d_in
+    itemsize = 8 if p.dtype == "float64" else 4
+    return itemsize * (4 * weights + products + data)
+
+
+def run_batch(
+    ps: Sequence[AnyParams], ctxs: Sequence[RunContext], summary_fields: dict[str, FieldType]
+) -> list[Result]:
+    """One Result per member, each equal to the member's single run (see the module docstring)."""
+    keys = {batch_key(p) for p in ps}
+    if len(keys) != 1 or None in keys:
+        raise ValueError(f"deep_linear.run_batch needs configs of one batch key; got {sorted(map(str, keys))}")
+    device = ctxs[0].device
+    setups = [prepare(p, summary_fields, device) for p in ps]
+    counter = FlopCounter()  # every member counts the same operations: one counter stands for each
+    trackers = [Tracker(p, s, counter, ctx) for p, s, ctx in zip(ps, setups, ctxs, strict=True)]
+    going = [tr.start() for tr in trackers]
+    if any(going):
+        ws = [torch.stack([s.ws[j] for s in setups]) for j in range(len(setups[0].ws))]
+        sxx = torch.stack([s.prob.sxx for s in setups])
+        syx = torch.stack([s.prob.syx for s in setups])
+        compacts = ps[0].algo == "gd"  # GD's state is its weights: dropping stopped rows is one gather
+        updates = _gd(ps, setups, sxx, syx, ws, counter) if compacts else _bcgd(ps, sxx, syx, ws, counter)
+        errors = _Errors(setups)
+        rows = list(range(len(ps)))  # the member of each row of the stack
+        keep: list[int] | None = None
+        t = 0
+        while any(going):
+            t += 1
+            layer, lrs, m = updates.send(keep)
+            errs = errors(m, keep)
+            for pos, i in enumerate(rows):
+                if going[i]:
+                    going[i] = trackers[i].step(t, errs[pos], lrs[pos], layer)
+            alive = [pos for pos, i in enumerate(rows) if going[i]]
+            keep = alive if compacts and 0 < len(alive) < len(rows) else None
+            if keep is not None:
+                rows = [rows[pos] for pos in keep]
+    return [tr.result() for tr in trackers]
+
+
+def _gd(
+    ps: Sequence[AnyParams],
+    setups: Sequence[Setup],
+    sxx: torch.Tensor,
+    syx: torch.Tensor,
+    ws: list[torch.Tensor],
+    counter: FlopCounter,
+) -> Generator[BatchUpdate, list[int] | None, None]:
+    """GD on the stack; rows sent back (members that stopped dropped) are all that compute next."""
+    lrs = [s.lr_const for s in setups]
+    # the single run multiplies by the Python float lr * grad_scale; the same number in the weights' dtype
+    step = [lr * p.grad_scale for lr, p in zip(lrs, ps, strict=True)]
+    steps = torch.tensor(step, dtype=ws[0].dtype, device=ws[0].device).view(-1, 1, 1)
+    learner = gd_steps(sxx, syx, ws, steps, counter)
+    m = next(learner)
+    while True:
+        keep = yield -1, lrs, m
+        if keep is not None:
+            lrs = [lrs[pos] for pos in keep]
+        m = learner.send(keep)
+
+
+def _bcgd(
+    ps: Sequence[AnyParams], sxx: torch.Tensor, syx: torch.Tensor, ws: list[torch.Tensor], counter: FlopCounter
+) -> Generator[BatchUpdate, list[int] | None, None]:
+    """bcgd() for L2 with the exact line search or a constant step, every member its own step. Rows sent
+    back are ignored: the sweep caches products of every row, so stopped members compute on."""
+    first = ps[0]
+    assert isinstance(first, BCGDParams)  # batch_key admits GD and these BCGD configs only
+    d_out, d_in = syx.shape[-2:]
+    scale = torch.tensor([float(p.grad_scale) for p in ps], dtype=torch.float64, device=sxx.device)
+    const = [float(p.lr) for p in ps if isinstance(p, BCGDParams) and p.lr is not None]
+    for slot in gauss_seidel_slots(ws, first.order, counter):
+        r = counter.mm(slot.m, sxx) - syx
+        counter.add(d_out * d_in)
+        g, ag, d, q, g2 = layer_gradients(slot, r, sxx, counter)
+        if first.lr_rule == "const":
+            eta = torch.tensor(const, dtype=torch.float64, device=sxx.device)
+        else:
+            # the single run divides Python floats (doubles) and takes 0 for 0/0 (spec G10): the same here
+            q64, g64 = q.double(), g2.double()
+            eta = torch.where(q64 > 0, g64 / q64, torch.zeros_like(q64))
+        step = (eta * scale).to(ws[0].dtype).view(-1, 1, 1)
+        m_new = apply_update(ws, slot, step, g, ag, d, first.order, counter)
+        yield slot.i, eta.tolist(), m_new
+
+
+class _Errors:
+    """The members' L2 errors from the stacked end-to-end matrices: L2Objective.err, stacked when every
+    member's X factor has the same shape (the usual case: X of full rank), else member by member. Called
+    with the rows kept when the stack drops members, it drops the same ones."""
+
+    def __init__(self, setups: Sequence[Setup]) -> None:
+        objs = [s.obj for s in setups]
+        self.objs = [o for o in objs if isinstance(o, L2Objective)]
+        assert len(self.objs) == len(objs)  # batch_key admits the L2 loss only
+        self.stacked = len({o.xh.shape for o in self.objs}) == 1
+        if self.stacked:
+            self.w_ls = torch.stack([o.w_ls for o in self.objs])
+            self.xh = torch.stack([o.xh for o in self.objs])
+
+    def __call__(self, m: torch.Tensor, keep: list[int] | None) -> list[float]:
+        if keep is not None:
+            self.objs = [self.objs[pos] for pos in keep]
+            if self.stacked:
+                rows = torch.tensor(keep, device=m.device)
+                self.w_ls, self.xh = self.w_ls[rows], self.xh[rows]
+        if not self.stacked:
+            return [o.err(m[i]) for i, o in enumerate(self.objs)]
+        e = (m - self.w_ls) @ self.xh
+        sums = (e * e).sum((-2, -1)).tolist()
+        return [s / o.m - o.offset for s, o in zip(sums, self.objs, strict=True)]

@@ -1,0 +1,98 @@
+"""deep_linear and least_squares batched (run_batch) against one run at a time: every algorithm the
+batch covers, members that diverge, stop at the tolerance, get pruned or run past their deadline, each
+at its own step with its single run's record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from runner.grid.identity import validate_params
+from tasks.base import RunContext
+from tasks.deep_linear.task import DeepLinearTask
+from tasks.least_squares.task import LeastSquaresTask
+from tasks.status import DIVERGED, OK, PRUNED, TIMEOUT
+from tests.batch_equality import assert_same_results
+
+DL = DeepLinearTask()
+LS = LeastSquaresTask()
+SHAPE = {"d_in": 6, "d_out": 3, "m": 20, "L": 4, "width": 7, "n_iters": 60}
+
+
+def _params(task: Any, configs: list[dict[str, Any]]) -> list[Any]:
+    return [validate_params(task, c) for c in configs]
+
+
+def _stop_at(step: int) -> Callable[[int, Mapping[str, float]], bool]:
+    """A pruner's verdict: go on until `step`, stop there."""
+    return lambda s, _metrics: s < step
+
+
+def _singles_and_batch(task: Any, ps: list[Any], reporters: dict[int, Any] | None = None) -> tuple[list, list]:
+    reporters = reporters or {}
+    singles = [task.run(p, RunContext(reporter=reporters.get(i))) for i, p in enumerate(ps)]
+    batch = task.run_batch(ps, [RunContext(reporter=reporters.get(i)) for i in range(len(ps))])
+    return singles, batch
+
+
+CASES = {
+    # step sizes that converge, and one that diverges (at a seed-dependent step)
+    "gd": [{"algo": "gd", "lr": lr, "seed": s} for lr in (0.02, 0.3, 4.0) for s in (1, 2)],
+    "gd_du_hu": [{"algo": "gd", "lr_rule": "du_hu", "seed": s} for s in (1, 2, 3)],
+    "bcgd_desc": [{"algo": "bcgd", "seed": s, "stop_at_tol": s == 2, "tol": 1e-6} for s in (1, 2, 3)],
+    "bcgd_asc": [{"algo": "bcgd", "order": "asc", "seed": s, "grad_scale": 1 + s % 2} for s in (1, 2, 3)],
+    "bcgd_const": [{"algo": "bcgd", "lr_rule": "const", "lr": lr, "seed": 4} for lr in (0.02, 0.1, 6.0)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_deep_linear_batch_members_equal_their_single_runs(case: str) -> None:
+    ps = _params(DL, [{**SHAPE, "log_every": 3, **c} for c in CASES[case]])
+    assert len({DL.batch_key(p) for p in ps}) == 1
+    singles, batch = _singles_and_batch(DL, ps)
+    assert_same_results(singles, batch)
+    if case in ("gd", "bcgd_const"):  # the largest step diverges, alone, at its own step
+        assert [r.status for r in batch].count(DIVERGED) >= 1 and [r.status for r in batch].count(OK) >= 2
+        assert len({r.diverged_step for r in batch if r.status == DIVERGED} | {None}) >= 2
+    if case == "bcgd_desc":
+        assert batch[1].n_steps < SHAPE["n_iters"] == batch[0].n_steps  # the early stop is the member's own
+
+
+def test_a_pruned_and_a_timed_out_member_stop_alone_at_their_own_step() -> None:
+    ps = _params(DL, [{**SHAPE, "algo": "gd", "lr": 0.05, "seed": s, "log_every": 5} for s in range(4)])
+    singles, batch = _singles_and_batch(DL, ps, reporters={1: _stop_at(25)})
+    assert_same_results(singles, batch)
+    assert [r.status for r in batch] == [OK, PRUNED, OK, OK]
+    assert batch[1].n_steps == 25 and batch[1].curve["step"][-1] == 25
+    # a member whose deadline has passed stops at step 0, the others run on
+    ctxs = [RunContext(deadline=time.time() - 1 if i == 2 else None) for i in range(4)]
+    late = DL.run_batch(ps, ctxs)
+    assert [r.status for r in late] == [OK, OK, TIMEOUT, OK] and late[2].n_steps == 0
+    assert_same_results([singles[0], singles[3]], [late[0], late[3]])
+
+
+def test_deep_linear_configs_outside_the_batched_algorithms_run_alone() -> None:
+    assert DL.batch_key(validate_params(DL, {**SHAPE, "algo": "bcsgd"})) is None
+    assert DL.batch_key(validate_params(DL, {**SHAPE, "algo": "bcgd", "loss": "l4"})) is None
+    assert DL.batch_key(validate_params(DL, {**SHAPE, "algo": "bcgd", "lr_rule": "thm32", "eta_bar": 0.5})) is None
+    one_column = {**SHAPE, "L": 2, "width": 1}  # a product with one column: batch-size dependent rounding
+    assert DL.batch_key(validate_params(DL, {**one_column, "algo": "gd", "lr": 0.1})) is None
+    gd, bcgd = (validate_params(DL, {**SHAPE, "algo": a, **extra}) for a, extra in (("gd", {"lr": 0.1}), ("bcgd", {})))
+    assert DL.batch_key(gd) != DL.batch_key(bcgd)
+    with pytest.raises(ValueError, match="one batch key"):
+        DL.run_batch([gd, bcgd], [RunContext(), RunContext()])
+
+
+def test_least_squares_batch_members_equal_their_single_runs() -> None:
+    shape = {"d_in": 8, "d_out": 3, "m": 30, "log_every": 7}
+    configs = [{**shape, "lr": lr, "seed": s} for lr in (0.05, 5.0) for s in (1, 2)]
+    configs.append({"d_in": 8, "d_out": 3, "m": 45, "lr_rule": "optimal", "n_iters": 300})
+    ps = _params(LS, configs)
+    assert len({LS.batch_key(p) for p in ps}) == 1
+    singles, batch = _singles_and_batch(LS, ps, reporters={1: _stop_at(14)})
+    assert_same_results(singles, batch)
+    statuses = [r.status for r in batch]
+    assert statuses[1] == PRUNED and DIVERGED in statuses and batch[4].summary["iters_to_tol"] > 0

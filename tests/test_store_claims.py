@@ -1,0 +1,124 @@
+"""Several drivers, one store (runner.store.claims): drivers on one grid split its cells, a killed
+driver's blocks are taken over, and reruns, --retry-failed and `status` see the claims right."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runner import ResultStore, run_grid
+from runner.api import RunReport
+from runner.cli import main
+from runner.store.claims import CLAIMS_DIR, DriverInfo, Liveness, blocks_of, grid_key
+from runner.store.exclusive import LocalLink
+from tests.shared_drivers import check_takeover, kill_one_driver_midway, ledger_grid, read_ledger
+
+
+def test_link_creates_once_among_racing_threads(tmp_path: Path) -> None:
+    target = str(tmp_path / "claims" / "b000001-g000000.json")
+    wins: list[bytes] = []
+    barrier = threading.Barrier(8)
+
+    def race(i: int) -> None:
+        barrier.wait()
+        if LocalLink().create(target, f"driver {i}".encode()):
+            wins.append(f"driver {i}".encode())
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1 and Path(target).read_bytes() == wins[0]
+    assert sorted(p.name for p in (tmp_path / "claims").iterdir()) == ["b000001-g000000.json"]  # no temp left
+
+
+def test_two_drivers_split_a_grid_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two drivers (threads of one process: each its own claims identity) on 120 cells: every cell run
+    once in all, both did work, one claim file per block, and none of the drivers is left in status."""
+    ledger, root = tmp_path / "ledger", str(tmp_path / "res")
+    grid = ledger_grid(tmp_path / "grid.yaml", 120, ledger)
+    reports: list[RunReport] = []
+    barrier = threading.Barrier(2)
+
+    def drive() -> None:
+        barrier.wait()
+        reports.append(run_grid(str(grid), root, "local", progress=False))
+
+    threads = [threading.Thread(target=drive) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    xs = [x for x, _ in read_ledger(ledger)]
+    assert sorted(xs, key=float) == [f"{float(i):g}" for i in range(120)]  # each cell computed exactly once
+    assert sorted(r.executed for r in reports)[0] > 0 and sum(r.executed for r in reports) == 120
+    assert all(r.executed + r.by_others == 120 for r in reports)
+    store = ResultStore(root)
+    assert store.read_runs("faulty").num_rows == 120 and store.read_attempts("faulty").num_rows == 120
+    run_ids = store.read_runs("faulty", ["run_id"])["run_id"].to_pylist()
+    claims = Path(root, CLAIMS_DIR, grid_key(run_ids))
+    assert len([p for p in claims.iterdir() if p.is_file()]) == len(blocks_of(run_ids)) == 15
+    assert list((claims / "drivers").iterdir()) == []  # both ended: nobody holds anything
+    capsys.readouterr()
+    assert main(["status", root]) == 0 and "drivers sharing" not in capsys.readouterr().out
+    again = run_grid(str(grid), root, "local", progress=False)
+    assert again.executed == 0 and again.already_done == 120 and len(read_ledger(ledger)) == 120
+
+
+def test_retry_failed_takes_over_the_blocks_of_an_ended_driver(tmp_path: Path) -> None:
+    grid = {
+        "name": "retry",
+        "blocks": [
+            {"task": "faulty", "product": {"x": [float(i) for i in range(20)]}},
+            {"task": "faulty", "params": {"fail": True}, "product": {"x": [1.0, 2.0]}},
+        ],
+    }
+    root = str(tmp_path / "res")
+    first = run_grid(grid, root, "local", progress=False)
+    assert first.counts == {"ok": 20, "failed": 2}
+    assert run_grid(grid, root, "local", progress=False).executed == 0  # failed ones wait for --retry-failed
+    retry = run_grid(grid, root, "local", progress=False, retry_failed=True)
+    assert retry.executed == 2 and retry.counts == {"failed": 2}
+    store = ResultStore(root)
+    claims = Path(root, CLAIMS_DIR, grid_key(store.read_runs("faulty", ["run_id"])["run_id"].to_pylist()))
+    names = sorted(p.name for p in claims.iterdir() if p.is_file())
+    generations = [n for n in names if not n.endswith("-g000000.json")]
+    assert 1 <= len(generations) <= 2 and len(names) == 3  # 22 cells: 3 blocks, one file each
+    assert store.read_attempts("faulty").num_rows == 24
+
+
+def test_a_killed_driver_s_blocks_are_taken_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two drivers on 400 cells, one a `convgrid run` process SIGKILLed midway: the other finishes the
+    grid, every cell stored once, at most the killed driver's in-flight runs run twice."""
+    root = str(tmp_path / "res")
+    seen = kill_one_driver_midway(tmp_path, root, 400, lease_s=2.0, kill_after=60)
+    check_takeover(seen, 400)
+    survivor = sum(seen.second in pids for pids in seen.computed.values())
+    assert seen.report.executed == survivor and seen.report.already_done + survivor + seen.report.by_others == 400
+    capsys.readouterr()
+    assert main(["status", root]) == 0 and "drivers sharing" not in capsys.readouterr().out
+
+
+def test_a_driver_is_dead_after_a_lease_of_the_same_beat_on_the_observer_s_clock() -> None:
+    """A driver on another machine (its pid cannot be asked): live while its beat changes, dead once
+    the observer has seen one beat for a lease; its wall clock is never used."""
+    seen = Liveness()
+    far = DriverInfo("elsewhere-1-abc", beat=3, host="another-host", pid=1, at=0.0, done=frozenset())
+    assert seen.alive(far, lease_s=2.0, now=100.0)
+    assert seen.alive(far, lease_s=2.0, now=101.9)
+    assert not seen.alive(far, lease_s=2.0, now=102.1)
+    assert seen.alive(replace(far, beat=4), lease_s=2.0, now=102.2)  # it beat again: live again
+    assert not seen.alive(None, lease_s=2.0, now=102.2)  # its file is gone: it ended
+    here = replace(far, host=socket.gethostname(), pid=os.getpid())
+    assert seen.alive(here, lease_s=2.0, now=0.0)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not seen.alive(replace(here, pid=gone.pid), lease_s=2.0, now=0.0)  # same host, process gone
