@@ -57,10 +57,17 @@ def token_given() -> bool:
     return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"))
 
 
+WORKER_NICENESS = "RAY_worker_niceness"  # read by the raylet: the niceness increment of its workers
+
+
 def _prepare_env(embedded: bool) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if embedded:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        # Ray lowers its workers' priority by 15 (worker_niceness), below every other process of the
+        # user: on a busy machine the runs then get the CPU last, though a sequential loop in the
+        # driver would get its fair share. Our private instance's workers run at the driver's priority.
+        os.environ.setdefault(WORKER_NICENESS, "0")
     elif AUTH_MODE not in os.environ and token_given():
         # Read by Ray when its config is first used (the command line imports ray only after this).
         # Only a token handed to this process counts, not ~/.ray/auth_token, which any local

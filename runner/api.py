@@ -9,23 +9,31 @@ runs only run again with retry_failed, pruned runs always run again.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from runner.errors import ConfigError, redact
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.progress import Progress
 from runner.execute.unwritable import write_isolated
 from runner.grid.schema import task_schemas
-from runner.grid.spec import Cell, Grid, load_grid
+from runner.grid.spec import Cell, CellSource, Grid, GridFile, load_grid
 from runner.store import ResultStore, RunRecord
 from runner.store.claims import Claims, blocks_of
+from runner.store.columns import MEMBER_SCHEMA
 from runner.store.group_commit import GroupCommit
-from tasks.status import FINAL_STATUSES, is_settled
+from runner.store.index import SettledIndex, id_array, run_keys, stored_keys
+from runner.store.store import TASK_KINDS, task_dir
 
 
 @dataclass
@@ -38,6 +46,8 @@ class RunReport:
     executed: int
     counts: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
+    compacted: str | None = None  # what the automatic compaction after the run did, if it ran
+    executor: str | None = None  # the executor that ran the cells (auto picks one)
     by_others: int = 0  # cells of this plan that other drivers on the same store ran meanwhile
 
     def line(self) -> str:
@@ -56,11 +66,12 @@ class RunReport:
         return (
             f"{self.grid}: ran {self.executed} of {self.cells} cells in {self.wall_s:.1f}s ({counts}); "
             f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped{others}; "
-            f"results in {redact(self.results)}"
+            f"results in {redact(self.results)}" + (f"; {self.compacted}" if self.compacted else "")
         )
 
 
 def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
+    """An executor by name: local, ray, or auto (here: ray; run_grid first picks local for small work)."""
     if not isinstance(kind, str):
         return kind
     if kind == "local":
@@ -69,29 +80,99 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
         return LocalExecutor(
             threads=options.get("threads") or 1, timeout_s=options.get("timeout_s"), batch=options.get("batch", True)
         )
-    if kind == "ray":
+    if kind in ("ray", "auto"):
         from runner.execute.ray_pool import RayExecutor
 
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
-    raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["local", "ray"])
+    raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["auto", "local", "ray"])
+
+
+SMALL_WORK_ENV = "CONVGRID_SMALL_WORK_S"
+DEFAULT_SMALL_WORK_S = 3.0  # about what starting an embedded Ray and warming its workers costs here
+
+
+def small_work(grid: CellSource, todo: np.ndarray, store: ResultStore, limit_s: float | None = None) -> bool:
+    """Whether the cells left to run would take less than `limit_s` (default CONVGRID_SMALL_WORK_S
+    or 3 s) in one process, judged from the median stored wall time of each task's runs: work that
+    small finishes in process before an embedded Ray has started. A task with no stored runs is
+    unknown work: not small."""
+    limit = limit_s if limit_s is not None else float(os.environ.get(SMALL_WORK_ENV, DEFAULT_SMALL_WORK_S))
+    if limit <= 0 or not len(todo):
+        return False
+    # A run costs at least about a millisecond of record and store work: more runs cannot be small.
+    tasks, _ = grid.task_and_block(todo[: int(limit * 1000) + 1])
+    if len(tasks) > limit * 1000:
+        return False
+    total = 0.0
+    for task, count in Counter(tasks.tolist()).items():
+        times = store.read_runs(task, columns=["wall_s"])["wall_s"].drop_null()
+        if len(times) == 0:
+            return False
+        total += count * float(pc.approximate_median(times).as_py())
+    return total < limit
 
 
 def plan(cells: Sequence[Cell], store: ResultStore, retry_failed: bool = False) -> tuple[list[Cell], int, int]:
     """(cells to run, how many are already done, how many failed ones are skipped)."""
-    latest: dict[str, str] = {}
-    for task in {c.task for c in cells}:
-        table = store.read_runs(task, columns=["status"])
-        latest.update(zip(table["run_id"].to_pylist(), table["status"].to_pylist(), strict=True))
-    todo, done, skipped = [], 0, 0
-    for cell in cells:
-        status = latest.get(cell.run_id)
-        if not is_settled(status, retry_failed):
-            todo.append(cell)
-        elif status in FINAL_STATUSES:
-            done += 1
-        else:
-            skipped += 1
-    return todo, done, skipped
+    planned = plan_grid(Grid("", "", "", list(cells)), store, retry_failed)
+    return [cells[i] for i in planned.todo.tolist()], planned.done, planned.skipped
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """What a grid leaves to run: indices into its distinct cells (`CellSource.ids`), and counts."""
+
+    todo: np.ndarray
+    done: int
+    skipped: int
+
+
+def plan_grid(grid: CellSource, store: ResultStore, retry_failed: bool = False) -> GridPlan:
+    """Plan from the store's index of settled runs: vectorised over the grid's run ids, no cell built."""
+    final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(grid.ids))
+    return GridPlan(np.flatnonzero(~(final | skipped)), int(final.sum()), int(skipped.sum()))
+
+
+def only_indices(grid: CellSource, wanted: Iterable[str]) -> np.ndarray:
+    """Indices of the grid's cells whose run id is, or starts with, one of `wanted`."""
+    mask = np.zeros(len(grid.ids), dtype=bool)
+    for prefix in wanted:
+        mask |= np.char.startswith(grid.ids, prefix.encode())
+    return np.flatnonzero(mask)
+
+
+MEMBER_PART_ROWS = 262_144  # members rows per part file: a million-cell grid writes four, never holds all
+
+
+def write_grid_members(store: ResultStore, grid: CellSource, kind: str = "grid") -> int:
+    """Link every cell of `grid` to it in members/, the rows not already there, written in parts of
+    MEMBER_PART_ROWS rows built column-wise from the run ids (no row dict per cell). Returns how many."""
+    have = np.sort(stored_keys(store.member_ids(grid.name)))
+    keys = run_keys(grid.ids)
+    if len(have):
+        at = np.searchsorted(have, keys).clip(max=len(have) - 1)
+        new = np.flatnonzero(have[at] != keys)
+    else:
+        new = np.arange(len(keys))
+    added = pa.scalar(datetime.now(UTC), pa.timestamp("us", tz="UTC"))
+    for start in range(0, len(new), MEMBER_PART_ROWS):
+        rows = new[start : start + MEMBER_PART_ROWS]
+        tasks, blocks = grid.task_and_block(rows)
+        n = len(rows)
+        table = pa.table(
+            {
+                "run_id": pa.array(grid.ids[rows].astype(str), pa.string()),
+                "task": pa.array(tasks, pa.string()),
+                "grid": pa.repeat(pa.scalar(grid.name), n),
+                "kind": pa.repeat(pa.scalar(kind), n),
+                "source": pa.repeat(pa.scalar(grid.source, pa.string()), n),
+                "block": pa.array(blocks, pa.int32()),
+                "added": pa.repeat(added, n),
+            },
+            schema=MEMBER_SCHEMA,
+        )
+        store.write_part(table, "members")
+    return len(new)
 
 
 def member_row(cell: Cell, grid: str, kind: str, source: str | None) -> dict[str, Any]:
@@ -99,7 +180,7 @@ def member_row(cell: Cell, grid: str, kind: str, source: str | None) -> dict[str
     return {"run_id": cell.run_id, "task": cell.task, "grid": grid, "kind": kind, "source": source, "block": cell.block}
 
 
-def member_rows(grid: Grid, kind: str = "grid") -> list[dict[str, Any]]:
+def member_rows(grid: Grid | GridFile, kind: str = "grid") -> list[dict[str, Any]]:
     return [member_row(c, grid.name, kind, grid.source) for c in grid.cells]
 
 
@@ -123,6 +204,7 @@ def execute_cells(
     flush_s: float = 2.0,
     channel: ReportChannel | None = None,
     sink: Callable[[list[RunRecord]], None] | None = None,
+    total: int | None = None,
 ) -> Counter[str]:
     """Run cells, persisting records as chunks complete: a flush once `flush_every` runs have
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
@@ -131,9 +213,11 @@ def execute_cells(
     runs, and flushes waiting for it share one commit); all is committed when this returns. A Ctrl-C
     keeps what finished. `channel` (from `executor.report_channel`) carries intermediate values to a
     judge; `sink` sees every finished record too (the tuner tells its trials from them). `cells` is
-    pulled lazily, as the executor's workers free up (see `Executor.execute`); the progress bar needs
-    its length."""
-    bar = Progress(len(cells) if isinstance(cells, Sized) else 0, label, enabled=progress)
+    pulled lazily, as the executor's workers free up (see `Executor.execute`); `total` (default: its
+    length, where it has one) sizes the progress bar."""
+    if total is None:
+        total = len(cells) if isinstance(cells, Sized) else 0
+    bar = Progress(total, label, enabled=progress)
     buffer: list[RunRecord] = []
     last_flush = time.monotonic()
 
@@ -174,8 +258,8 @@ def execute_cells(
 
 
 def execute_shared(
-    cells: Sequence[Cell],
-    todo: Sequence[Cell],
+    grid: CellSource,
+    todo: np.ndarray,
     store: ResultStore,
     executor: Executor,
     claims: Claims,
@@ -184,24 +268,28 @@ def execute_shared(
     **flush_options: Any,
 ) -> Counter[str]:
     """`execute_cells` over the waves of blocks of the grid this driver claims (runner.store.claims):
-    drivers started on the same grid and root split its cells, and take over those of a dead one."""
-    by_id = {c.run_id: c for c in cells}
+    drivers started on the same grid and root split its cells, and take over those of a dead one.
+    `todo` indexes the grid's cells; waves name run ids, rebuilt into cells as they are run."""
+    ids = grid.ids.astype(str).tolist()
+    index = {rid: i for i, rid in enumerate(ids)}
 
-    def still_todo(ids: list[str]) -> set[str]:
-        return {c.run_id for c in plan([by_id[i] for i in ids], store, retry_failed)[0]}
+    def still_todo(wave: list[str]) -> set[str]:
+        final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(id_array(wave)))
+        return {rid for rid, settled in zip(wave, (final | skipped).tolist(), strict=True) if not settled}
 
     counts: Counter[str] = Counter()
     claims.start()
     try:
-        for wave in claims.waves(blocks_of(by_id), [c.run_id for c in todo], still_todo):
-            counts.update(execute_cells([by_id[i] for i in wave], store, executor, label, **flush_options))
+        for wave in claims.waves(blocks_of(ids), [ids[i] for i in todo.tolist()], still_todo):
+            cells = grid.cells_at([index[i] for i in wave])
+            counts.update(execute_cells(cells, store, executor, label, total=len(wave), **flush_options))
     finally:
         claims.close()  # after the last flush: what this driver leaves unfinished is free at once
     return counts
 
 
 def run_grid(
-    source: str | Path | Mapping[str, Any] | Grid,
+    source: str | Path | Mapping[str, Any] | Grid | GridFile,
     results: str | Path = "results",
     executor: str | Executor = "ray",
     *,
@@ -218,43 +306,70 @@ def run_grid(
     """Run every cell of a grid not yet in the store. `only` restricts to (and re-runs) given run ids.
     With `share`, drivers running the same grid on the same root split the work (runner.store.claims;
     a driver is presumed dead `lease_s` after its last heartbeat); `only` never shares: it reruns."""
-    grid = source if isinstance(source, Grid) else load_grid(source)
+    grid: CellSource = source if isinstance(source, Grid | GridFile) else load_grid(source)
     store = ResultStore(results)
     store.recover()  # finish or undo what a killed command left before planning from the store
-    cells = grid.cells
     if only is not None:
-        wanted = set(only)
-        cells = [c for c in cells if c.run_id in wanted or any(c.run_id.startswith(w) for w in wanted)]
-        if not cells:
+        todo = only_indices(grid, only)
+        if not len(todo):
             raise ConfigError("no cell of this grid has that run id", file=grid.source, key="--only")
-        todo, done, skipped = cells, 0, 0
+        done, skipped = 0, 0
     else:
-        todo, done, skipped = plan(cells, store, retry_failed)
-    report = RunReport(grid.name, store.root, len(cells), done, skipped, len(todo))
-    runner = make_executor(executor, **executor_options) if todo else None
+        planned = plan_grid(grid, store, retry_failed)
+        todo, done, skipped = planned.todo, planned.done, planned.skipped
+    cells = len(todo) if only is not None else len(grid.ids)
+    report = RunReport(grid.name, store.root, cells, done, skipped, len(todo))
+    if executor == "auto":
+        small = not executor_options.get("address") and small_work(grid, todo, store)
+        executor = "local" if small else "ray"
+        if small:  # the in-process executor takes only these of the Ray executor's options
+            executor_options = {k: v for k, v in executor_options.items() if k in ("threads", "timeout_s", "batch")}
+    runner = make_executor(executor, **executor_options) if len(todo) else None
     if runner is not None:
         # Workers first: a cluster that cannot be reached fails the command before anything is written.
         runner.start()
-    store.write_members(member_rows(grid))
+    write_grid_members(store, grid)
     if runner is None:
         return report
+    report.executor = runner.name
     t0 = time.monotonic()
-    claims = store.claims([c.run_id for c in grid.cells], lease_s) if share and only is None else None
+    claims = store.claims(grid.ids.astype(str).tolist(), lease_s) if share and only is None else None
     flush_options: dict[str, Any] = {"progress": progress, "flush_every": flush_every, "flush_s": flush_s}
     try:
         if claims is None:
-            report.counts = execute_cells(todo, store, runner, grid.name, **flush_options)
-        else:
-            report.counts = execute_shared(
-                grid.cells, todo, store, runner, claims, retry_failed, grid.name, **flush_options
+            report.counts = execute_cells(
+                grid.cells_at(todo), store, runner, grid.name, total=len(todo), **flush_options
             )
+        else:
+            report.counts = execute_shared(grid, todo, store, runner, claims, retry_failed, grid.name, **flush_options)
             report.executed = sum(report.counts.values())
             report.by_others = max(0, len(todo) - report.executed)
     finally:
         report.wall_s = time.monotonic() - t0
         if close_executor:
             runner.close()
+    report.compacted = compact_when_fragmented(store)
     return report
+
+
+COMPACT_PARTS_ENV = "CONVGRID_COMPACT_PARTS"
+DEFAULT_COMPACT_PARTS = 64
+
+
+def compact_when_fragmented(store: ResultStore, max_parts: int | None = None) -> str | None:
+    """Compact the store when a folder (a task's runs, curves or attempts; members) holds more than
+    `max_parts` part files (default CONVGRID_COMPACT_PARTS or 64; 0 never compacts): reads slow down
+    with the number of parts, and each flush adds some. Compaction is one transaction under the writer
+    lock (docs/store.md), safe beside other drivers; it returns its report line, or None."""
+    limit = max_parts if max_parts is not None else int(os.environ.get(COMPACT_PARTS_ENV, DEFAULT_COMPACT_PARTS))
+    if limit <= 0:
+        return None
+    folders = ["members"] + [task_dir(kind, task) for task in store.tasks() for kind in TASK_KINDS]
+    if max(len(store.parts(folder)) for folder in folders) <= limit:
+        return None
+    from runner.store.compact import compact
+
+    return compact(store).line()
 
 
 def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
@@ -262,7 +377,7 @@ def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
     import json
 
     from runner.grid.identity import run_id, validate_params
-    from tasks import get_task
+    from tasks import get_spec
 
     cells = []
     for wanted in ids:
@@ -276,7 +391,7 @@ def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
             problem = "no stored run has" if not found else f"{len(found)} stored runs match"
             raise ConfigError(f"{problem} run id {wanted!r}", file=store.root, key="--only")
         task_name, rid, params = found[0]
-        task = get_task(task_name)
+        task = get_spec(task_name)
         model = validate_params(task, json.loads(params))
         if run_id(task, model) != rid:
             raise ConfigError(

@@ -13,8 +13,11 @@ _EXPORTS = {
     "Result": "tasks.base",
     "RunContext": "tasks.base",
     "Task": "tasks.base",
+    "TaskIdentity": "tasks.base",
+    "TaskSpec": "tasks.base",
     "TaskParams": "tasks.base",
     "UnknownTaskError": "tasks.registry",
+    "get_spec": "tasks.registry",
     "get_task": "tasks.registry",
     "task_names": "tasks.registry",
 }

@@ -24,6 +24,10 @@ from tasks.status import FINAL_STATUSES as FINAL_STATUSES  # re-exported for cod
 # the store writes an explicit schema (a metric that first appears in a late run is never dropped).
 FieldType = Literal["float", "int", "bool", "str"]
 
+# The floating dtypes a task may compute in. Here, not in tasks.common (which imports torch), so that a
+# params module validates with pydantic alone.
+DType = Literal["float64", "float32"]
+
 
 class TaskParams(BaseModel):
     """Base of every task's parameter model.
@@ -103,6 +107,32 @@ class Result:
             raise ValueError(f"{task.name}: curve columns of unequal length {lengths}")
         if self.status == DIVERGED and self.diverged_step is None:
             raise ValueError(f"{task.name}: diverged result without diverged_step")
+
+
+class TaskIdentity(Hashable, Protocol):
+    """What the driver needs of a task to validate cells and compute their run ids: its name, version
+    and Params. A full Task has them; so does a learner's TaskSpec, which needs no numerical code."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def Params(self) -> Any: ...  # noqa: N802 - the protocol's attribute name, shared with Task
+
+
+@dataclass(frozen=True, eq=False)
+class TaskSpec:
+    """A learner's identity without its numerical code. A learner's `params` module defines `SPEC =
+    TaskSpec(...)` and its Task class takes name, version and Params from it, so that the driver
+    plans (validates cells, computes run ids) without importing torch; see tasks.registry.get_spec.
+    Compared by identity: a union Params is not hashable, and each learner has exactly one SPEC."""
+
+    name: str
+    version: str
+    Params: Any
 
 
 @runtime_checkable

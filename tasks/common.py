@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
 
 import torch
 
-DType = Literal["float64", "float32"]
+from tasks.base import DType
 
 
 def derive_seed(seed: int, *tags: object) -> int:

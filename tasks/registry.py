@@ -5,7 +5,9 @@ class). Learners outside this package are named in the environment variable `CON
 `name=package` pairs, comma-separated; `package.task` defines `TASK` the same way (and, optionally,
 `package.figures` / `package.claims` what analysis/<name>/ holds for a built-in one). The environment
 reaches Ray workers (the executor forwards it), so one mechanism serves driver and workers alike.
-Imports are lazy: listing names, or running one task, never imports the others.
+Imports are lazy: listing names, or running one task, never imports the others. Planning imports
+less still: `get_spec` takes a learner's name, version and Params from its `params` module (`SPEC`),
+which needs pydantic only, so the driver validates and counts a grid without torch.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 from functools import cache
 from pathlib import Path
 
-from tasks.base import Task
+from tasks.base import Task, TaskIdentity, TaskSpec
 
 LEARNERS_ENV = "CONVGRID_LEARNERS"
 _HERE = Path(__file__).resolve().parent
@@ -71,3 +73,26 @@ def _load(name: str, package: str) -> Task:
 
 def get_task(name: str) -> Task:
     return _load(name, learner_package(name))
+
+
+def get_spec(name: str) -> TaskIdentity:
+    """The learner's name, version and Params, from `<package>.params.SPEC` when it defines one (no
+    numerical code imported), else from the full Task (a learner outside this package may have no
+    light params module)."""
+    return _load_spec(name, learner_package(name))
+
+
+@cache
+def _load_spec(name: str, package: str) -> TaskIdentity:
+    try:
+        module = importlib.import_module(f"{package}.params")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{package}.params":
+            raise  # the params module exists but imports something missing: that is the learner's bug
+        return _load(name, package)
+    spec = getattr(module, "SPEC", None)
+    if not isinstance(spec, TaskSpec):
+        return _load(name, package)
+    if spec.name != name:
+        raise ValueError(f"{package}.params.SPEC is named {spec.name!r}, registered as {name!r}")
+    return spec

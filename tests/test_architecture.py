@@ -135,9 +135,23 @@ def test_optuna_is_imported_only_by_its_adapter_and_the_tune_command() -> None:
 @pytest.mark.parametrize("module", ["analysis", "runner.store", "runner.grid.spec", "runner.api", "tasks.status"])
 def test_importing_a_lower_layer_loads_no_torch_ray_or_executor(module: str) -> None:
     heavy = ["torch", "ray", "optuna", "runner.execute.ray_pool", "runner.execute.worker", "runner.tune.driver"]
-    if module == "runner.grid.spec":
-        heavy.remove("torch")  # validation imports the task's params, which may import torch
-        heavy = [h for h in heavy if h != "torch"]
     code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"import {module} loaded {out.stdout.strip()}"
+
+
+def test_the_driver_plans_and_reads_without_torch_or_ray(tmp_path: Path) -> None:
+    """The commands that only plan or read answer without the learners' numerical code: a task's
+    params module (its SPEC) is all that validation and run ids need. One interpreter, several commands."""
+    heavy = ["torch", "ray", "optuna", "runner.execute.worker"]
+    res = str(tmp_path)
+    commands = [
+        ["run", f"grids/{grid}.yaml", "--dry-run", "--results", res]
+        for grid in ("least_squares/step_sweep", "deep_linear/fig2_depth", "hierarchical/c1_joint_vs_layerwise")
+    ] + [["status", res]]
+    code = (
+        f"import sys; from runner.cli import main; codes = [main(a) for a in {commands!r}]; "
+        f"print(codes, 'loaded:' + ','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0] loaded:", out.stdout

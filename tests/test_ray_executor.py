@@ -193,3 +193,16 @@ def test_a_group_from_the_source_travels_in_one_chunk(pool: RayExecutor) -> None
     assert sorted(seen) == sorted(i.run_id for i in group)
     # chunks of one while run times are unknown, but the group of five is never split
     assert pool.chunks_submitted - before == 2
+
+
+def test_embedded_workers_run_at_the_drivers_priority(ray_local: object) -> None:
+    """Ray's default worker niceness (15) would leave the runs the CPU last on a busy machine."""
+    import os
+
+    import ray
+
+    @ray.remote(num_cpus=0)  # the module's warm pool holds both CPU slots
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == os.nice(0)

@@ -13,7 +13,7 @@ from runner.execute.worker import run_item
 from runner.grid.identity import canonical_json, run_id, validate_params
 from runner.grid.schema import curves_schema, runs_schema, task_schemas
 from runner.store import ResultStore
-from tasks import RunContext, get_task
+from tasks import RunContext, TaskSpec, get_spec, get_task
 from tasks.registry import builtin_task_names
 
 TASKS = builtin_task_names()
@@ -41,6 +41,16 @@ def test_declares_the_protocol(name: str) -> None:
     runs_schema(task)  # every param type maps to a column, no name clashes
     curves_schema(task)
     assert set(task.summary_fields.values()) <= {"float", "int", "bool", "str"}
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_the_light_spec_is_the_tasks_identity(name: str) -> None:
+    """The driver plans from params.SPEC (no torch), workers run the Task: both must give one run id."""
+    spec, task = get_spec(name), get_task(name)
+    assert isinstance(spec, TaskSpec), f"tasks/{name}/params.py defines no SPEC: planning would import torch"
+    assert (spec.name, spec.version, spec.Params) == (task.name, task.version, task.Params)
+    for raw in task.examples:
+        assert run_id(spec, validate_params(spec, raw)) == run_id(task, validate_params(task, raw))
 
 
 @pytest.mark.parametrize(("name", "raw"), EXAMPLES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(EXAMPLES)])

@@ -24,7 +24,7 @@ from runner.cli.options import (
 from runner.errors import ConfigError, Terminated, raise_terminated, redact
 
 if TYPE_CHECKING:
-    from runner.grid.spec import Grid
+    from runner.grid.spec import CellSource
     from runner.store import ResultStore
 
 
@@ -97,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.grid is None and not args.only:
         raise ConfigError("give a grid file, or --only RUN_ID to rerun a stored run", key="grid")
+    grid: CellSource
     if args.grid is not None:
         grid = load_grid(args.grid, max_cells=args.max_cells)
     else:
@@ -121,13 +122,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(grid: Grid, store: ResultStore, retry_failed: bool) -> int:
-    from runner.api import plan
+def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool) -> int:
+    from runner.api import plan_grid
 
-    todo, done, skipped = plan(grid.cells, store, retry_failed)
-    print(f"{grid.name} ({grid.source}): {len(grid.cells)} cells over tasks {', '.join(grid.tasks())}")
-    print(f"  done: {done}   failed/timeout skipped: {skipped}   to run: {len(todo)}")
-    for cell in todo[:5]:
+    planned = plan_grid(grid, store, retry_failed)
+    todo = planned.todo
+    print(f"{grid.name} ({grid.source}): {len(grid.ids)} cells over tasks {', '.join(grid.tasks())}")
+    print(f"  done: {planned.done}   failed/timeout skipped: {planned.skipped}   to run: {len(todo)}")
+    for cell in grid.cells_at(todo[:5]):
         print(f"  {cell.run_id[:12]} {cell.task} {json.dumps(cell.params_json(), sort_keys=True)}")
     if len(todo) > 5:
         print(f"  ... and {len(todo) - 5} more")

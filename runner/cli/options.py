@@ -36,7 +36,13 @@ def nonnegative_float(text: str) -> float:
 
 def add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (default ./results)")
-    p.add_argument("--executor", default="ray", choices=["ray", "local"], help="ray (default) or local (in-process)")
+    p.add_argument(
+        "--executor",
+        default="auto",
+        choices=["auto", "ray", "local"],
+        help="ray, local (in-process), or auto (default): ray, except local for work the stored run times "
+        "say takes under CONVGRID_SMALL_WORK_S (3 s), less than starting Ray",
+    )
     p.add_argument(
         "--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)"
     )
@@ -109,7 +115,7 @@ def executor_options(args: argparse.Namespace) -> dict[str, Any]:
 def join_cluster(args: argparse.Namespace) -> None:
     """Join the cluster named by --address before anything runs, so that an unreachable address or a
     missing auth token is one clear message, and a head lost mid-run is noticed (cluster.head_lost)."""
-    if args.executor != "ray" or args.address is None or getattr(args, "dry_run", False):
+    if args.executor == "local" or args.address is None or getattr(args, "dry_run", False):
         return
     from cluster import connect
     from runner.execute.learner_env import runtime_env

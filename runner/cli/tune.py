@@ -53,7 +53,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     reports = tune(
         plans,
         args.results,
-        args.executor,
+        "ray" if args.executor == "auto" else args.executor,  # a study's trials are not known up front: no "small"
         storage=args.storage,
         retry_failed=args.retry_failed,
         progress=not args.no_progress,

@@ -18,15 +18,15 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter
 
-from tasks.base import Task
+from tasks.base import TaskIdentity
 
 
 @cache
-def params_adapter(task: Task) -> TypeAdapter[Any]:
+def params_adapter(task: TaskIdentity) -> TypeAdapter[Any]:
     return TypeAdapter(task.Params)
 
 
-def variants(task: Task) -> list[type[BaseModel]]:
+def variants(task: TaskIdentity) -> list[type[BaseModel]]:
     """The concrete parameter models of a task: one, or one per branch of a discriminated union."""
     params = task.Params
     if isinstance(params, type) and issubclass(params, BaseModel):
@@ -41,7 +41,7 @@ def variants(task: Task) -> list[type[BaseModel]]:
 
 
 @cache
-def discriminators(task: Task) -> frozenset[str]:
+def discriminators(task: TaskIdentity) -> frozenset[str]:
     """Fields whose type is a single Literal in every variant (the union's tag): always part of the id."""
     models = variants(task)
     if len(models) < 2:
@@ -79,7 +79,7 @@ def _default_json(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def canonical_params(task: Task, params: BaseModel) -> dict[str, Any]:
+def canonical_params(task: TaskIdentity, params: BaseModel) -> dict[str, Any]:
     """Params that differ from their defaults (plus the union tag), as JSON-ready values."""
     full = params.model_dump(mode="json")
     keep = discriminators(task)
@@ -95,7 +95,7 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def run_id(task: Task, params: BaseModel) -> str:
+def run_id(task: TaskIdentity, params: BaseModel) -> str:
     payload = {"task": task.name, "version": task.version, "params": canonical_params(task, params)}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:32]
 
@@ -127,10 +127,34 @@ def _check_value(key: str, raw: Any, value: Any) -> None:
             _check_value(key, r, v)
 
 
-def validate_params(task: Task, raw: dict[str, Any]) -> BaseModel:
+@cache
+def _passing_defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """Field -> default value, for the defaults that pass _check_value: a field still holding that very
+    object needs no check per cell (checking every field of every cell was a fifth of a grid's cost)."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if field.is_required():
+            continue
+        default = field.get_default(call_default_factory=True)
+        try:
+            _check_value(name, None, default)
+        except ParamValueError:
+            continue
+        out[name] = default
+    return out
+
+
+_ABSENT = object()
+
+
+def validate_params(task: TaskIdentity, raw: dict[str, Any]) -> BaseModel:
     """Validate raw params: pydantic.ValidationError for a wrong type or bound, ParamValueError for a
     value that would change meaning or not survive the store and the run id (see _check_value)."""
-    params = params_adapter(task).validate_python(raw)
-    for key, value in params:
-        _check_value(key, raw.get(key), value)
+    params: BaseModel = params_adapter(task).validate_python(raw)
+    defaults = _passing_defaults(type(params))
+    for key, value in params.__dict__.items():
+        given = raw.get(key, _ABSENT)
+        if given is _ABSENT and value is defaults.get(key, _ABSENT):
+            continue
+        _check_value(key, None if given is _ABSENT else given, value)
     return params

@@ -15,8 +15,8 @@ import pyarrow as pa
 
 from runner.grid.identity import variants
 from runner.store.columns import CURVE_COLUMNS, RUN_COLUMNS
-from tasks.base import Task
-from tasks.registry import get_task
+from tasks.base import Task, TaskIdentity
+from tasks.registry import get_task, learner_package
 
 FIELD_TYPES: dict[str, pa.DataType] = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
 
@@ -41,7 +41,7 @@ def arrow_type(annotation: Any) -> pa.DataType:
 
 
 @cache
-def param_columns(task: Task) -> list[pa.Field]:
+def param_columns(task: TaskIdentity) -> list[pa.Field]:
     """One column per param name across all variants of the task (same name, same type)."""
     cols: dict[str, pa.DataType] = {}
     for model in variants(task):
@@ -71,6 +71,21 @@ def curves_schema(task: Task) -> pa.Schema:
 
 
 def task_schemas(name: str) -> tuple[pa.Schema, pa.Schema]:
-    """(runs schema, curves schema) of a registered task: what writers hand the store."""
+    """(runs schema, curves schema) of a registered task: what writers hand the store. Read from the
+    cache (runner.grid.cache) when this learner's code made them before, so that a driver whose runs
+    execute elsewhere never imports the learner (nor torch); built from the task otherwise."""
+    return _schemas(name, learner_package(name))
+
+
+@cache
+def _schemas(name: str, package: str) -> tuple[pa.Schema, pa.Schema]:
+    from runner.grid import cache as schema_cache
+
+    path = schema_cache.schemas_entry(package)
+    cached = schema_cache.load_schemas(path)
+    if cached is not None:
+        return cached
     task = get_task(name)
-    return runs_schema(task), curves_schema(task)
+    schemas = runs_schema(task), curves_schema(task)
+    schema_cache.store_schemas(path, schemas)
+    return schemas

@@ -10,17 +10,21 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.errors import ConfigError, did_you_mean
+from runner.grid import cache as block_cache
 from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
 from runner.grid.yaml_source import read_yaml
-from tasks import Task, UnknownTaskError, get_task, task_names
+from runner.store.index import run_keys
+from tasks import TaskIdentity, UnknownTaskError, get_spec, task_names
 
 
 class BlockSpec(BaseModel):
@@ -58,6 +62,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Grid:
+    """An explicit list of cells (reruns from the store, a study's baselines): a CellSource in memory."""
+
     name: str
     source: str
     description: str
@@ -65,6 +71,17 @@ class Grid:
 
     def tasks(self) -> list[str]:
         return sorted({c.task for c in self.cells})
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        return np.array([c.run_id.encode() for c in self.cells], dtype="S32")
+
+    def cells_at(self, indices: Sequence[int] | np.ndarray) -> Iterator[Cell]:
+        return (self.cells[i] for i in np.asarray(indices, dtype=np.int64).tolist())
+
+    def task_and_block(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cells = [self.cells[i] for i in indices.tolist()]
+        return np.array([c.task for c in cells], dtype=str), np.array([c.block for c in cells], dtype=np.int64)
 
 
 def read_source(source: str | Path | Mapping[str, Any], kind: str, name: str | None = None) -> tuple[str, Any, str]:
@@ -93,7 +110,7 @@ def structure_error(exc: ValidationError, model: type[BaseModel], file: str) -> 
     return ConfigError(message, file=file, block=block, key=key, choices=choices)
 
 
-def tagged_variants(task: Task) -> dict[str, type[BaseModel]]:
+def tagged_variants(task: TaskIdentity) -> dict[str, type[BaseModel]]:
     """Tag value -> model for a discriminated-union task ({} for a single model)."""
     tags = discriminators(task)
     if not tags:
@@ -103,7 +120,7 @@ def tagged_variants(task: Task) -> dict[str, type[BaseModel]]:
 
 
 def params_error(
-    exc: ValidationError, task: Task, file: str, block: int | None, cell: Mapping[str, Any]
+    exc: ValidationError, task: TaskIdentity, file: str, block: int | None, cell: Mapping[str, Any]
 ) -> ConfigError:
     """Turn the first pydantic error of a task's params into a message with the valid choices."""
     err = exc.errors()[0]
@@ -151,9 +168,66 @@ def _zip_groups(block: BlockSpec, file: str, index: int) -> list[list[dict[str, 
     return out
 
 
-def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
+@dataclass(frozen=True)
+class Block:
+    """A block whose axes are checked, ready to expand: cell `p` of the block is combination
+    p // repeat of its axes (the last axis varying fastest) with seed offset p % repeat, so any cell can
+    be rebuilt from its position without walking the ones before it."""
+
+    spec: BlockSpec
+    index: int
+    file: str
+    task: TaskIdentity
+    axes: list[list[dict[str, Any]]]  # product axes, then zip groups: each a list of partial dicts
+    varied: frozenset[str]  # keys the axes set (named in error messages)
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(a) for a in self.axes) * self.spec.repeat
+
+    def raws(self) -> Iterator[dict[str, Any]]:
+        """Every cell's raw params, in order."""
+        repeat, base_seed = self.spec.repeat, int(self.spec.params.get("seed", 0))
+        for combo in itertools.product(*self.axes):
+            raw = dict(self.spec.params)
+            for part in combo:
+                raw.update(part)
+            for r in range(repeat):
+                if repeat > 1:
+                    raw = {**raw, "seed": base_seed + r}
+                yield raw
+
+    def raw_at(self, position: int) -> dict[str, Any]:
+        combo, r = divmod(position, self.spec.repeat)
+        raw = dict(self.spec.params)
+        parts = []
+        for axis in reversed(self.axes):
+            combo, digit = divmod(combo, len(axis))
+            parts.append(axis[digit])
+        for part in reversed(parts):
+            raw.update(part)
+        if self.spec.repeat > 1:
+            raw["seed"] = int(self.spec.params.get("seed", 0)) + r
+        return raw
+
+    def cell(self, raw: dict[str, Any]) -> Cell:
+        """The validated cell of `raw`; a ConfigError naming file, block, key and choices if invalid."""
+        try:
+            params = validate_params(self.task, raw)
+        except ValidationError as exc:
+            varied = {k: raw[k] for k in self.varied if k in raw}
+            raise params_error(exc, self.task, self.file, self.index, varied) from None
+        except ParamValueError as exc:
+            raise ConfigError(str(exc), file=self.file, block=self.index, key=exc.key) from None
+        except (TypeError, ValueError) as exc:  # a validator's own exception
+            raise ConfigError(str(exc), file=self.file, block=self.index) from None
+        return Cell(run_id(self.task, params), self.task.name, params, self.index)
+
+
+def check_block(block: BlockSpec, file: str, index: int) -> Block:
+    """Check a block's task and axes (not yet its cells)."""
     try:
-        task = get_task(block.task)
+        task = get_spec(block.task)
     except UnknownTaskError:
         raise ConfigError(
             f"unknown task {block.task!r}", file=file, block=index, key="task", choices=task_names()
@@ -177,27 +251,13 @@ def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
         if not values:
             raise ConfigError("an axis needs at least one value", file=file, block=index, key=key)
     product = [[{k: v} for v in vals] for k, vals in block.product.items()]
-    base_seed = int(block.params.get("seed", 0)) if block.repeat > 1 else None
-    cells: list[Cell] = []
-    for combo in itertools.product(*product, *zip_groups):
-        raw = dict(block.params)
-        for part in combo:
-            raw.update(part)
-        for r in range(block.repeat):
-            if base_seed is not None:
-                raw["seed"] = base_seed + r
-            try:
-                params = validate_params(task, raw)
-            except ValidationError as exc:
-                raise params_error(
-                    exc, task, file, index, {k: raw[k] for k in seen - set(block.params) if k in raw}
-                ) from None
-            except ParamValueError as exc:
-                raise ConfigError(str(exc), file=file, block=index, key=exc.key) from None
-            except (TypeError, ValueError) as exc:  # a validator's own exception
-                raise ConfigError(str(exc), file=file, block=index) from None
-            cells.append(Cell(run_id(task, params), task.name, params, index))
-    return cells
+    varied = frozenset(seen - set(block.params))
+    return Block(block, index, file, task, [*product, *zip_groups], varied)
+
+
+def expand_block(block: BlockSpec, file: str, index: int) -> list[Cell]:
+    checked = check_block(block, file, index)
+    return [checked.cell(raw) for raw in checked.raws()]
 
 
 MAX_CELLS_ENV = "CONVGRID_MAX_CELLS"
@@ -215,9 +275,14 @@ def block_size(block: BlockSpec) -> int:
     return math.prod(len(v) for v in block.product.values()) * math.prod(zipped) * block.repeat
 
 
-def load_grid(source: str | Path | Mapping[str, Any], name: str | None = None, max_cells: int | None = None) -> Grid:
+def load_grid(
+    source: str | Path | Mapping[str, Any], name: str | None = None, max_cells: int | None = None
+) -> GridFile:
     """Load and fully validate a grid from a YAML path or an already-parsed mapping. A grid of more than
-    `max_cells` cells (default CONVGRID_MAX_CELLS or 10^7) is refused before anything is expanded."""
+    `max_cells` cells (default CONVGRID_MAX_CELLS or 10^7) is refused before anything is expanded.
+
+    Validation streams: each cell is validated and hashed, and only its run id is kept (32 bytes), so
+    the driver's memory does not grow with a cell's params; `GridFile.cells_at` rebuilds cells."""
     file, raw, default_name = read_source(source, "grid", name)
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -236,8 +301,100 @@ def load_grid(source: str | Path | Mapping[str, Any], name: str | None = None, m
             file=file,
             key="blocks",
         )
-    cells: dict[str, Cell] = {}
-    for index, block in enumerate(spec.blocks):
-        for cell in expand_block(block, file, index):
-            cells.setdefault(cell.run_id, cell)  # two blocks asking for the same run share it
-    return Grid(name=spec.name or default_name, source=file, description=spec.description, cells=list(cells.values()))
+    blocks = [check_block(b, file, i) for i, b in enumerate(spec.blocks)]
+    ids, positions = _unique_ids(blocks)
+    return GridFile(spec.name or default_name, file, spec.description, blocks, ids, positions)
+
+
+_CHUNK = 65_536
+
+
+def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
+    """(run ids, positions) of the grid's distinct cells in file order: every cell validated (or its
+    block found in the cache of validated blocks), each id kept as 32 bytes. Two blocks asking for the
+    same run share it (its first position is kept)."""
+    ids = np.concatenate([np.empty(0, dtype="S32"), *(_block_ids(b) for b in blocks)])
+    _, first = np.unique(run_keys(ids), return_index=True)
+    first.sort()
+    return ids[first], first.astype(np.int64)
+
+
+def _block_ids(block: Block) -> np.ndarray:
+    path = block_cache.entry(block.task, block.spec.model_dump())  # python values: NaN is refused, not nulled
+    cached = block_cache.load(path, block.size)
+    if cached is not None:
+        return cached
+    chunks: list[np.ndarray] = []
+    pending: list[bytes] = []
+    for raw in block.raws():
+        pending.append(block.cell(raw).run_id.encode())
+        if len(pending) == _CHUNK:
+            chunks.append(np.array(pending, dtype="S32"))
+            pending.clear()
+    ids = np.concatenate([*chunks, np.array(pending, dtype="S32")])
+    block_cache.store(path, ids)
+    return ids
+
+
+class CellSource(Protocol):
+    """What the driver plans and runs from: a grid file expanded on demand, or an explicit list of cells."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def ids(self) -> np.ndarray: ...  # the distinct run ids (dtype S32), in order
+
+    def tasks(self) -> list[str]: ...
+
+    def cells_at(self, indices: Sequence[int] | np.ndarray) -> Iterator[Cell]: ...
+
+    def task_and_block(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True, eq=False)
+class GridFile:
+    """A validated grid file: its blocks and the run id of each distinct cell, never the cells' params."""
+
+    name: str
+    source: str
+    description: str
+    blocks: list[Block]
+    ids: np.ndarray  # S32 run ids of the distinct cells, in file order
+    positions: np.ndarray  # each one's position among all the blocks' cells (blocks one after another)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @cached_property
+    def _offsets(self) -> np.ndarray:
+        return np.cumsum([0] + [b.size for b in self.blocks])
+
+    def _blocks_of(self, positions: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self._offsets, positions, side="right") - 1
+
+    def tasks(self) -> list[str]:
+        return sorted({b.task.name for b in self.blocks if b.size})
+
+    def cells_at(self, indices: Sequence[int] | np.ndarray) -> Iterator[Cell]:
+        """The cells at these indices (into `ids`), rebuilt from their positions and validated again."""
+        positions = self.positions[np.asarray(indices, dtype=np.int64)]
+        for position, b in zip(positions.tolist(), self._blocks_of(positions).tolist(), strict=True):
+            block = self.blocks[b]
+            yield block.cell(block.raw_at(position - int(self._offsets[b])))
+
+    def task_and_block(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(task, block) of each cell at `indices`: what its members/ row says."""
+        blocks = self._blocks_of(self.positions[indices])
+        return np.array([b.task.name for b in self.blocks])[blocks], blocks
+
+    @property
+    def cells(self) -> list[Cell]:
+        """Every cell, in memory: for small grids and tests; the driver streams through cells_at."""
+        return list(self.cells_at(np.arange(len(self.ids))))

@@ -15,8 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.base import TaskParams
-from tasks.common import DType
+from tasks.base import DType, TaskParams, TaskSpec
 
 # Real data sets: (d_in, d_out, available samples). Their dimensions are fixed by the data, so the
 # model fills them in when left out and rejects any other value.
@@ -260,3 +259,7 @@ class BCSGDParams(DeepLinearBase):
 
 DeepLinearParams = Annotated[BCGDParams | GDParams | BCSGDParams, Field(discriminator="algo")]
 AnyParams = BCGDParams | GDParams | BCSGDParams
+
+# What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
+# version 2: GD and L2 BCGD compute with a leading config axis (last-bit changes)
+SPEC = TaskSpec(name="deep_linear", version="2", Params=DeepLinearParams)

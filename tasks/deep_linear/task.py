@@ -18,15 +18,15 @@ from tasks.deep_linear.bcgd import bcgd
 from tasks.deep_linear.bcsgd import BCSGDStats, bcsgd
 from tasks.deep_linear.flops import FlopCounter
 from tasks.deep_linear.gd import gd
-from tasks.deep_linear.params import AnyParams, BCSGDParams, DeepLinearParams, GDParams
+from tasks.deep_linear.params import SPEC, AnyParams, BCSGDParams, GDParams
 from tasks.deep_linear.tracker import Tracker, prepare
 
 
 class DeepLinearTask:
-    name: ClassVar[str] = "deep_linear"
-    version: ClassVar[str] = "2"  # 2: GD and L2 BCGD compute with a leading config axis (last-bit changes)
+    name: ClassVar[str] = SPEC.name
+    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # computes on ctx.device (tasks.base.device_for)
-    Params: ClassVar[Any] = DeepLinearParams
+    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "err_0": "float",
         "err_final": "float",

@@ -23,8 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.base import TaskParams, tagged_union
-from tasks.common import DType
+from tasks.base import DType, TaskParams, TaskSpec, tagged_union
 
 DEFAULT_K = (6, 4, 3, 2)
 MAX_L = 5
@@ -241,3 +240,6 @@ class KernelParams(TargetFields):
 
 HierarchicalParams = tagged_union("learner", "wk", WKParams, DenseNetParams, KernelParams)
 AnyParams = WKParams | DenseNetParams | KernelParams
+
+# What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
+SPEC = TaskSpec(name="hierarchical", version="1", Params=HierarchicalParams)

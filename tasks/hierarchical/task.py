@@ -19,13 +19,7 @@ from tasks.hierarchical import flops as FL
 from tasks.hierarchical.data import make_data
 from tasks.hierarchical.densenet import train_densenet
 from tasks.hierarchical.kernels import run_kernel
-from tasks.hierarchical.params import (
-    MAX_L,
-    DenseNetParams,
-    HierarchicalParams,
-    KernelParams,
-    WKParams,
-)
+from tasks.hierarchical.params import MAX_L, SPEC, DenseNetParams, KernelParams, WKParams
 from tasks.hierarchical.target import (
     Target,
     kurtosis,
@@ -65,9 +59,9 @@ def _after_fields() -> dict[str, FieldType]:
 
 
 class HierarchicalTask:
-    name: ClassVar[str] = "hierarchical"
-    version: ClassVar[str] = "1"
-    Params: ClassVar[Any] = HierarchicalParams
+    name: ClassVar[str] = SPEC.name
+    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "test_mse": "float",
         "train_mse": "float",

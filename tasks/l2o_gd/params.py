@@ -14,8 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.base import TaskParams, tagged_union
-from tasks.common import DType
+from tasks.base import DType, TaskParams, TaskSpec, tagged_union
 
 Data = Literal["gauss", "colnorm", "gt"]
 StepRule = Literal["inv_beta", "two_over", "given"]
@@ -147,3 +146,6 @@ class GDParams(_Problem):
 
 L2OGDParams = tagged_union("algo", "l2o", L2OParams, GDParams)
 AnyParams = L2OParams | GDParams
+
+# What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
+SPEC = TaskSpec(name="l2o_gd", version="1", Params=L2OGDParams)

@@ -16,7 +16,7 @@ import torch
 
 from tasks.base import FieldType, Result, RunContext, is_diverged
 from tasks.l2o_gd.metrics import improvement, ratios
-from tasks.l2o_gd.params import GDParams, L2OGDParams, L2OParams
+from tasks.l2o_gd.params import SPEC, GDParams, L2OParams
 from tasks.l2o_gd.problem import Problem, gd_trajectory, make_problem
 from tasks.l2o_gd.train import as_json, baseline_multipliers, baseline_summary, baselines, train_batch
 from tasks.status import DIVERGED, OK, Status
@@ -169,9 +169,9 @@ _S: FieldType = "str"
 
 
 class L2OGDTask:
-    name: ClassVar[str] = "l2o_gd"
-    version: ClassVar[str] = "1"
-    Params: ClassVar[Any] = L2OGDParams
+    name: ClassVar[str] = SPEC.name
+    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         # problem and baselines (every run)
         "beta": _F,

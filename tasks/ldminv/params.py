@@ -15,8 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.base import TaskParams, tagged_union
-from tasks.common import DType
+from tasks.base import DType, TaskParams, TaskSpec, tagged_union
 
 DataName = Literal["gauss", "usv_uniform"]
 EntryScale = Literal["std", "var"]
@@ -176,3 +175,6 @@ class DsvdParams(DataFields):
 
 
 LdminvParams = tagged_union("algo", "minv", MinvParams, DsvdParams)
+
+# What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
+SPEC = TaskSpec(name="ldminv", version="1", Params=LdminvParams)

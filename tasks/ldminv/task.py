@@ -16,15 +16,15 @@ from typing import Any, ClassVar
 
 from tasks.base import FieldType, Result, RunContext
 from tasks.common import torch_dtype
-from tasks.ldminv.params import DsvdParams, LdminvParams, MinvParams
+from tasks.ldminv.params import SPEC, DsvdParams, MinvParams
 from tasks.ldminv.train_dsvd import run_dsvd, run_dsvd_batch
 from tasks.ldminv.train_minv import MinvOutcome, run_minv, run_minv_batch
 
 
 class LdminvTask:
-    name: ClassVar[str] = "ldminv"
-    version: ClassVar[str] = "1"
-    Params: ClassVar[Any] = LdminvParams
+    name: ClassVar[str] = SPEC.name
+    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         # minv
         "test_loss": "float",

@@ -12,45 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
-from pydantic import Field
 
-from tasks.base import FieldType, Result, RunContext, TaskParams, is_diverged, tagged_union
-from tasks.common import DType, generator, torch_dtype, with_singular_values
+from tasks.base import FieldType, Result, RunContext, is_diverged
+from tasks.common import generator, torch_dtype, with_singular_values
+from tasks.least_squares.params import SPEC, CommonParams, ConstStep, OptimalStep
 from tasks.status import DIVERGED, OK, Status
 
 
-class _Common(TaskParams):
-    d_in: int = Field(20, ge=1, le=4096, description="input dimension (rows of X)")
-    d_out: int = Field(5, ge=1, le=4096, description="output dimension (rows of Y)")
-    m: int = Field(100, ge=1, le=1_000_000, description="number of samples (columns of X)")
-    cond: float | None = Field(
-        None, ge=1.0, description="if set, X's singular values are spread geometrically to give this cond(X)"
-    )
-    n_iters: int = Field(200, ge=1, le=10_000_000, description="GD iterations")
-    tol: float = Field(1e-10, gt=0.0, description="stop when err <= tol")
-    log_every: int = Field(1, ge=1, description="curve cadence in iterations")
-    dtype: DType = "float64"
-
-
-class ConstStep(_Common):
-    lr_rule: Literal["const"] = Field("const", description="const: the step is lr")
-    lr: float = Field(0.05, gt=0.0, description="constant step size")
-
-
-class OptimalStep(_Common):
-    lr_rule: Literal["optimal"] = Field(
-        "optimal", description="optimal: the step is 2/(lambda_max+lambda_min) of X X^T"
-    )
-
-
-# lr_rule picks the branch and defaults to "const", so `lr` is rejected with the optimal rule.
-LeastSquaresParams = tagged_union("lr_rule", "const", ConstStep, OptimalStep)
-
-
-def make_problem(p: _Common) -> tuple[torch.Tensor, torch.Tensor]:
+def make_problem(p: CommonParams) -> tuple[torch.Tensor, torch.Tensor]:
     """X ~ N(0, 1/d_in) (optionally re-spectrumed to cond(X) = p.cond), Y ~ N(0, 1)."""
     dt = torch_dtype(p.dtype)
     g = generator(p.seed, "least_squares", "data")
@@ -69,10 +41,10 @@ def gd_flops_per_iter(d_in: int, d_out: int) -> float:
 
 
 class LeastSquaresTask:
-    name: ClassVar[str] = "least_squares"
-    version: ClassVar[str] = "2"  # 2: computes with a leading config axis (batched kernels: last-bit changes)
+    name: ClassVar[str] = SPEC.name
+    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # computes on ctx.device (tasks.base.device_for)
-    Params: ClassVar[Any] = LeastSquaresParams
+    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "err_final": "float",
         "err_0": "float",

@@ -17,8 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from tasks.base import TaskParams
-from tasks.common import DType
+from tasks.base import DType, TaskParams, TaskSpec
 
 Model = Literal["resnet", "standard"]
 Transform = Literal["gaussian", "identity", "modified_identity"]
@@ -186,3 +185,6 @@ def _default_algo(value: Any) -> Any:
 
 LinearResNetParams = Annotated[GDParams | SGDParams, Field(discriminator="algo"), BeforeValidator(_default_algo)]
 AnyParams = GDParams | SGDParams
+
+# What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
+SPEC = TaskSpec(name="linear_resnet", version="1", Params=LinearResNetParams)

@@ -21,7 +21,7 @@ from tasks.linear_resnet import flops as F
 from tasks.linear_resnet import theory as T
 from tasks.linear_resnet.data import make_problem
 from tasks.linear_resnet.model import init_hidden, prefixes
-from tasks.linear_resnet.params import GDParams, LinearResNetParams, SGDParams
+from tasks.linear_resnet.params import SPEC, GDParams, SGDParams
 from tasks.linear_resnet.train import Outcome, Setup, run_gd, run_sgd
 from tasks.linear_resnet.transforms import make_transforms
 
@@ -154,9 +154,9 @@ def summarize(out: Outcome, theory: dict[str, Any], flops_per_step: float, setup
 
 
 class LinearResNetTask:
-    name: ClassVar[str] = "linear_resnet"
-    version: ClassVar[str] = "1"
-    Params: ClassVar[Any] = LinearResNetParams
+    name: ClassVar[str] = SPEC.name
+    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "loss_0": "float",
         "loss_star": "float",

@@ -1,0 +1,132 @@
+"""Grids of 10k, 100k and 1M trivial cells: what each driver command costs, from process spawn to exit.
+
+    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--run-max 100000] [--repeats 3]
+
+For each size a fresh results root and a fresh cache of validated blocks (CONVGRID_CACHE), then, each
+command its own `convgrid` process timed from spawn to exit with its peak memory (ru_maxrss from
+wait4):
+  dry-run (cold: every cell validated), dry-run (warm: blocks from the cache),
+  run (least_squares d_in=d_out=m=n_iters=1 on the local executor; sizes up to --run-max),
+  re-submit with every cell done, re-submit with one cell edited (a one-cell block's lr changed),
+  status, analysis.load of the task.
+The grid: one block `product: {lr: 10 values}, repeat: size/10`, plus a one-cell block (the one
+edited). The warm commands repeat `--repeats` times, interleaved with a baseline process that only
+imports the driver (`python -c "import runner.api"`): printed are min/median/max of seconds and of
+the ratio to the baseline within each round (the machine is shared; ratios travel better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+LRS = [0.001 * (i + 1) for i in range(10)]
+
+
+def grid_text(size: int, edited: bool = False) -> str:
+    one = 0.78 if edited else 0.77
+    return (
+        f"name: scale{size}\n"
+        "blocks:\n"
+        "  - task: least_squares\n"
+        "    params: {d_in: 1, d_out: 1, m: 1, n_iters: 1}\n"
+        f"    product: {{lr: {LRS}}}\n"
+        f"    repeat: {size // 10}\n"
+        "  - task: least_squares\n"
+        f"    params: {{d_in: 1, d_out: 1, m: 1, n_iters: 1, lr: {one}, seed: 7}}\n"
+    )
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(seconds from spawn to exit, peak resident MB, last output line) of one process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}:\n{out[-2000:]}")
+    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
+    return wall, usage.ru_maxrss / 1024, (lines[-1] if lines else "")[:110]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):7.2f} {statistics.median(values):7.2f} {max(values):7.2f}"
+
+
+def convgrid(*args: str) -> list[str]:
+    return [PY, "-m", "runner.cli", *args]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--run-max", type=int, default=100_000, help="run the cells only for sizes up to this")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; times in s (spawn to exit), memory in MB")
+    baseline = [PY, "-c", "import runner.api"]
+    for size in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory(prefix=f"scale{size}-") as tmp:
+            root, results = Path(tmp), str(Path(tmp) / "results")
+            env = {**os.environ, "CONVGRID_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1"}
+            (root / "grid.yaml").write_text(grid_text(size))
+            (root / "edited.yaml").write_text(grid_text(size, edited=True))
+            grid, edited = str(root / "grid.yaml"), str(root / "edited.yaml")
+            cells = size + 1
+            print(f"\n== {cells:,} cells")
+            once = [("dry-run (cold)", convgrid("run", grid, "--dry-run", "--results", results))]
+            ran = size <= args.run_max
+            if ran:
+                once.append(
+                    ("run", convgrid("run", grid, "--results", results, "--executor", "local", "--no-progress"))
+                )
+            for label, argv in once:
+                wall, mb, last = timed(argv, env)
+                print(f"{label:<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
+            warm = [("dry-run (warm)", convgrid("run", grid, "--dry-run", "--results", results))]
+            if ran:
+                warm += [
+                    ("re-submit, all done", convgrid("run", grid, "--results", results, "--no-progress")),
+                    ("status", convgrid("status", results)),
+                    (
+                        "analysis.load",
+                        [PY, "-c", f"import analysis; print(len(analysis.load({results!r}, 'least_squares')))"],
+                    ),
+                ]
+            seconds: dict[str, list[float]] = {label: [] for label, _ in warm}
+            ratios: dict[str, list[float]] = {label: [] for label, _ in warm}
+            peak: dict[str, float] = {}
+            last_line: dict[str, str] = {}
+            for _ in range(args.repeats):
+                base, _, _ = timed(baseline, env)
+                for label, argv in warm:
+                    wall, mb, last = timed(argv, env)
+                    seconds[label].append(wall)
+                    ratios[label].append(wall / base)
+                    peak[label] = max(peak.get(label, 0.0), mb)
+                    last_line[label] = last
+            print(f"{'':<24} {'seconds min/median/max':>23}   {'/ import baseline':>23}   peak MB")
+            for label, _ in warm:
+                numbers = f"{spread(seconds[label])}   {spread(ratios[label])}   {peak[label]:7.0f}"
+                print(f"{label:<24} {numbers}   {last_line[label]}")
+            if ran:
+                # Last: it runs the edited cell, after which the grid is no longer "all done".
+                wall, mb, last = timed(
+                    convgrid("run", edited, "--results", results, "--executor", "local", "--no-progress"), env
+                )
+                print(f"{'re-submit, one edited':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
+
+
+if __name__ == "__main__":
+    main()

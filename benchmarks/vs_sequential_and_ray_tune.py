@@ -1,0 +1,170 @@
+"""The same grid of ~10 ms runs, five ways, each its own process timed from spawn to exit.
+
+    python benchmarks/vs_sequential_and_ray_tune.py [--runs 2000] [--rounds 3] [--tune-default-trials 100]
+
+The grid: `--runs` least_squares runs (d_in 200, d_out 10, m 100, n_iters 200, seeds 0..runs-1).
+Contenders, run in a rotating order within each round:
+  sequential     one process: validate every config, then `task.run` in a plain loop (the floor a
+                 single core gives; no store, no records)
+  chunked-ray    embedded Ray, one remote task per chunk of 50 configs, `ray.get` of all (hand-written
+                 parallelism without a store: the floor of this machine's cores)
+  convgrid       `convgrid run GRID --results FRESH_DIR` (embedded Ray, Parquet store, progress off)
+  tune-reuse     Ray Tune over the same configs, `reuse_actors=True`, a function trainable reporting
+                 the final error (storage in a fresh folder)
+  tune-default   Ray Tune with its defaults, capped at `--tune-default-trials` configs and
+                 extrapolated linearly to `--runs` (it starts a new worker per trial)
+Printed per contender: seconds min/median/max over rounds, and the ratio to `sequential` of the same
+round, min/median/max. The machine may be shared: ratios within a round are the numbers to quote.
+Ray's workers run at niceness 15 by default (Ray's worker_niceness), the driver and the sequential
+loop at the caller's niceness: every contender that uses Ray pays that alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PARAMS = {"d_in": 200, "d_out": 10, "m": 100, "n_iters": 200}
+
+
+def configs(runs: int) -> list[dict[str, Any]]:
+    return [{**PARAMS, "seed": s} for s in range(runs)]
+
+
+def grid_yaml(runs: int) -> str:
+    params = ", ".join(f"{k}: {v}" for k, v in PARAMS.items())
+    return f"name: vs_sequential\nblocks:\n  - task: least_squares\n    params: {{{params}}}\n    repeat: {runs}\n"
+
+
+def run_configs(batch: list[dict[str, Any]]) -> list[float]:
+    """The work itself, identical for every contender: validate and run, return the final errors."""
+    from runner.execute.worker import configure_threads
+    from runner.grid.identity import validate_params
+    from tasks import RunContext, get_task
+
+    configure_threads(1)
+    task = get_task("least_squares")
+    return [float(task.run(validate_params(task, c), RunContext()).summary["err_final"]) for c in batch]
+
+
+# ---- contenders (each runs in a fresh interpreter: `python THIS --contender NAME`) ------------------
+def sequential(runs: int, _: int, __: Path) -> None:
+    assert len(run_configs(configs(runs))) == runs
+
+
+def _ray() -> Any:
+    from cluster import connect
+
+    return connect(None)  # the same embedded start convgrid uses (127.0.0.1, no dashboard)
+
+
+def chunked_ray(runs: int, _: int, __: Path) -> None:
+    ray = _ray()
+    remote = ray.remote(run_configs)
+    todo = configs(runs)
+    refs = [remote.remote(todo[i : i + 50]) for i in range(0, runs, 50)]
+    assert sum(len(r) for r in ray.get(refs)) == runs
+    ray.shutdown()
+
+
+def _tune(runs: int, tmp: Path, **tune_config: Any) -> None:
+    ray = _ray()
+    from ray import tune
+
+    def trainable(config: dict[str, Any]) -> dict[str, float]:
+        return {"err_final": run_configs([config])[0]}
+
+    space = {**PARAMS, "seed": tune.grid_search(list(range(runs)))}
+    tuner = tune.Tuner(
+        trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(**tune_config),
+        run_config=tune.RunConfig(storage_path=str(tmp / "tune"), verbose=0),
+    )
+    results = tuner.fit()
+    assert len(results) == runs and not results.errors
+    ray.shutdown()
+
+
+def tune_reuse(runs: int, _: int, tmp: Path) -> None:
+    _tune(runs, tmp, reuse_actors=True)
+
+
+def tune_default(_: int, cap: int, tmp: Path) -> None:
+    _tune(cap, tmp)
+
+
+def convgrid(runs: int, _: int, tmp: Path) -> None:
+    (tmp / "grid.yaml").write_text(grid_yaml(runs))
+    from runner.cli import main as cli
+
+    code = cli(["run", str(tmp / "grid.yaml"), "--results", str(tmp / "results"), "--no-progress"])
+    assert code == 0
+
+
+CONTENDERS = {
+    "sequential": sequential,
+    "chunked-ray": chunked_ray,
+    "convgrid": convgrid,
+    "tune-reuse": tune_reuse,
+    "tune-default": tune_default,
+}
+
+
+def timed(name: str, runs: int, cap: int) -> float:
+    with tempfile.TemporaryDirectory(prefix=f"vs-{name}-") as tmp:
+        argv = [sys.executable, __file__, "--contender", name, "--runs", str(runs), "--tune-default-trials", str(cap)]
+        t0 = time.perf_counter()
+        done = subprocess.run([*argv, "--tmp", tmp], cwd=REPO, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
+    return wall * (runs / cap if name == "tune-default" else 1.0)
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):8.2f} {statistics.median(values):8.2f} {max(values):8.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tune-default-trials", type=int, default=100)
+    ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (sequential always)")
+    ap.add_argument("--contender", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.contender:
+        sys.path.insert(0, str(REPO))
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        CONTENDERS[args.contender](args.runs, args.tune_default_trials, Path(args.tmp))
+        return
+    names = ["sequential", *(n for n in args.only.split(",") if n != "sequential")]
+    print(f"{args.runs} least_squares runs {PARAMS}; {os.cpu_count()} CPUs; {args.rounds} rounds")
+    seconds: dict[str, list[float]] = {n: [] for n in names}
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no contender always goes first
+        walls = {name: timed(name, args.runs, args.tune_default_trials) for name in order}
+        for name in names:
+            seconds[name].append(walls[name])
+            ratios[name].append(walls[name] / walls["sequential"])
+        print(f"round {r + 1}: " + ", ".join(f"{n} {walls[n]:.1f}s" for n in names), flush=True)
+    print(f"\n{'contender':<14} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}")
+    for name in names:
+        note = f"  (extrapolated from {args.tune_default_trials} trials)" if name == "tune-default" else ""
+        print(f"{name:<14} {spread(seconds[name])}   {spread(ratios[name])}{note}")
+
+
+if __name__ == "__main__":
+    main()

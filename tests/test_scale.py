@@ -1,0 +1,263 @@
+"""Grids at scale: streamed expansion (cells rebuilt from their positions), the settled-run index that
+answers a re-submitted grid, members written column-wise, and invalid cells refused before any write."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from runner import ResultStore, run_grid
+from runner.api import make_executor, plan_grid
+from runner.cli import main
+from runner.errors import ConfigError
+from runner.execute.base import WorkItem
+from runner.grid.spec import GridSpec, expand_block, load_grid
+from runner.store import RunRecord
+from runner.store.index import SettledIndex, id_array, run_keys
+
+PARAMS = {"d_in": 4, "m": 10, "n_iters": 5}
+
+
+def _grid(lrs: list[float], name: str = "scale") -> dict[str, Any]:
+    return {
+        "name": name,
+        "blocks": [
+            {"task": "least_squares", "params": PARAMS, "product": {"lr": lrs, "d_out": [2, 3]}, "repeat": 2},
+            {
+                "task": "least_squares",
+                "params": {"m": 10, "n_iters": 5, "lr_rule": "optimal"},
+                "zip": {"d_in": [3, 4], "tol": [1e-6, 1e-8]},
+            },
+            {"task": "least_squares", "params": {**PARAMS, "lr": lrs[0], "d_out": 3, "seed": 1}},  # in block 0 too
+        ],
+    }
+
+
+def test_streamed_grid_rebuilds_every_cell_as_the_eager_expansion_does() -> None:
+    raw = _grid([0.01, 0.02, 0.03])
+    grid = load_grid(raw)
+    # The independent computation: every block expanded eagerly, the first cell of each run id kept.
+    eager: dict[str, Any] = {}
+    for index, block in enumerate(GridSpec.model_validate(raw).blocks):
+        for cell in expand_block(block, "<grid>", index):
+            eager.setdefault(cell.run_id, cell)
+    assert [i.decode() for i in grid.ids] == list(eager) and len(grid) == 3 * 2 * 2 + 2
+    picked = random.Random(0).sample(range(len(grid)), 7)
+    for i, cell in zip(picked, grid.cells_at(picked), strict=True):
+        assert cell == list(eager.values())[i]
+
+
+def test_run_keys_are_the_ids_first_64_bits() -> None:
+    ids = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(500)]
+    assert run_keys(id_array(ids)).tolist() == [int(i[:16], 16) for i in ids]
+    with pytest.raises(ValueError, match="hexadecimal"):
+        run_keys(id_array(["ABCDEF0123456789" * 2]))
+
+
+class CountingExecutor:
+    """The local executor, remembering which run ids it was given."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.inner = make_executor("local")
+        self.ran: list[str] = []
+
+    def start(self) -> None:
+        self.inner.start()
+
+    def execute(self, items: Iterable[WorkItem], channel: Any = None) -> Iterator[list[RunRecord]]:
+        def seen() -> Iterator[WorkItem]:
+            for item in items:
+                self.ran.append(item.run_id)
+                yield item
+
+        return self.inner.execute(seen(), channel)
+
+    def report_channel(self, judge: Any, spec: Any) -> Any:
+        return self.inner.report_channel(judge, spec)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_resubmit_runs_nothing_and_an_edited_cell_alone(tmp_path: Path) -> None:
+    first = run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    assert first.executed == len(load_grid(_grid([0.01, 0.02]))) == 10
+    spy = CountingExecutor()
+    again = run_grid(_grid([0.01, 0.02]), tmp_path, spy, progress=False)
+    assert again.executed == 0 and again.already_done == 10 and spy.ran == []
+    edited = load_grid(_grid([0.01, 0.025]))
+    new_ids = {i.decode() for i in edited.ids} - {i.decode() for i in load_grid(_grid([0.01, 0.02])).ids}
+    report = run_grid(_grid([0.01, 0.025]), tmp_path, spy, progress=False)
+    assert report.executed == len(new_ids) == 4 and set(spy.ran) == new_ids and len(spy.ran) == 4
+    # members: each (grid, run) once, however often the grid was submitted
+    members = ResultStore(tmp_path).read_members().to_pandas()
+    assert not members.duplicated(["grid", "run_id"]).any()
+    assert set(members["run_id"]) == {i.decode() for i in edited.ids} | {i.decode() for i in first_ids()}
+    row = members[members["run_id"] == sorted(new_ids)[0]].iloc[0]
+    assert (row["task"], row["grid"], row["kind"], row["block"]) == ("least_squares", "scale", "grid", 0)
+
+
+def first_ids() -> np.ndarray:
+    return load_grid(_grid([0.01, 0.02])).ids
+
+
+def test_the_index_skips_failed_runs_unless_retried(tmp_path: Path) -> None:
+    grid = {
+        "name": "f",
+        "blocks": [
+            {"task": "faulty", "product": {"x": [1.0, 2.0]}},
+            {"task": "faulty", "params": {"x": 3.0, "fail": True}},
+        ],
+    }
+    run_grid(grid, tmp_path, "local", progress=False)
+    store, cells = ResultStore(tmp_path), load_grid(grid)
+    index = SettledIndex.read(store, ["faulty"])
+    assert (len(index.final), len(index.skipped)) == (2, 1)
+    planned = plan_grid(cells, store)
+    assert (planned.done, planned.skipped, planned.todo.tolist()) == (2, 1, [])
+    retry = plan_grid(cells, store, retry_failed=True)
+    assert (retry.done, retry.skipped, retry.todo.tolist()) == (2, 0, [2])
+
+
+def test_an_invalid_cell_anywhere_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "g.yaml"
+    # 3000 valid cells, then one whose lr is out of range: streamed validation still sees it first.
+    path.write_text(
+        "blocks:\n"
+        "  - {task: least_squares, params: {d_in: 2, m: 3, n_iters: 1}, product: {lr: [0.1, 0.2, 0.3]}, repeat: 1000}\n"
+        "  - {task: least_squares, params: {d_in: 2, m: 3, n_iters: 1, lr: -1}}\n"
+    )
+    results = tmp_path / "res"
+    assert main(["run", str(path), "--results", str(results), "--executor", "local", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: block 1: key 'lr': Input should be greater than 0" in err
+    assert not results.exists() or not any(p.is_file() for p in results.rglob("*"))
+
+
+def test_the_cell_limit_counts_before_expanding_and_lets_a_million_through(tmp_path: Path) -> None:
+    million = {"blocks": [{"task": "least_squares", "product": {"lr": [0.1, 0.2]}, "repeat": 100_000}] * 5}
+    from runner.grid.spec import block_size, max_cells_default
+
+    assert sum(block_size(b) for b in GridSpec.model_validate(million).blocks) == 1_000_000 <= max_cells_default()
+    over = {"blocks": [*million["blocks"], {"task": "least_squares"}]}
+    with pytest.raises(ConfigError, match=r"1,000,001 cells .* more than the limit of 1,000,000"):
+        load_grid(over, max_cells=1_000_000)  # refused at once: counting is arithmetic, not expansion
+
+
+def test_a_validated_block_is_read_back_from_the_cache_and_an_edit_or_new_code_misses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.grid import cache
+    from runner.grid.spec import Block
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    ids = load_grid(_grid([0.01, 0.02])).ids
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 3  # one entry per block
+
+    def no_validation(self: Block, raw: dict[str, Any]) -> Any:
+        raise AssertionError("validated a cell that the cache holds")
+
+    real_cell = Block.cell
+    monkeypatch.setattr(Block, "cell", no_validation)
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids.tolist()
+    with pytest.raises(AssertionError, match="validated a cell"):
+        load_grid(_grid([0.01, 0.025]))  # an edited block is expanded again
+    monkeypatch.setattr(cache, "code_fingerprint", lambda task: "other code")
+    with pytest.raises(AssertionError, match="validated a cell"):
+        load_grid(_grid([0.01, 0.02]))  # other code: other keys
+    monkeypatch.setattr(Block, "cell", real_cell)
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids.tolist()
+
+
+def test_an_invalid_block_is_never_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.grid import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    bad = {"blocks": [{"task": "least_squares", "product": {"lr": [0.1, -1.0]}}]}
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="key 'lr': Input should be greater than 0"):
+            load_grid(bad)
+    assert not list((tmp_path / "cache").glob("*"))
+    monkeypatch.setenv(cache.CACHE_ENV, "off")
+    assert cache.entry(load_grid(_grid([0.01])).blocks[0].task, {}) is None
+
+
+def test_a_fragmented_store_is_compacted_after_a_run_and_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.api import COMPACT_PARTS_ENV
+
+    def stored(root: Path) -> list[dict[str, Any]]:
+        table = ResultStore(root).read_runs("least_squares", columns=["status", "err_final", "lr"])
+        return table.drop_columns(["finished"]).sort_by("run_id").to_pylist()
+
+    monkeypatch.setenv(COMPACT_PARTS_ENV, "0")  # never: the reference store keeps one part per flush
+    run_grid(_grid([0.01, 0.02]), tmp_path / "ref", "local", progress=False, flush_every=1)
+    # flushes waiting for the group-commit writer share a commit: fewer parts than flushes, but several
+    assert len(ResultStore(tmp_path / "ref").parts("runs/task=least_squares")) > 1
+    monkeypatch.setenv(COMPACT_PARTS_ENV, "1")
+    report = run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False, flush_every=1)
+    assert report.compacted is not None and "compacted" in report.line()
+    store = ResultStore(tmp_path / "auto")
+    assert len(store.parts("runs/task=least_squares")) == 1 and len(store.parts("curves/task=least_squares")) == 1
+    assert stored(tmp_path / "auto") == stored(tmp_path / "ref")
+    assert run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False).compacted is None
+
+
+def test_auto_runs_small_work_in_process_judged_from_stored_run_times(tmp_path: Path) -> None:
+    from runner.api import small_work
+
+    store = ResultStore(tmp_path)
+    edited = load_grid(_grid([0.01, 0.025]))
+    assert not small_work(edited, np.arange(len(edited)), store)  # no stored times: unknown work
+    run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    todo = plan_grid(edited, store).todo
+    assert len(todo) == 4 and small_work(edited, todo, store)
+    assert not small_work(edited, todo, store, limit_s=1e-9)
+    report = run_grid(_grid([0.01, 0.025]), tmp_path, "auto", progress=False)
+    assert (report.executor, report.executed) == ("local", 4)
+
+
+def test_a_tasks_schemas_come_back_from_the_cache_without_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.grid import cache, schema
+    from tasks import get_task
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    task = get_task("least_squares")
+    expected = (schema.runs_schema(task), schema.curves_schema(task))
+    path = cache.schemas_entry("tasks.least_squares")
+    assert path is not None and cache.load_schemas(path) is None
+    cache.store_schemas(path, expected)
+    loaded = cache.load_schemas(path)
+    assert loaded is not None and all(a.equals(b, check_metadata=True) for a, b in zip(loaded, expected, strict=True))
+    schema._schemas.cache_clear()
+    monkeypatch.setattr(schema, "get_task", lambda name: pytest.fail("the task was imported"))
+    assert schema.task_schemas("least_squares") == loaded
+    schema._schemas.cache_clear()
+    path.write_bytes(b"damaged")
+    monkeypatch.undo()
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    assert schema.task_schemas("least_squares") == expected  # a damaged entry: built again, and stored
+    assert cache.load_schemas(path) == expected
+    schema._schemas.cache_clear()
+
+
+def test_stored_ids_that_are_not_run_ids_are_left_out_of_the_index() -> None:
+    import pyarrow as pa
+
+    from runner.store.index import stored_keys
+
+    good = hashlib.sha256(b"x").hexdigest()[:32]
+    assert stored_keys(pa.array(["r1", good, good.upper(), good + "0"])).tolist() == [int(good[:16], 16)]
