@@ -12,6 +12,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 # The fault-injection task lives in tests/; Ray workers and driver subprocesses inherit these.
 os.environ["CONVGRID_LEARNERS"] = "faulty=tests.toy_learner"
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+# The validated-block and schema caches (runner/grid/cache.py) of this session only: a test never reads
+# what an earlier session (or the user's ~/.cache) left, and never writes there.
+os.environ["CONVGRID_CACHE"] = tempfile.mkdtemp(prefix="convgrid-test-cache-")
 
 import pytest
 
