@@ -97,6 +97,28 @@ def test_worker_node_removed_mid_grid_every_run_stored_once(tmp_path: Path, thre
     assert executor.chunks_resubmitted >= 1  # the lost node's chunk ran again elsewhere
 
 
+def test_a_node_lost_while_its_actor_is_idle_gets_it_no_work(three_nodes: Any) -> None:
+    """A node that dies between two `execute` calls (claim waves, studies): nothing waits on its actor,
+    so only the pool's check at the next call notices; before it, the next chunk sent there waited for a
+    restart that never came (no CPU slot left) and the call hung."""
+    from runner.execute.base import WorkItem
+
+    _ensure_three(three_nodes)
+    executor = RayExecutor(address=three_nodes.address, workers=3)
+
+    def items(n: int, offset: int) -> list[WorkItem]:
+        return [WorkItem(f"r{offset + i:04d}", "faulty", {"x": float(offset + i), "seed": 0}) for i in range(n)]
+
+    try:
+        assert sum(len(r) for r in executor.execute(items(3, 0))) == 3  # every actor has run and is idle
+        three_nodes.remove_node(_victim(three_nodes), allow_graceful=False)
+        records = [r for batch in executor.execute(items(9, 100)) for r in batch]
+        assert sorted(r.row["x"] for r in records) == [float(100 + i) for i in range(9)]
+        assert executor.down  # the lost node's actor was noticed before it was given work
+    finally:
+        executor.close()
+
+
 def test_worker_node_removed_mid_study_the_study_completes(tmp_path: Path, three_nodes: Any) -> None:
     _ensure_three(three_nodes)
     study = {

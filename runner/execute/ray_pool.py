@@ -63,6 +63,7 @@ class RayExecutor:
     timeout_s: float | None = None
     target_chunk_s: float = 1.0
     in_flight_per_worker: int = 2
+    probe_s: float = 2.0  # how long an idle actor may take to answer before it is presumed down (_check_idle_actors)
     grace_s: float = 5.0  # after the cooperative deadline, how long a run may ignore it before its actor is killed
     batch: bool = True  # run cells with equal batch keys as one batched call (False: every cell alone)
     max_batch: int = 64
@@ -111,6 +112,7 @@ class RayExecutor:
 
         self.start()
         lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
+        self._check_idle_actors(lost)
         feed = Feed(items)
         sizer = ChunkSizer(self.target_chunk_s)
         pending: dict[Any, _Chunk] = {}  # a chunk's streaming generator -> what it was given
@@ -163,6 +165,28 @@ class RayExecutor:
             if self.timeout_s is not None and time.monotonic() - last_check >= poll:
                 last_check = time.monotonic()
                 yield from self._enforce_hard_timeout(pending, killed)
+
+    def _check_idle_actors(self, lost: tuple[type[Exception], ...]) -> None:
+        """Between two `execute` calls (a shared grid's claim waves, a tuner's studies) no call waits on
+        the actors, so one that died with its node then went unnoticed, and a chunk sent to it would
+        wait for a restart that, after a lost node, may never come. Each actor not already down is asked
+        for its pid; one that does not answer within `probe_s` (restarting, or gone) gets no work until
+        that probe answers."""
+        import ray
+
+        probes = {idx: actor.pid.remote() for idx, actor in enumerate(self.actors) if idx not in self.down}
+        if not probes:
+            return
+        ready, _ = ray.wait(list(probes.values()), num_returns=len(probes), timeout=self.probe_s)
+        answered = set(ready)
+        for idx, ref in probes.items():
+            if ref not in answered:
+                self.down[idx] = ref
+                continue
+            try:
+                ray.get(ref)
+            except lost:
+                self.down[idx] = self.actors[idx].pid.remote()
 
     def _probed(self, ref: Any, idx: int, lost: tuple[type[Exception], ...]) -> None:
         """A dead actor's probe came back: it is alive again (restarted), or died again (probe anew)."""
