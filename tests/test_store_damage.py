@@ -51,7 +51,9 @@ def content(root: Path) -> dict[str, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("pristine")
-    run_grid(GRID, root, "local", progress=False, flush_every=1)  # one part per run: damage hits one run
+    # one part per run, so damage hits one run: unbatched (a batch of least_squares runs arrives, and is
+    # flushed, at once)
+    run_grid(GRID, root, "local", progress=False, flush_every=1, batch=False)
     return root
 
 
