@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,12 +12,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.store.compact import compact
 from runner.store.exclusive import S3IfNoneMatch, for_root
+from runner.store.lease_lock import LOCK_DIR, LeaseLock, LockLost
+from runner.store.txn import Transaction
 from tests.shared_drivers import check_takeover, kill_one_driver_midway
 
 GRID = {
@@ -109,7 +113,83 @@ def test_if_none_match_creates_once_among_racing_threads(s3_root: str) -> None:
 
 def test_a_killed_driver_s_blocks_are_taken_over_on_s3(s3_root: str, tmp_path: Path) -> None:
     root = s3_root.replace("convgrid/results", "convgrid/shared")
-    seen = kill_one_driver_midway(tmp_path, root, 64, lease_s=2.0, kill_after=12)
-    check_takeover(seen, 64)
+    seen = kill_one_driver_midway(tmp_path, root, 160, lease_s=2.0, kill_after=12)
+    check_takeover(seen, 160)
     names = [i.base_name for i in ResultStore(root).files.listing("_store/claims")]
     assert len(names) == 1  # one grid's claims
+
+
+def _lock(root: str, lease_s: float) -> LeaseLock:
+    """A writers' lock of its own on `root` (one per store object: two in one process exclude each other)."""
+    files = ResultStore(root).files
+    exclusive = for_root(root, files.fs)
+    assert isinstance(exclusive, S3IfNoneMatch)
+    return LeaseLock(files, exclusive, lease_s)
+
+
+def test_two_lease_lock_holders_exclude_each_other(s3_root: str) -> None:
+    """A second acquire waits until the first holder releases; the lock stays held across several
+    beats (the holder renews it) and is re-entrant within one holder."""
+    root = s3_root.replace("convgrid/results", "convgrid/lock-two")
+    first, second = _lock(root, 0.6), _lock(root, 0.6)
+    events: list[str] = []
+
+    def hold_second() -> None:
+        with second.held():
+            events.append("second in")
+
+    with first.held(), first.held():  # re-entrant
+        events.append("first in")
+        waiter = threading.Thread(target=hold_second)
+        waiter.start()
+        time.sleep(1.5)  # 2.5 leases: the first holder's beats keep the lock its own
+        first.check()
+        events.append("first out")
+    waiter.join(timeout=10)
+    assert events == ["first in", "first out", "second in"]
+    with pytest.raises(LockLost):
+        first.check()  # released: it may commit nothing more
+    names = sorted(i.base_name for i in ResultStore(root).files.listing(LOCK_DIR))
+    assert names == ["g000000001.beat", "g000000001.free", "g000000001.json"] or names == [
+        "g000000001.free",
+        "g000000001.json",
+    ]  # the older generation deleted by its successor; one beat may not have come yet
+
+
+def test_a_lease_lock_holder_that_stops_beating_is_taken_over_after_the_lease(s3_root: str) -> None:
+    """A holder on another host (its pid cannot be asked) that stopped beating, as a dead process does:
+    taken over once its beat was seen unchanged for a lease, not before. A holder on this host whose
+    process is gone is taken over at once."""
+    root = s3_root.replace("convgrid/results", "convgrid/lock-dead")
+    taker = _lock(root, 1.0)
+    elsewhere = {"owner": "x", "host": "another-host", "pid": 1, "at": 0.0}
+    assert taker.exclusive.create(taker._path(0, "json"), json.dumps(elsewhere).encode())
+    t0 = time.monotonic()
+    with taker.held():
+        waited = time.monotonic() - t0
+    assert 1.0 <= waited < 5.0
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = {"owner": "y", "host": socket.gethostname(), "pid": gone.pid, "at": 0.0}
+    assert taker.exclusive.create(taker._path(2, "json"), json.dumps(here).encode())  # g1 was released: g2 is next
+    t0 = time.monotonic()
+    with taker.held():
+        assert taker._gen == 3
+    assert time.monotonic() - t0 < 0.9  # no lease waited: its pid is gone
+
+
+def test_a_paused_holder_refuses_to_commit(s3_root: str) -> None:
+    """A holder whose beats stopped (paused past half a lease) may have lost the lock: its
+    transaction raises before the commit point and nothing becomes visible."""
+    root = s3_root.replace("convgrid/results", "convgrid/lock-paused")
+    store = ResultStore(root)
+    assert isinstance(store.lock, LeaseLock)
+    store.lock.lease_s = 0.4
+    with store.writing():
+        txn = Transaction(store.files)
+        txn.add(pa.table({"x": [1]}), "members")
+        store.lock._stop.set()  # its heartbeat thread stops: as if the process were paused
+        time.sleep(0.3)
+        with pytest.raises(LockLost):
+            txn.commit()
+    assert store.parts("members") == []

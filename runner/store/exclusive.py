@@ -16,6 +16,7 @@ returns None and drivers there do not share work (each computes what it planned;
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from typing import Any, Protocol
@@ -57,17 +58,23 @@ class S3IfNoneMatch:
     name = "S3 PUT with If-None-Match: * (412 if taken)"
 
     def __init__(self, uri: str) -> None:
-        import boto3  # only an S3 root needs it
-
         parsed = urlparse(uri)
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        options: dict[str, Any] = {}
+        self.options: dict[str, Any] = {}
         if "endpoint_override" in query:
             endpoint = query["endpoint_override"]
-            options["endpoint_url"] = endpoint if "://" in endpoint else f"{query.get('scheme', 'https')}://{endpoint}"
+            scheme = query.get("scheme", "https")
+            self.options["endpoint_url"] = endpoint if "://" in endpoint else f"{scheme}://{endpoint}"
         if "region" in query:
-            options["region_name"] = query["region"]
-        self.client = boto3.client("s3", **options)
+            self.options["region_name"] = query["region"]
+
+    @functools.cached_property
+    def client(self) -> Any:
+        """Made at the first create: every store on S3 has this primitive (its writers' lock is built on
+        it), and a reader that never writes should not pay for importing boto3."""
+        import boto3  # only an S3 root needs it
+
+        return boto3.client("s3", **self.options)
 
     def create(self, path: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError

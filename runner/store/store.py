@@ -37,8 +37,9 @@ import pyarrow.fs as pafs
 
 from runner.store.claims import LEASE_S, Claims, grid_key
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
-from runner.store.exclusive import for_root
+from runner.store.exclusive import S3IfNoneMatch, for_root
 from runner.store.files import WriterLock, is_local
+from runner.store.lease_lock import LOCK_LEASE_S, LeaseLock
 from runner.store.parts import PartReader
 from runner.store.records import RunRecord
 from runner.store.txn import INTERNAL, Root, Transaction, View, recover
@@ -83,10 +84,20 @@ class ResultStore:
         self.local = is_local(self.fs)
         self.files = Root(self.fs, self.base)
         self.reader = PartReader(self.files)
-        self.lock = WriterLock(self.fs, self.files.abs(f"{INTERNAL}/lock"))
+        self.lock = self._writer_lock()
         # task -> run_id -> [(part, run_id, batch_id, finished)]: where a flush finds what it supersedes
         self._index: dict[str, dict[str, list[tuple[str, str, str, datetime | None]]]] = {}
         self._part_ids: dict[str, dict[str, list[str]]] = {}  # task -> runs part -> its run ids
+
+    def _writer_lock(self) -> WriterLock | LeaseLock:
+        """An flock locally; on S3 a lease on its conditional PUT (runner.store.lease_lock), whose
+        transactions check before committing that the lease is still theirs."""
+        exclusive = for_root(self.root, self.fs)
+        if self.local or not isinstance(exclusive, S3IfNoneMatch):
+            return WriterLock(self.fs, self.files.abs(f"{INTERNAL}/lock"))
+        lock = LeaseLock(self.files, exclusive, float(os.environ.get("CONVGRID_LEASE_S", LOCK_LEASE_S)))
+        self.files.fence = lock.check
+        return lock
 
     # ---- paths ---------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:

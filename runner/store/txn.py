@@ -23,6 +23,7 @@ import json
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -87,11 +88,18 @@ class Marker:
         )
 
 
+def _no_fence() -> None:
+    return None
+
+
 class Root:
     """A filesystem and a base path: where relative store paths live."""
 
     def __init__(self, fs: pafs.FileSystem, base: str) -> None:
         self.fs, self.base = fs, base.rstrip("/")
+        # asked right before every commit point: raises where this writer may have lost its lock (an
+        # object store's lease lock, runner.store.lease_lock); an flock cannot be lost, so by default nothing
+        self.fence: Callable[[], None] = _no_fence
 
     def abs(self, rel: str) -> str:
         return f"{self.base}/{rel}" if rel else self.base
@@ -212,6 +220,7 @@ class Transaction:
             write.result()  # a failed write raises here, before anything is committed
         fsync_dir(fs, self.root.abs(STAGING_DIR))
         kill_point("staged", self.label)
+        self.root.fence()
         ensure_dir(fs, self.root.abs(TXN_DIR))
         if is_local(fs):
             fs.move(self.root.abs(tmp), self.root.abs(marker))
@@ -265,8 +274,8 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
 
 def _move(root: Root, src: str, dest: str) -> None:
     """Move a part; a move that another process applying the same marker made first is done. (On an
-    object store there is no writers' lock: a command's `recover` may apply a live writer's marker
-    while the writer does, and a move there is a copy then a delete.)"""
+    object store the writers' lock is a lease: a writer paused past it may still be publishing its
+    marker while the next holder's `recover` applies it, and a move there is a copy then a delete.)"""
     try:
         root.fs.move(root.abs(src), root.abs(dest))
     except OSError:  # FileNotFoundError included: the source went between our look and our move

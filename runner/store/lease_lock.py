@@ -1,0 +1,196 @@
+"""The writers' lock of an object-store root (S3), where there is no flock: a queue of leases on the
+root's create-if-absent (runner.store.exclusive), renewed by heartbeats as the claims' are
+(runner.store.claims).
+
+    _store/wlock/g<n>.json    generation n: a writer (host, pid, id) holding or waiting; created exclusively
+    _store/wlock/g<n>.beat    its heartbeat: a counter it rewrites every lease/6, waiting or holding
+    _store/wlock/g<n>.free    generation n released
+
+A writer queues by creating g<newest+1> (of several racing for one number, one wins; the others look
+again). It holds the lock once every older generation is free, dead or gone: dead when this writer has
+seen its beat unchanged for a lease on its own monotonic clock (no two machines' clocks are compared),
+or at once when it ran on this host and its pid is gone (a `kill -9`ed command does not make the next
+one wait). It then deletes the older generations, so the folder holds a few files, not one per
+commit. Queueing makes the lock fair: a driver committing flushes back to back cannot starve a
+`compact` that waits (a waiter that only looked for a free moment, polling, hardly ever saw one).
+
+A generation is deleted only by a writer of a newer one that holds the lock, so the newest generation
+ever created always exists. A writer whose look was stale (paused between listing and creating) may
+create a number that was used and deleted: it then sees a newer generation at once and withdraws.
+So does a writer that finds its own generation deleted (counted dead while it was paused).
+
+A lease cannot stop a holder paused past it (SIGSTOP, a suspended machine) from resuming as if it
+still held the lock. `check` narrows that window: before its commit point a transaction asks that this
+process's last successful beat be younger than half a lease (an observer waits a full one), so a
+holder that slept through its lease refuses to commit. See docs/store.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from runner.store.claims import DriverInfo, Liveness
+from runner.store.exclusive import ExclusiveCreate
+from runner.store.files import delete_quietly, read_bytes, write_bytes
+from runner.store.txn import Root
+
+LOCK_DIR = "_store/wlock"
+LOCK_LEASE_S = 30.0
+GENERATION = re.compile(r"^g(\d+)\.(json|beat|free)$")
+
+
+class LockLost(RuntimeError):
+    """This process's lease may have passed to another writer: it must not commit."""
+
+
+class LeaseLock:
+    """One writer at a time per object-store root. Re-entrant within a process, like WriterLock."""
+
+    def __init__(self, files: Root, exclusive: ExclusiveCreate, lease_s: float = LOCK_LEASE_S) -> None:
+        self.files, self.exclusive, self.lease_s = files, exclusive, lease_s
+        self.owner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.liveness = Liveness()
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self._gen: int | None = None
+        self._beat = 0
+        self._last_beat = 0.0  # this process's monotonic clock when its last successful beat began
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+
+    @property
+    def poll_s(self) -> float:
+        return min(0.25, self.lease_s / 8)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._thread_lock:
+            if self._depth == 0:
+                self._acquire()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._release()
+
+    def check(self) -> None:
+        """Raise LockLost unless this process holds the lock with a beat younger than half a lease: an
+        observer takes over only after a full lease of one unchanged beat, so half a lease leaves the
+        commit that follows this check time to land."""
+        if self._gen is None:
+            raise LockLost("the writers' lock is not held")
+        age = time.monotonic() - self._last_beat
+        if age >= self.lease_s / 2:
+            raise LockLost(
+                f"the writers' lock of {self.files.base} was last renewed {age:.1f} s ago (lease {self.lease_s:g} s): "
+                "another writer may have taken it over; this transaction is not committed"
+            )
+
+    # ---- taking and giving back --------------------------------------------------------------------
+    def _path(self, gen: int, kind: str) -> str:
+        return self.files.abs(f"{LOCK_DIR}/g{gen:09d}.{kind}")
+
+    def _generations(self) -> dict[int, set[str]]:
+        found: dict[int, set[str]] = {}
+        for info in self.files.listing(LOCK_DIR):
+            match = GENERATION.match(info.base_name)
+            if match is not None:
+                found.setdefault(int(match[1]), set()).add(match[2])
+        return found
+
+    def _holder(self, gen: int, kinds: set[str]) -> DriverInfo | None:
+        """Generation `gen`'s holder as the liveness rule sees it (its beat from g<n>.beat, 0 before the
+        first), or None where it is already gone (deleted by a newer holder between list and read)."""
+        try:
+            body = json.loads(read_bytes(self.files.fs, self._path(gen, "json")))
+            beat = int(read_bytes(self.files.fs, self._path(gen, "beat"))) if "beat" in kinds else 0
+        except (FileNotFoundError, ValueError):
+            return None
+        return DriverInfo(f"g{gen}", beat, body["host"], body["pid"], body["at"], frozenset())
+
+    def _acquire(self) -> None:
+        body = json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+        while True:
+            gens = self._generations()
+            mine = max((g for g, kinds in gens.items() if "json" in kinds), default=-1) + 1
+            started = time.monotonic()
+            if not self.exclusive.create(self._path(mine, "json"), body.encode()):
+                continue  # another writer queued first: look again at once
+            self._gen, self._beat, self._last_beat = mine, 0, started
+            self._stop = threading.Event()
+            self._beater = threading.Thread(target=self._beating, name="convgrid-wlock", daemon=True)
+            self._beater.start()
+            if self._wait_turn(mine):
+                return
+            self._withdraw()
+
+    def _wait_turn(self, mine: int) -> bool:
+        """Wait until every older generation is free, dead or gone; then delete them and hold the lock.
+        False: this generation must be withdrawn (a newer one existed at once, so the look that named
+        it was stale; or it was itself deleted as dead while this process was paused)."""
+        gens = self._generations()
+        if any(g > mine and "json" in kinds for g, kinds in gens.items()):
+            return False
+        while True:
+            if "json" not in gens.get(mine, set()):
+                return False
+            older = {g: kinds for g, kinds in gens.items() if g < mine}
+            waiting = [
+                g for g, kinds in older.items() if "json" in kinds and "free" not in kinds and self._alive(g, kinds)
+            ]
+            if not waiting:
+                try:
+                    self.check()
+                except LockLost:
+                    return False  # paused past half a lease: another writer may count this one dead
+                for old, kinds in older.items():
+                    # the generation file first: what a crash here leaves (a beat, a free marker) is ignored
+                    for kind in sorted(kinds, key=lambda k: k != "json"):
+                        delete_quietly(self.files.fs, self._path(old, kind))
+                return True
+            time.sleep(self.poll_s)
+            gens = self._generations()
+
+    def _alive(self, gen: int, kinds: set[str]) -> bool:
+        holder = self._holder(gen, kinds)
+        return holder is not None and self.liveness.alive(holder, self.lease_s, time.monotonic())
+
+    def _withdraw(self) -> None:
+        self._stop_beating()
+        gen, self._gen = self._gen, None
+        if gen is not None:
+            delete_quietly(self.files.fs, self._path(gen, "json"))
+            delete_quietly(self.files.fs, self._path(gen, "beat"))
+
+    def _stop_beating(self) -> None:
+        self._stop.set()
+        if self._beater is not None:
+            self._beater.join()
+            self._beater = None
+
+    def _beating(self) -> None:
+        while not self._stop.wait(self.lease_s / 6):
+            started = time.monotonic()
+            try:
+                write_bytes(self.files.fs, self._path(self._gen or 0, "beat"), str(self._beat + 1).encode())
+            except OSError:
+                continue  # a missed beat is one of six per lease; `check` refuses to commit after three
+            self._beat += 1
+            self._last_beat = started
+
+    def _release(self) -> None:
+        self._stop_beating()
+        gen, self._gen = self._gen, None
+        if gen is not None:
+            # the lock is free once this lands; if it does not (the store unreachable), a lease later
+            write_bytes(self.files.fs, self._path(gen, "free"), b"")
