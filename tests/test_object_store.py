@@ -113,8 +113,8 @@ def test_if_none_match_creates_once_among_racing_threads(s3_root: str) -> None:
 
 def test_a_killed_driver_s_blocks_are_taken_over_on_s3(s3_root: str, tmp_path: Path) -> None:
     root = s3_root.replace("convgrid/results", "convgrid/shared")
-    seen = kill_one_driver_midway(tmp_path, root, 160, lease_s=2.0, kill_after=12)
-    check_takeover(seen, 160)
+    seen = kill_one_driver_midway(tmp_path, root, 64, lease_s=2.0, kill_after=12, batch=False, sleep_s=0.05)
+    check_takeover(seen, 64)
     names = [i.base_name for i in ResultStore(root).files.listing("_store/claims")]
     assert len(names) == 1  # one grid's claims
 
@@ -131,7 +131,7 @@ def test_two_lease_lock_holders_exclude_each_other(s3_root: str) -> None:
     """A second acquire waits until the first holder releases; the lock stays held across several
     beats (the holder renews it) and is re-entrant within one holder."""
     root = s3_root.replace("convgrid/results", "convgrid/lock-two")
-    first, second = _lock(root, 0.6), _lock(root, 0.6)
+    first, second = _lock(root, 0.4), _lock(root, 0.4)
     events: list[str] = []
 
     def hold_second() -> None:
@@ -142,18 +142,25 @@ def test_two_lease_lock_holders_exclude_each_other(s3_root: str) -> None:
         events.append("first in")
         waiter = threading.Thread(target=hold_second)
         waiter.start()
-        time.sleep(1.5)  # 2.5 leases: the first holder's beats keep the lock its own
+        time.sleep(1.0)  # 2.5 leases: the first holder's beats keep the lock its own
         first.check()
         events.append("first out")
     waiter.join(timeout=10)
     assert events == ["first in", "first out", "second in"]
     with pytest.raises(LockLost):
         first.check()  # released: it may commit nothing more
-    names = sorted(i.base_name for i in ResultStore(root).files.listing(LOCK_DIR))
-    assert names == ["g000000001.beat", "g000000001.free", "g000000001.json"] or names == [
-        "g000000001.free",
+    names = {i.base_name for i in ResultStore(root).files.listing(LOCK_DIR)}
+    assert {"g000000000.json", "g000000000.free", "g000000001.json", "g000000001.free"} <= names
+    assert names <= {"g000000000.beat", "g000000001.beat"} | {"g000000000.json", "g000000000.free"} | {
         "g000000001.json",
-    ]  # the older generation deleted by its successor; one beat may not have come yet
+        "g000000001.free",
+    }
+    first.keep = 2  # generations more than `keep` behind the holder's are deleted: the folder stays small
+    for _ in range(4):
+        with first.held():
+            pass
+    gens = sorted({i.base_name[:10] for i in ResultStore(root).files.listing(LOCK_DIR)})
+    assert gens == ["g000000003", "g000000004", "g000000005"]
 
 
 def test_a_lease_lock_holder_that_stops_beating_is_taken_over_after_the_lease(s3_root: str) -> None:
@@ -161,13 +168,13 @@ def test_a_lease_lock_holder_that_stops_beating_is_taken_over_after_the_lease(s3
     taken over once its beat was seen unchanged for a lease, not before. A holder on this host whose
     process is gone is taken over at once."""
     root = s3_root.replace("convgrid/results", "convgrid/lock-dead")
-    taker = _lock(root, 1.0)
+    taker = _lock(root, 0.6)
     elsewhere = {"owner": "x", "host": "another-host", "pid": 1, "at": 0.0}
     assert taker.exclusive.create(taker._path(0, "json"), json.dumps(elsewhere).encode())
     t0 = time.monotonic()
     with taker.held():
         waited = time.monotonic() - t0
-    assert 1.0 <= waited < 5.0
+    assert 0.6 <= waited < 5.0
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     here = {"owner": "y", "host": socket.gethostname(), "pid": gone.pid, "at": 0.0}
@@ -175,7 +182,7 @@ def test_a_lease_lock_holder_that_stops_beating_is_taken_over_after_the_lease(s3
     t0 = time.monotonic()
     with taker.held():
         assert taker._gen == 3
-    assert time.monotonic() - t0 < 0.9  # no lease waited: its pid is gone
+    assert time.monotonic() - t0 < 0.55  # no lease waited: its pid is gone
 
 
 def test_a_paused_holder_refuses_to_commit(s3_root: str) -> None:
@@ -193,3 +200,31 @@ def test_a_paused_holder_refuses_to_commit(s3_root: str) -> None:
         with pytest.raises(LockLost):
             txn.commit()
     assert store.parts("members") == []
+
+
+def test_compact_racing_a_live_driver_on_s3_loses_and_doubles_nothing(s3_root: str) -> None:
+    """As tests/test_store_faults.py does locally: a driver committing each run on its own while
+    another store object compacts in a loop (each has its own place in the lock's queue, as two
+    processes have); the writers' lock, a lease here, keeps them apart."""
+    root = s3_root.replace("convgrid/results", "convgrid/race")
+    n = 8
+    spec = {
+        "name": "race",
+        "blocks": [{"task": "faulty", "params": {"sleep_s": 0.05}, "product": {"x": list(range(n))}}],
+    }
+    options = {"progress": False, "batch": False, "flush_every": 1, "flush_s": 0.01}
+    driver = threading.Thread(target=run_grid, args=(spec, root, "local"), kwargs=options)
+    driver.start()
+    store = ResultStore(root)
+    compactions = 0
+    while driver.is_alive():
+        if store.tasks():
+            compact(store)
+            compactions += 1
+    driver.join()
+    assert compactions >= 2
+    store = ResultStore(root)
+    assert len(store.done_ids()) == n
+    assert store.read_curves("faulty").num_rows == n  # every run kept its curve
+    assert store.read_attempts("faulty").num_rows == n  # and ran once
+    assert not store.files.listing("_store/txn")

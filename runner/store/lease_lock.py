@@ -10,14 +10,15 @@ A writer queues by creating g<newest+1> (of several racing for one number, one w
 again). It holds the lock once every older generation is free, dead or gone: dead when this writer has
 seen its beat unchanged for a lease on its own monotonic clock (no two machines' clocks are compared),
 or at once when it ran on this host and its pid is gone (a `kill -9`ed command does not make the next
-one wait). It then deletes the older generations, so the folder holds a few files, not one per
-commit. Queueing makes the lock fair: a driver committing flushes back to back cannot starve a
-`compact` that waits (a waiter that only looked for a free moment, polling, hardly ever saw one).
+one wait). Queueing makes the lock fair: a driver committing flushes back to back cannot starve a
+`compact` (a waiter that only polled for a free moment hardly ever saw one).
 
-A generation is deleted only by a writer of a newer one that holds the lock, so the newest generation
-ever created always exists. A writer whose look was stale (paused between listing and creating) may
-create a number that was used and deleted: it then sees a newer generation at once and withdraws.
-So does a writer that finds its own generation deleted (counted dead while it was paused).
+A holder deletes the generations more than KEEP_GENERATIONS older than its own, so the folder holds a
+bounded number of files, not one per commit. A writer paused between its listing and its create may
+recreate a number used and deleted long ago: that takes KEEP_GENERATIONS newer ones, so right after
+creating it a writer that sees a generation that far ahead (or a newer one already free: it could only
+have been taken while this number did not exist) withdraws its own and queues again. Waiters that
+queued right behind it are no reason to withdraw: they wait for it.
 
 A lease cannot stop a holder paused past it (SIGSTOP, a suspended machine) from resuming as if it
 still held the lock. `check` narrows that window: before its commit point a transaction asks that this
@@ -44,6 +45,9 @@ from runner.store.txn import Root
 
 LOCK_DIR = "_store/wlock"
 LOCK_LEASE_S = 30.0
+# Generations kept behind the holder's: a writer whose look was stale recreates a used number only
+# after this many newer ones were made, which it then sees (see the module's docstring).
+KEEP_GENERATIONS = 64
 GENERATION = re.compile(r"^g(\d+)\.(json|beat|free)$")
 
 
@@ -56,6 +60,7 @@ class LeaseLock:
 
     def __init__(self, files: Root, exclusive: ExclusiveCreate, lease_s: float = LOCK_LEASE_S) -> None:
         self.files, self.exclusive, self.lease_s = files, exclusive, lease_s
+        self.keep = KEEP_GENERATIONS
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.liveness = Liveness()
         self._thread_lock = threading.RLock()
@@ -68,7 +73,9 @@ class LeaseLock:
 
     @property
     def poll_s(self) -> float:
-        return min(0.25, self.lease_s / 8)
+        """How often a waiter looks whether its turn came: each handover waits about half of it, and
+        a driver's commits and a compact hand the lock over at each commit."""
+        return min(0.05, self.lease_s / 8)
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -135,28 +142,29 @@ class LeaseLock:
             self._withdraw()
 
     def _wait_turn(self, mine: int) -> bool:
-        """Wait until every older generation is free, dead or gone; then delete them and hold the lock.
-        False: this generation must be withdrawn (a newer one existed at once, so the look that named
-        it was stale; or it was itself deleted as dead while this process was paused)."""
+        """Wait until every older generation is free, dead or gone; then hold the lock. False: this
+        generation must be withdrawn (the look that named it was stale, or this process was paused so
+        long that others may count it dead)."""
         gens = self._generations()
-        if any(g > mine and "json" in kinds for g, kinds in gens.items()):
+        if any(g >= mine + self.keep or (g > mine and "free" in kinds) for g, kinds in gens.items()):
             return False
         while True:
             if "json" not in gens.get(mine, set()):
                 return False
             older = {g: kinds for g, kinds in gens.items() if g < mine}
-            waiting = [
+            busy = [
                 g for g, kinds in older.items() if "json" in kinds and "free" not in kinds and self._alive(g, kinds)
             ]
-            if not waiting:
+            if not busy:
                 try:
                     self.check()
                 except LockLost:
                     return False  # paused past half a lease: another writer may count this one dead
                 for old, kinds in older.items():
-                    # the generation file first: what a crash here leaves (a beat, a free marker) is ignored
-                    for kind in sorted(kinds, key=lambda k: k != "json"):
-                        delete_quietly(self.files.fs, self._path(old, kind))
+                    if old < mine - self.keep:
+                        # the generation file first: what a crash here leaves (a beat, a free marker) is ignored
+                        for kind in sorted(kinds, key=lambda k: k != "json"):
+                            delete_quietly(self.files.fs, self._path(old, kind))
                 return True
             time.sleep(self.poll_s)
             gens = self._generations()

@@ -129,6 +129,11 @@ def read_markers(root: Root) -> list[Marker]:
             markers.append(Marker.from_json(read_bytes(root.fs, info.path)))
         except FileNotFoundError:
             continue  # finished between the listing and the read: its effects are in place
+        except OSError:
+            # an object store may report a key deleted while it is read as some other failure (moto:
+            # "Failed to flush response stream"): gone now means finished, as above
+            if root.exists(root.rel(info.path)):
+                raise
     return markers
 
 
