@@ -60,25 +60,35 @@ class Takeover:
 
 
 def kill_one_driver_midway(
-    tmp: Path, root: str, n: int, lease_s: float, kill_after: int, batch: bool = True, sleep_s: float = 0.002
+    tmp: Path,
+    root: str,
+    n: int,
+    lease_s: float,
+    kill_after: int,
+    batch: bool = True,
+    sleep_s: float = 0.002,
+    flush_s: float = 2.0,
 ) -> Takeover:
     """Two drivers on one grid and store: a `convgrid run` process, and this process (a thread running
     `run_grid`, started once the other has paid its imports and finished a run, so both start on the
     work together). The first is SIGKILLed once it has computed `kill_after` runs and the second one;
     the second must finish the grid. Returns what the ledger and the store say. On a small grid, make
     runs slow enough (`sleep_s`) and unbatched that the first driver has not claimed every block (as
-    fast as its executor asks for cells) by the time the second starts."""
+    fast as its executor asks for cells) by the time the second starts; and flush often enough
+    (`flush_s`) that what the killed driver computed and had not committed stays within a wave."""
     ledger = tmp / "ledger"
     grid = ledger_grid(tmp / "grid.yaml", n, ledger, sleep_s=sleep_s)
     cmd = [sys.executable, "-m", "runner.cli", "run", str(grid), "--results", root, "--executor", "local"]
-    options = ["--no-progress", "--lease", str(lease_s), *([] if batch else ["--no-batch"])]
+    options = ["--no-progress", "--lease", str(lease_s), "--flush-seconds", str(flush_s)]
+    options += [] if batch else ["--no-batch"]
     first = subprocess.Popen([*cmd, *options], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     reports: list[RunReport] = []
     errors: list[BaseException] = []
 
     def survive() -> None:
         try:
-            reports.append(run_grid(str(grid), root, "local", progress=False, lease_s=lease_s, batch=batch))
+            same = {"lease_s": lease_s, "batch": batch, "flush_s": flush_s}  # as the first driver's options
+            reports.append(run_grid(str(grid), root, "local", progress=False, **same))
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread, which fails on it
             errors.append(exc)
 

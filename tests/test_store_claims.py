@@ -3,6 +3,7 @@ driver's blocks are taken over, and reruns, --retry-failed and `status` see the 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from runner import ResultStore, run_grid
 from runner.api import RunReport
 from runner.cli import main
 from runner.store.claims import CLAIMS_DIR, DriverInfo, Liveness, blocks_of, grid_key
+from runner.store.compact import compact
 from runner.store.exclusive import LocalLink
 from tests.shared_drivers import check_takeover, kill_one_driver_midway, ledger_grid, read_ledger
 
@@ -64,16 +66,24 @@ def test_two_drivers_split_a_grid_exactly(tmp_path: Path, capsys: pytest.Capture
     store = ResultStore(root)
     assert store.read_runs("faulty").num_rows == 120 and store.read_attempts("faulty").num_rows == 120
     run_ids = store.read_runs("faulty", ["run_id"])["run_id"].to_pylist()
-    claims = Path(root, CLAIMS_DIR, grid_key(run_ids))
-    assert len([p for p in claims.iterdir() if p.is_file()]) == len(blocks_of(run_ids)) == 15
-    assert list((claims / "drivers").iterdir()) == []  # both ended: nobody holds anything
+    assert len(blocks_of(run_ids)) == 15
+    assert list(Path(root, CLAIMS_DIR).iterdir()) == []  # the grid is complete: the last to end removed its claims
     capsys.readouterr()
     assert main(["status", root]) == 0 and "drivers sharing" not in capsys.readouterr().out
     again = run_grid(str(grid), root, "local", progress=False)
     assert again.executed == 0 and again.already_done == 120 and len(read_ledger(ledger)) == 120
 
 
-def test_retry_failed_takes_over_the_blocks_of_an_ended_driver(tmp_path: Path) -> None:
+def _fake_driver(claims: Path, host: str, pid: int) -> None:
+    (claims / "drivers").mkdir(parents=True, exist_ok=True)
+    body = {"driver": f"{host}-{pid}", "beat": 1, "host": host, "pid": pid, "at": 0.0, "done": []}
+    (claims / "drivers" / f"{host}-{pid}.json").write_text(json.dumps(body))
+
+
+def test_a_complete_grid_s_claims_go_unless_another_driver_may_be_there(tmp_path: Path) -> None:
+    """A driver that finds its grid complete removes the grid's claims folder, unless another driver's
+    heartbeat file is there (one elsewhere may be live); `compact` removes the folders of grids whose
+    drivers are gone (on this host: their pids), and only those. --retry-failed works on either."""
     grid = {
         "name": "retry",
         "blocks": [
@@ -84,14 +94,21 @@ def test_retry_failed_takes_over_the_blocks_of_an_ended_driver(tmp_path: Path) -
     root = str(tmp_path / "res")
     first = run_grid(grid, root, "local", progress=False)
     assert first.counts == {"ok": 20, "failed": 2}
-    assert run_grid(grid, root, "local", progress=False).executed == 0  # failed ones wait for --retry-failed
-    retry = run_grid(grid, root, "local", progress=False, retry_failed=True)
-    assert retry.executed == 2 and retry.counts == {"failed": 2}
+    assert list(Path(root, CLAIMS_DIR).iterdir()) == []
     store = ResultStore(root)
     claims = Path(root, CLAIMS_DIR, grid_key(store.read_runs("faulty", ["run_id"])["run_id"].to_pylist()))
-    names = sorted(p.name for p in claims.iterdir() if p.is_file())
-    generations = [n for n in names if not n.endswith("-g000000.json")]
-    assert 1 <= len(generations) <= 2 and len(names) == 3  # 22 cells: 3 blocks, one file each
+    _fake_driver(claims, "another-host", 1)  # elsewhere: live or dead, one look cannot tell
+    retry = run_grid(grid, root, "local", progress=False, retry_failed=True)
+    assert retry.executed == 2 and retry.counts == {"failed": 2}
+    assert sorted(p.name for p in claims.iterdir()) == ["b000002-g000000.json", "drivers"]  # kept for the other
+    assert compact(store).claims_removed == 0 and claims.exists()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (claims / "drivers" / "another-host-1.json").unlink()
+    _fake_driver(claims, socket.gethostname(), gone.pid)  # here, its process gone
+    report = compact(store)
+    assert report.claims_removed == 1 and "removed the claims of 1 grids" in report.line()
+    assert list(Path(root, CLAIMS_DIR).iterdir()) == []
     assert store.read_attempts("faulty").num_rows == 24
 
 

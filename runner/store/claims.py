@@ -34,6 +34,7 @@ when `run` returns, the grid is done.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -133,6 +134,7 @@ class Claims:
         self._write_lock = threading.Lock()  # the heartbeat thread and the claiming thread both beat
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.complete = False  # set when `waves` found every block done: the grid's claims can go
 
     # ---- this driver's heartbeat -----------------------------------------------------------------
     def _driver_path(self, driver: str) -> str:
@@ -172,11 +174,14 @@ class Claims:
         self._thread.start()
 
     def close(self) -> None:
-        """End this driver: its blocks are free at once for any other driver."""
+        """End this driver: its blocks are free at once for any other driver. When it found the grid
+        complete, the grid's claims folder goes too, unless another driver may still be there."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         delete_quietly(self.files.fs, self.files.abs(self._driver_path(self.driver)))
+        if self.complete:
+            remove_if_idle(self.files, self.dir)
 
     # ---- reading the claims ----------------------------------------------------------------------
     def drivers(self) -> dict[str, DriverInfo]:
@@ -269,6 +274,7 @@ class Claims:
                     yield [(b, [rid for rid in blocks[b] if rid in left]) for b in taken]
                 continue
             yield None  # every block left is held by a live driver: watch it finish or die
+        self.complete = True
 
     @property
     def poll_s(self) -> float:
@@ -292,6 +298,33 @@ def live_claims(files: Root, lease_hint_s: float = LEASE_S) -> list[tuple[str, D
         for driver in view.drivers().values():
             rows.append((key, driver, held.get(driver.driver, 0), time.time() - driver.at))
     return rows
+
+
+def remove_if_idle(files: Root, folder: str) -> bool:
+    """Delete a grid's claims folder unless a driver may still use it: one whose heartbeat file is
+    there, except on this host with its process gone. (One look cannot tell a silent driver elsewhere
+    from a dead one: its folder stays until that driver's file goes.) A driver that starts on the grid
+    just as its folder goes claims its blocks anew and asks the store nothing first: it may rerun cells
+    it planned before they were stored (the store keeps the newest attempt; the history both)."""
+    here = socket.gethostname()
+    for info in files.listing(f"{folder}/drivers"):
+        if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
+            continue
+        try:
+            body = json.loads(read_bytes(files.fs, info.path))
+        except (FileNotFoundError, ValueError):
+            continue  # ended between listing and read (or half-written by an old driver: it rewrites it)
+        if body["host"] != here or _pid_running(body["pid"]):
+            return False
+    with contextlib.suppress(FileNotFoundError):  # another driver that found the grid complete was first
+        files.fs.delete_dir(files.abs(folder))
+    return True
+
+
+def remove_idle_claims(files: Root) -> int:
+    """`convgrid compact`: remove the claims folders of grids no driver may still be using; how many."""
+    folders = [i.base_name for i in files.listing(CLAIMS_DIR) if i.type == pafs.FileType.Directory]
+    return sum(remove_if_idle(files, f"{CLAIMS_DIR}/{key}") for key in folders)
 
 
 class _NoCreate:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from runner.store.claims import remove_idle_claims
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
 from runner.store.files import delete_quietly
 from runner.store.parts import DamagedPartWarning
@@ -50,6 +51,7 @@ class CompactReport:
     quarantined: list[str] = field(default_factory=list)
     rerun: int = 0  # runs whose rows were lost with a damaged part: the next `run` runs them again
     skipped: list[str] = field(default_factory=list)  # tasks left alone because of damaged parts
+    claims_removed: int = 0  # claims folders of grids that no driver may still use
 
     def line(self) -> str:
         text = (
@@ -60,6 +62,8 @@ class CompactReport:
             text += f"; moved {len(self.quarantined)} damaged parts to quarantine ({self.rerun} runs will run again)"
         if self.skipped:
             text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
+        if self.claims_removed:
+            text += f"; removed the claims of {self.claims_removed} grids no driver is running"
         return text
 
 
@@ -74,6 +78,7 @@ def compact(store: ResultStore, repair: bool = False) -> CompactReport:
             _compact_table(store, txn, kind, schema, repair, report)
         txn.commit()
         store.reader.damaged.clear()  # quarantined ones are gone; any others are found again on read
+    report.claims_removed = remove_idle_claims(store.files)  # claims are not part of the transaction
     return report
 
 
