@@ -30,6 +30,7 @@ from runner.store.store import (
     ResultStore,
     conform,
     latest_per_run,
+    micros,
     task_dir,
     without_partition,
 )
@@ -78,7 +79,7 @@ def stage_task(
     stored_finished = dict(zip(have["run_id"].to_pylist(), have["finished"].to_pylist(), strict=True))
     keep_ids = {
         rid
-        for rid, fin in zip(new["run_id"].to_pylist(), new["finished"].to_pylist(), strict=True)
+        for rid, fin in zip(new["run_id"].to_pylist(), micros(new["finished"]), strict=True)
         if rid not in stored_finished or stored_finished[rid] is None or fin is None or fin >= stored_finished[rid]
     }
     kept = new.filter(pc.is_in(new["run_id"], value_set=pa.array(sorted(keep_ids), pa.string())))
