@@ -10,16 +10,18 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 import yaml
 
 from runner import ResultStore, run_grid
+from runner.store import txn as txn_module
 from runner.store.files import KILL_ENV
 from runner.store.trials import read_trials
-from runner.store.txn import PHASES, STAGING_DIR, TXN_DIR
+from runner.store.txn import PHASES, STAGING_DIR, TXN_DIR, Transaction
 from tests.conftest import REPO
 
 GRID = {
@@ -178,3 +180,26 @@ def test_retry_killed_while_replacing_the_old_attempt(messy: Path, tmp_path: Pat
     assert runs.loc[runs["run_id"] == failed["run_id"].iloc[0], "batch_id"].item() == failed["batch_id"].iloc[-1]
     assert _cli("status", str(root)).returncode == 0
     settled(root)
+
+
+def test_a_marker_that_outlived_its_staged_parts_is_rolled_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The staging and marker folders are fsynced together: a power cut between can keep the marker
+    and lose a staged part's name. Nothing was published then, so recovery undoes the transaction:
+    the part it would have replaced stays, its other staged part goes, readers see the old state."""
+    store = ResultStore(tmp_path)
+    store.write_part(pa.table({"x": [1, 2]}), "members")
+    before = store.parts("members")
+    txn = Transaction(store.files)
+    first = txn.add(pa.table({"x": [3]}), "members")
+    txn.add(pa.table({"x": [4]}), "members")
+    txn.remove(before[0])
+    monkeypatch.setattr(txn_module, "apply", lambda *args, **kwargs: None)  # the power cut: nothing published
+    txn.commit()
+    monkeypatch.undo()
+    assert store.parts("members") != before  # committed, as far as readers could tell
+    (tmp_path / STAGING_DIR / f"{txn.marker.txn}.{PurePosixPath(first).name}").unlink()  # its name was lost
+    assert store.recover() == 1
+    assert store.parts("members") == before
+    assert not list((tmp_path / TXN_DIR).iterdir()) and not list((tmp_path / STAGING_DIR).iterdir())

@@ -1,9 +1,9 @@
 """Transactions over part files: every change to the store (a driver's flush, a compaction, a repair)
 adds parts and removes parts atomically for convgrid's readers.
 
-The protocol, in the order it runs (each step durable before the next):
+The protocol, in the order it runs (each step durable before the next, but for 1 and 2: see below):
 
-    1. staging   new parts are written under _store/staging/<txn>/ (no reader, no glob ever sees them)
+    1. staging   new parts are written under _store/staging/<txn>.part-* (no reader, no glob sees them)
     2. marker    _store/txn/<txn>.json names every add (staged -> final path), remove and move: the
                  commit point. Before it exists the transaction never happened; after, it did.
     3. publish   each staged part is renamed to its final path (runs/task=x/part-...parquet, ...)
@@ -13,6 +13,9 @@ The protocol, in the order it runs (each step durable before the next):
 convgrid's readers honour the marker (`View`): a removed part is invisible from step 2 on, a staged
 part is read in place until it is published. A process killed at any step leaves a state the next
 writer (or any command: `recover`) rolls forward (a marker exists) or back (staging without a marker).
+The staged parts' names and the marker's are fsynced together, so after a power cut (not a kill: the
+kernel keeps what a killed process wrote) a marker may survive a staged name; `recover` rolls such a
+marker back, as its writer never returned and nothing of it was published.
 Plain Parquet clients see only final paths, so between steps 3 and 5 they may briefly see both old and
 new parts: that is the transient state a killed command leaves until the next command runs.
 """
@@ -214,16 +217,14 @@ class Transaction:
             return
         fs = self.root.fs
         marker = f"{TXN_DIR}/{self.marker.txn}.json"
-        # Locally the marker is written (and fsynced) beside the staged parts, in parallel with them,
-        # so that one fsync of the staging folder makes all their names durable; its rename into
-        # txn/ is the commit point. (Uncommitted, it is one more staging leftover for `recover`.)
+        # Locally the marker is written (and fsynced) beside the staged parts, in parallel with them;
+        # its rename into txn/ is the commit point. (Uncommitted, it is one more staging leftover.)
         tmp = f"{STAGING_DIR}/{self.marker.txn}.marker"
         if is_local(fs):
             ensure_dir(fs, self.root.abs(STAGING_DIR))
             self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
-        fsync_dir(fs, self.root.abs(STAGING_DIR))
         kill_point("staged", self.label)
         self.root.fence()
         ensure_dir(fs, self.root.abs(TXN_DIR))
@@ -231,7 +232,10 @@ class Transaction:
             fs.move(self.root.abs(tmp), self.root.abs(marker))
         else:
             write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
-        fsync_dir(fs, self.root.abs(TXN_DIR))
+        # The staged names and the marker's are made durable together, not one fsync after the other:
+        # a power cut between them can leave a durable marker whose parts have no names, which
+        # `recover` rolls back (`_lost_before_publishing`); nothing is published before both are done.
+        list(_POOL.map(lambda d: fsync_dir(fs, self.root.abs(d)), (STAGING_DIR, TXN_DIR)))
         kill_point("marked", self.label)
         try:
             apply(self.root, self.marker, self.label)
@@ -288,13 +292,27 @@ def _move(root: Root, src: str, dest: str) -> None:
             raise
 
 
+def _lost_before_publishing(root: Root, marker: Marker) -> bool:
+    """A marker whose commit never became durable: a power cut after its rename and before the fsyncs
+    of the staging and marker folders (Transaction.commit) kept the marker and lost a staged part's
+    name. Its writer had not returned, and nothing of it was published (publishing starts after both
+    fsyncs), so it is rolled back. A marker with one part published is applied, whatever else is gone."""
+    lost = any(not root.exists(staged) and not root.exists(final) for staged, final in marker.adds)
+    return lost and not any(root.exists(final) for _, final in marker.adds)
+
+
 def recover(root: Root, locked: bool) -> int:
     """Finish what dead writers left: roll committed transactions forward, uncommitted staging back,
     and delete temporary files. `locked`: the caller holds the writer lock, so no staging is live.
     Returns how many leftovers were dealt with."""
     done = 0
     for marker in read_markers(root):
-        apply(root, marker)
+        if _lost_before_publishing(root, marker):
+            for staged, _ in marker.adds:
+                delete_quietly(root.fs, root.abs(staged))
+            delete_quietly(root.fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
+        else:
+            apply(root, marker)
         done += 1
     for info in root.listing(TXN_DIR):
         if info.base_name.startswith("."):  # a marker whose writer died before publishing it
