@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner.errors import ConfigError, did_you_mean
 from runner.grid import cache as block_cache
 from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
+from runner.grid.product_ids import product_ids
 from runner.grid.yaml_source import read_yaml
 from runner.store.index import run_keys
 from tasks import TaskIdentity, UnknownTaskError, get_spec, task_names
@@ -185,29 +186,30 @@ class Block:
     def size(self) -> int:
         return math.prod(len(a) for a in self.axes) * self.spec.repeat
 
+    @cached_property
+    def all_axes(self) -> list[list[dict[str, Any]]]:
+        """The axes with `repeat` as the last (fastest) one, over the seed from the block's own seed on."""
+        if self.spec.repeat == 1:
+            return self.axes
+        base_seed = int(self.spec.params.get("seed", 0))
+        return [*self.axes, [{"seed": base_seed + r} for r in range(self.spec.repeat)]]
+
     def raws(self) -> Iterator[dict[str, Any]]:
         """Every cell's raw params, in order."""
-        repeat, base_seed = self.spec.repeat, int(self.spec.params.get("seed", 0))
-        for combo in itertools.product(*self.axes):
+        for combo in itertools.product(*self.all_axes):
             raw = dict(self.spec.params)
             for part in combo:
                 raw.update(part)
-            for r in range(repeat):
-                if repeat > 1:
-                    raw = {**raw, "seed": base_seed + r}
-                yield raw
+            yield raw
 
     def raw_at(self, position: int) -> dict[str, Any]:
-        combo, r = divmod(position, self.spec.repeat)
         raw = dict(self.spec.params)
         parts = []
-        for axis in reversed(self.axes):
-            combo, digit = divmod(combo, len(axis))
+        for axis in reversed(self.all_axes):
+            position, digit = divmod(position, len(axis))
             parts.append(axis[digit])
         for part in reversed(parts):
             raw.update(part)
-        if self.spec.repeat > 1:
-            raw["seed"] = int(self.spec.params.get("seed", 0)) + r
         return raw
 
     def cell(self, raw: dict[str, Any]) -> Cell:
@@ -324,6 +326,16 @@ def _block_ids(block: Block) -> np.ndarray:
     cached = block_cache.load(path, block.size)
     if cached is not None:
         return cached
+    ids = product_ids(block.task, block.spec.params, block.all_axes)
+    # The first and last cells cross-checked against the per-cell path, a guard against a pydantic whose
+    # schemas the fast path misreads; per cell, every invalid cell is refused with its key as always.
+    if ids is None or any(ids[p] != block.cell(block.raw_at(p)).run_id.encode() for p in {0, len(ids) - 1}):
+        ids = per_cell_ids(block)
+    block_cache.store(path, ids)
+    return ids
+
+
+def per_cell_ids(block: Block) -> np.ndarray:
     chunks: list[np.ndarray] = []
     pending: list[bytes] = []
     for raw in block.raws():
@@ -331,9 +343,7 @@ def _block_ids(block: Block) -> np.ndarray:
         if len(pending) == _CHUNK:
             chunks.append(np.array(pending, dtype="S32"))
             pending.clear()
-    ids = np.concatenate([*chunks, np.array(pending, dtype="S32")])
-    block_cache.store(path, ids)
-    return ids
+    return np.concatenate([*chunks, np.array(pending, dtype="S32")])
 
 
 class CellSource(Protocol):
