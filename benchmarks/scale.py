@@ -5,14 +5,15 @@
 For each size a fresh results root and a fresh cache of validated blocks (CONVGRID_CACHE), then, each
 command its own `convgrid` process timed from spawn to exit with its peak memory (ru_maxrss from
 wait4):
-  dry-run (cold: every cell validated), dry-run (warm: blocks from the cache),
   run (least_squares d_in=d_out=m=n_iters=1 on the local executor; sizes up to --run-max),
-  re-submit with every cell done, re-submit with one cell edited (a one-cell block's lr changed),
-  status, analysis.load of the task.
+  dry-run (cold: an empty cache of its own, every block's ids computed), dry-run (warm: blocks from
+  the cache), re-submit with every cell done, status, analysis.load of the task,
+  re-submit with one cell edited (a one-cell block's lr changed).
 The grid: one block `product: {lr: 10 values}, repeat: size/10`, plus a one-cell block (the one
-edited). The warm commands repeat `--repeats` times, interleaved with a baseline process that only
-imports the driver (`python -c "import runner.api"`): printed are min/median/max of seconds and of
-the ratio to the baseline within each round (the machine is shared; ratios travel better).
+edited). The dry-runs and the commands after `run` repeat `--repeats` times, interleaved with a
+baseline process that only imports the driver (`python -c "import runner.api"`): printed are
+min/median/max of seconds and of the ratio to the baseline within each round (the machine is shared;
+ratios travel better).
 """
 
 from __future__ import annotations
@@ -85,18 +86,17 @@ def main() -> None:
             grid, edited = str(root / "grid.yaml"), str(root / "edited.yaml")
             cells = size + 1
             print(f"\n== {cells:,} cells")
-            once = [("dry-run (cold)", convgrid("run", grid, "--dry-run", "--results", results))]
+            dry_run = convgrid("run", grid, "--dry-run", "--results", results)
             ran = size <= args.run_max
             if ran:
-                once.append(
-                    ("run", convgrid("run", grid, "--results", results, "--executor", "local", "--no-progress"))
-                )
-            for label, argv in once:
+                argv = convgrid("run", grid, "--results", results, "--executor", "local", "--no-progress")
                 wall, mb, last = timed(argv, env)
-                print(f"{label:<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
-            warm = [("dry-run (warm)", convgrid("run", grid, "--dry-run", "--results", results))]
+                print(f"{'run':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
+            else:
+                timed(dry_run, env)  # fills the cache the warm dry-run reads
+            repeated = [("dry-run (cold)", dry_run), ("dry-run (warm)", dry_run)]
             if ran:
-                warm += [
+                repeated += [
                     ("re-submit, all done", convgrid("run", grid, "--results", results, "--no-progress")),
                     ("status", convgrid("status", results)),
                     (
@@ -104,20 +104,22 @@ def main() -> None:
                         [PY, "-c", f"import analysis; print(len(analysis.load({results!r}, 'least_squares')))"],
                     ),
                 ]
-            seconds: dict[str, list[float]] = {label: [] for label, _ in warm}
-            ratios: dict[str, list[float]] = {label: [] for label, _ in warm}
+            seconds: dict[str, list[float]] = {label: [] for label, _ in repeated}
+            ratios: dict[str, list[float]] = {label: [] for label, _ in repeated}
             peak: dict[str, float] = {}
             last_line: dict[str, str] = {}
             for _ in range(args.repeats):
                 base, _, _ = timed(baseline, env)
-                for label, argv in warm:
-                    wall, mb, last = timed(argv, env)
+                for label, argv in repeated:
+                    # cold: an empty cache folder of its own, so every block's ids are computed afresh
+                    cold = {**env, "CONVGRID_CACHE": tempfile.mkdtemp(dir=tmp)} if "cold" in label else env
+                    wall, mb, last = timed(argv, cold)
                     seconds[label].append(wall)
                     ratios[label].append(wall / base)
                     peak[label] = max(peak.get(label, 0.0), mb)
                     last_line[label] = last
             print(f"{'':<24} {'seconds min/median/max':>23}   {'/ import baseline':>23}   peak MB")
-            for label, _ in warm:
+            for label, _ in repeated:
                 numbers = f"{spread(seconds[label])}   {spread(ratios[label])}   {peak[label]:7.0f}"
                 print(f"{label:<24} {numbers}   {last_line[label]}")
             if ran:

@@ -325,6 +325,8 @@ def test_a_tagged_union_is_fast_unless_the_block_varies_its_tag() -> None:
         ({"product": {"lr_rule": ["const", "optimal"], "lr": [0.1, 0.2]}}, "lr"),  # a varied tag: per cell
         ({"product": {"d_in": [1, 2], "d_ni": [3]}}, "d_ni"),
         ({"params": {"m": 0}, "repeat": 3}, "m"),
+        ({"params": {"seed": "abc"}, "repeat": 2}, "seed"),  # was a ValueError's traceback
+        ({"params": {"seed": 1.5}, "repeat": 2}, "seed"),  # was silently seeds 1 and 2
     ],
 )
 def test_an_invalid_cell_is_refused_as_the_per_cell_path_refuses_it(

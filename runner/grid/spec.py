@@ -191,7 +191,7 @@ class Block:
         """The axes with `repeat` as the last (fastest) one, over the seed from the block's own seed on."""
         if self.spec.repeat == 1:
             return self.axes
-        base_seed = int(self.spec.params.get("seed", 0))
+        base_seed: int = self.spec.params.get("seed", 0)  # an int: check_block says so
         return [*self.axes, [{"seed": base_seed + r} for r in range(self.spec.repeat)]]
 
     def raws(self) -> Iterator[dict[str, Any]]:
@@ -249,6 +249,14 @@ def check_block(block: BlockSpec, file: str, index: int) -> Block:
             seen.add(key)
     if block.repeat > 1 and "seed" in seen - set(block.params):
         raise ConfigError("'repeat' varies the seed; do not also sweep it", file=file, block=index, key="seed")
+    seed = block.params.get("seed", 0)
+    if block.repeat > 1 and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(
+            f"with 'repeat' the seed is the first of the repeated seeds and must be an integer (got {seed!r})",
+            file=file,
+            block=index,
+            key="seed",
+        )
     for key, values in block.product.items():
         if not values:
             raise ConfigError("an axis needs at least one value", file=file, block=index, key=key)
