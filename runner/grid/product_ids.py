@@ -41,6 +41,7 @@ from runner.grid.identity import (
 from tasks.base import TaskIdentity
 
 Axis = list[dict[str, Any]]  # one axis of a block: the partial params of each of its values
+CHUNK = 65_536  # ids gathered into arrays this many at a time (a million bytes objects cost ~70 MB)
 
 
 def _schemas(node: Any) -> Iterator[dict[str, Any]]:
@@ -151,12 +152,13 @@ def product_ids(task: TaskIdentity, base: dict[str, Any], axes: list[Axis]) -> n
     model, at_origin = probed
     if not (varied | set(base)) <= set(model.model_fields):
         return None
-    # Groups of fields, each with the pieces of its fields per value: first the fields no axis sets (one
-    # value: the origin's), then one group per axis, whose values are probed with the others at the origin.
+    # Groups of fields, each with its fields' pieces (in key order) per value: first the fields no axis
+    # sets (one value: the origin's), then one group per axis, its values probed with the others at the origin.
     owner = {key: g for g, axis in enumerate(axes, start=1) for part in axis for key in part}
-    groups = [[{name: _piece(name, at_origin) for name in model.model_fields if name not in owner}]]
-    for g, axis in enumerate(axes, start=1):
-        mine = sorted(name for name, o in owner.items() if o == g)
+    names = [sorted(set(model.model_fields) - set(owner))]
+    names += [sorted(key for key, o in owner.items() if o == g) for g in range(1, len(axes) + 1)]
+    groups = [[tuple(_piece(name, at_origin) for name in names[0])]]
+    for mine, axis in zip(names[1:], axes, strict=True):
         values = []
         for j, part in enumerate(axis):
             canonical = at_origin
@@ -165,49 +167,39 @@ def product_ids(task: TaskIdentity, base: dict[str, Any], axes: list[Axis]) -> n
                 if other is None or other[0] is not model:
                     return None
                 canonical = other[1]
-            values.append({name: _piece(name, canonical) for name in mine})
+            values.append(tuple(_piece(name, canonical) for name in mine))
         groups.append(values)
     text = canonical_json(id_payload(task, {}))
     empty = f"{canonical_json('params')}:{{}}"
     cut = text.index(empty) + len(empty) - 1
-    slots = [(owner.get(name, 0), name) for name in sorted(model.model_fields)]
+    slots = [(g, i) for _, g, i in sorted((name, g, i) for g, mine in enumerate(names) for i, name in enumerate(mine))]
     digests = _digests(text[:cut], text[cut:], slots, groups)
     chunks = []
-    while chunk := b"".join(itertools.islice(digests, _CHUNK)):
+    while chunk := b"".join(itertools.islice(digests, CHUNK)):
         chunks.append(np.frombuffer(chunk.hex().encode(), dtype="S32"))  # first 16 bytes, as hex: the id
     return np.concatenate([np.empty(0, dtype="S32"), *chunks])
 
 
-_CHUNK = 65_536
-
-
-def _digests(head: str, tail: str, slots: list[tuple[int, str]], groups: list[list[dict[str, str]]]) -> Iterator[bytes]:
-    """Each cell's id bytes. The params text is the pieces of its fields in key order; per combination
-    of the outer groups, the pieces of the innermost (fastest) group are holes of a format template, so
-    a cell costs one format, one hash."""
+def _digests(
+    head: str, tail: str, slots: list[tuple[int, int]], groups: list[list[tuple[str, ...]]]
+) -> Iterator[bytes]:
+    """Each cell's id bytes. The params text is its fields' pieces in key order (`slots`: group, index
+    in the group). Per combination of the outer groups, the innermost (fastest) group's pieces are the
+    holes of a format template, in the group's own order (both in key order), so a cell costs one
+    format and one hash."""
     *outer, inner = groups
     last = len(groups) - 1
-    holes = [name for g, name in slots if g == last]
-    fills = [[value[name] for name in holes] for value in inner]
     start = len(head)
     for combo in itertools.product(*outer):
-        template = "{}".join(
-            "".join(combo[g][name] for g, name in run).replace("{", "{{").replace("}", "}}")
-            for run in _runs(slots, last)
-        )
-        for fill in fills:
-            text = head + template.format(*fill) + tail
+        runs: list[list[str]] = [[]]  # the fixed text before, between and after the holes
+        for g, i in slots:
+            if g == last:
+                runs.append([])
+            else:
+                runs[-1].append(combo[g][i])
+        template = "{}".join("".join(run).replace("{", "{{").replace("}", "}}") for run in runs)
+        for value in inner:
+            text = head + template.format(*value) + tail
             if text[start : start + 1] == ",":  # the first piece's comma
                 text = text[:start] + text[start + 1 :]
             yield hashlib.sha256(text.encode()).digest()[:ID_BYTES]
-
-
-def _runs(slots: list[tuple[int, str]], hole: int) -> list[list[tuple[int, str]]]:
-    """The slots split at each slot of group `hole`: the fixed text between two holes."""
-    runs: list[list[tuple[int, str]]] = [[]]
-    for g, name in slots:
-        if g == hole:
-            runs.append([])
-        else:
-            runs[-1].append((g, name))
-    return runs

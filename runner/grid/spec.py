@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner.errors import ConfigError, did_you_mean
 from runner.grid import cache as block_cache
 from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
-from runner.grid.product_ids import product_ids
+from runner.grid.product_ids import CHUNK, product_ids
 from runner.grid.yaml_source import read_yaml
 from runner.store.index import run_keys
 from tasks import TaskIdentity, UnknownTaskError, get_spec, task_names
@@ -316,9 +316,6 @@ def load_grid(
     return GridFile(spec.name or default_name, file, spec.description, blocks, ids, positions)
 
 
-_CHUNK = 65_536
-
-
 def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
     """(run ids, positions) of the grid's distinct cells in file order: every cell validated (or its
     block found in the cache of validated blocks), each id kept as 32 bytes. Two blocks asking for the
@@ -348,7 +345,7 @@ def per_cell_ids(block: Block) -> np.ndarray:
     pending: list[bytes] = []
     for raw in block.raws():
         pending.append(block.cell(raw).run_id.encode())
-        if len(pending) == _CHUNK:
+        if len(pending) == CHUNK:
             chunks.append(np.array(pending, dtype="S32"))
             pending.clear()
     return np.concatenate([*chunks, np.array(pending, dtype="S32")])
