@@ -1,6 +1,6 @@
 """Grids of 10k, 100k and 1M trivial cells: what each driver command costs, from process spawn to exit.
 
-    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--run-max 100000] [--repeats 3]
+    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--run-max 100000] [--repeats 3] [--against TREE]
 
 For each size a fresh results root and a fresh cache of validated blocks (CONVGRID_CACHE), then, each
 command its own `convgrid` process timed from spawn to exit with its peak memory (ru_maxrss from
@@ -13,7 +13,8 @@ The grid: one block `product: {lr: 10 values}, repeat: size/10`, plus a one-cell
 edited). The dry-runs and the commands after `run` repeat `--repeats` times, interleaved with a
 baseline process that only imports the driver (`python -c "import runner.api"`): printed are
 min/median/max of seconds and of the ratio to the baseline within each round (the machine is shared;
-ratios travel better).
+ratios travel better). `--against TREE` adds the cold dry-run of another source tree (say, a `git
+archive` of the commit before a change) to every round, run from that tree with this Python.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def grid_text(size: int, edited: bool = False) -> str:
     )
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(seconds from spawn to exit, peak resident MB, last output line) of one process."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, float, str]:
+    """(seconds from spawn to exit, peak resident MB, last output line) of one process run in `cwd`."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -74,6 +75,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--run-max", type=int, default=100_000, help="run the cells only for sizes up to this")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--against", type=Path, help="another source tree whose cold dry-run joins every round")
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; times in s (spawn to exit), memory in MB")
     baseline = [PY, "-c", "import runner.api"]
@@ -95,6 +97,10 @@ def main() -> None:
             else:
                 timed(dry_run, env)  # fills the cache the warm dry-run reads
             repeated = [("dry-run (cold)", dry_run), ("dry-run (warm)", dry_run)]
+            trees: dict[str, Path] = {}  # label -> the source tree it runs from, where not this one
+            if args.against is not None:
+                repeated.insert(1, ("dry-run (cold), against", dry_run))
+                trees["dry-run (cold), against"] = args.against.resolve()
             if ran:
                 repeated += [
                     ("re-submit, all done", convgrid("run", grid, "--results", results, "--no-progress")),
@@ -113,7 +119,7 @@ def main() -> None:
                 for label, argv in repeated:
                     # cold: an empty cache folder of its own, so every block's ids are computed afresh
                     cold = {**env, "CONVGRID_CACHE": tempfile.mkdtemp(dir=tmp)} if "cold" in label else env
-                    wall, mb, last = timed(argv, cold)
+                    wall, mb, last = timed(argv, cold, trees.get(label, REPO))
                     seconds[label].append(wall)
                     ratios[label].append(wall / base)
                     peak[label] = max(peak.get(label, 0.0), mb)
