@@ -145,6 +145,9 @@ def test_fast_ids_edge_cases_equal_per_cell_ids_and_independent_ids() -> None:
     by_hand = {"d_in": 3, "lr": 1.0, "dtype": "float32", "m": 10, "n_iters": 5, "seed": 5}
     assert first[0].decode() == run_id(task, validate_params(task, by_hand))
     assert canonical_params(task, validate_params(task, by_hand)) == {**by_hand, "lr_rule": "const"}
+    last = {"d_in": 3, "lr": 2, "dtype": "float64", "d_out": 1, "m": 20, "n_iters": 6, "seed": 7}  # seed 5 + 2
+    assert first[-1].decode() == run_id(task, validate_params(task, last))
+    assert blocks[0].raw_at(len(first) - 1) == {**EDGE_GRID["blocks"][0]["params"], **last, "n_iters": 6.0}
     default = _fast_ids(blocks[2])
     assert default is not None and default[0].decode() == run_id(task, validate_params(task, {}))
 

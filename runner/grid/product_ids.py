@@ -9,7 +9,7 @@ lengths in validations instead of their product. A cell's run id is then the has
 canonical pieces joined in key order, exactly the text `identity.run_id` hashes.
 
 "Checks every field on its own" is decided conservatively from pydantic's own description of the model
-(`fields_independent`): no validator or serializer function anywhere (model, field, or inside a field's
+(`branch_keys`): no validator or serializer function anywhere (model, field, or inside a field's
 type, since any of them may read other fields), no computed field, no default factory that reads the
 other fields, no custom __init__ or post-init, no aliases, and a union branch chosen by a tag the block
 does not vary. Any other model, and any block whose probe cells are not all valid, takes the per-cell
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import Any
 
@@ -40,7 +40,7 @@ from runner.grid.identity import (
 )
 from tasks.base import TaskIdentity
 
-Axis = list[dict[str, Any]]  # one axis of a block: the partial params of each of its values
+Axis = Sequence[dict[str, Any]]  # one axis of a block: the partial params of each of its values
 CHUNK = 65_536  # ids gathered into arrays this many at a time (a million bytes objects cost ~70 MB)
 
 

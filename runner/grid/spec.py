@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -170,6 +170,31 @@ def _zip_groups(block: BlockSpec, file: str, index: int) -> list[list[dict[str, 
 
 
 @dataclass(frozen=True)
+class SeedAxis(Sequence[dict[str, Any]]):
+    """The axis `repeat` adds, {"seed": start}, {"seed": start + 1}, ..., made on demand: a block
+    repeated 100,000 times would otherwise hold 100,000 dicts (~20 MB) for as long as the grid lives."""
+
+    start: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.length))]
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        return {"seed": self.start + index % self.length}
+
+
+@dataclass(frozen=True)
 class Block:
     """A block whose axes are checked, ready to expand: cell `p` of the block is combination
     p // repeat of its axes (the last axis varying fastest) with seed offset p % repeat, so any cell can
@@ -186,13 +211,12 @@ class Block:
     def size(self) -> int:
         return math.prod(len(a) for a in self.axes) * self.spec.repeat
 
-    @cached_property
-    def all_axes(self) -> list[list[dict[str, Any]]]:
+    @property
+    def all_axes(self) -> list[Sequence[dict[str, Any]]]:
         """The axes with `repeat` as the last (fastest) one, over the seed from the block's own seed on."""
         if self.spec.repeat == 1:
-            return self.axes
-        base_seed: int = self.spec.params.get("seed", 0)  # an int: check_block says so
-        return [*self.axes, [{"seed": base_seed + r} for r in range(self.spec.repeat)]]
+            return list(self.axes)
+        return [*self.axes, SeedAxis(self.spec.params.get("seed", 0), self.spec.repeat)]  # an int: see check_block
 
     def raws(self) -> Iterator[dict[str, Any]]:
         """Every cell's raw params, in order."""
