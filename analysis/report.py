@@ -184,14 +184,15 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         sections.append(section)
     prov = {k: sorted(v) for k, v in provenance.items()}
     prov["packages"] = [json.dumps(json.loads(p)) for p in prov["packages"]][:3]
-    # the root as shown: a results URI's credentials never reach the page
     claims = evaluate(str(root))
     by_key = {(s.grid, s.task): s for s in sections}
     for r in claims.results:
-        if r.verdict.table is not None and (r.grid, r.claim.task) in by_key:
-            by_key[(r.grid, r.claim.task)].tables.append(
-                (f"{r.claim.id} ({r.verdict.verdict}, on {r.sources}): {r.claim.statement}", r.verdict.table)
-            )
+        # a claim's own table goes beside the figures of the grid that decided it
+        home = by_key.get((r.grid or "", r.claim.task))
+        if r.verdict.table is not None and home is not None:
+            title = f"{r.claim.id} ({r.verdict.verdict}, on {r.sources}): {r.claim.statement}"
+            home.tables.append((title, r.verdict.table))
+    # the root as shown: a results URI's credentials never reach the page
     report = Report(redact(str(root)), sections, failures, prov, claims)
     (out_dir / "report.md").write_text(report.markdown(out_dir))
     (out_dir / "report.html").write_text(report.html(out_dir))
