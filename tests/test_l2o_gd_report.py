@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from analysis.claims import FAILS, HOLDS, NO_DATA, ClaimResult, evaluate, extra_sources, finished_runs, named
-from analysis.l2o_gd.claims import CLAIMS, TUNED_STEP_STUDIES, beats_tuned_step
+from analysis.l2o_gd.claims import CLAIMS, STEP_COLUMN, TUNED_STEP_STUDIES, beats_tuned_step
 from analysis.load import load
 from analysis.report import build_report
 from runner.api import run_grid
@@ -72,7 +72,7 @@ def test_claim_compares_the_learner_with_the_best_tuned_trial_of_each_seed(
 
     table = result.verdict.table
     assert table is not None
-    rows = table.set_index("step")
+    rows = table.set_index(STEP_COLUMN)
     learner_r = learner["imp_last"].median()
     tuned_r = tuned_runs["imp_last"].median()
     assert rows.loc["L2O, learned P (mean at the end)", "r_T"] == learner_r
@@ -101,7 +101,7 @@ def test_claim_compares_the_learner_with_the_best_tuned_trial_of_each_seed(
     for seed in SEEDS:
         alone = beats_tuned_step(runs[runs["grid"].isin(["small_main", f"l2o_gd_gd_step[seed={seed}]"])], None)
         assert alone.table is not None
-        one = alone.table.set_index("step")["r_T"]
+        one = alone.table.set_index(STEP_COLUMN)["r_T"]
         assert one.iloc[0] == learner.loc[seed, "imp_last"] and one.iloc[-1] == tuned_runs.loc[seed, "imp_last"]
         assert one.iloc[2] == pytest.approx(two_over.loc[seed, "imp_last"], rel=1e-12)
 
@@ -147,7 +147,7 @@ def test_report_shows_the_comparison_in_the_grid_section(store: tuple[str, list[
     text = (tmp_path / "report" / "report.md").read_text()
     section = text.split("## small_main (l2o_gd)")[1].split("\n## ")[0]
     assert "001.g4.beats_tuned_step (" in section
-    assert "| step | c (times 1/beta) | r_T | mean_t r_t | F(X_T) |" in section
+    assert f"| {STEP_COLUMN} | c (times 1/beta) | r_T | mean_t r_t | F(X_T) |" in section
     tuned = table.iloc[-1]
     assert f"| {tuned['r_T']:.4g} | {tuned['mean_t r_t']:.4g} | {tuned['F(X_T)']:.4g} |" in section
     assert "| GD, best c of the run's scan |" in section and section.count("\n| ") == 1 + len(table)
@@ -157,4 +157,4 @@ def test_report_shows_the_comparison_in_the_grid_section(store: tuple[str, list[
     )
     assert any(r.claim.id == CLAIM.id and r.grid == "small_main" for r in report.claims.results)
     # no other section carries it: a study's own section has no table of this claim
-    assert text.count("| step | c (times 1/beta) |") == 1
+    assert text.count(f"| {STEP_COLUMN} |") == 1

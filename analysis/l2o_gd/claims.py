@@ -17,6 +17,7 @@ TASK = "l2o_gd"
 TUNED_STEP_STUDIES = ("l2o_gd_gd_step", "l2o_gd_gd_step_reference")
 # What fixes the problems a run solves (and so its baselines): equal values, equal F_t of GD with 1/beta.
 PROBLEM = ["d", "b", "n_problems", "data", "seed", "data_seed", "T"]
+STEP_COLUMN = "step (medians over the paired problems)"  # the comparison table's first column
 
 
 def _l2o(runs: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +125,7 @@ def _comparison_table(pairs: pd.DataFrame) -> pd.DataFrame:
             med["F_T_final_tuned"],
         ),
     ]
-    return pd.DataFrame(rows, columns=["step", "c (times 1/beta)", "r_T", "mean_t r_t", "F(X_T)"])
+    return pd.DataFrame(rows, columns=[STEP_COLUMN, "c (times 1/beta)", "r_T", "mean_t r_t", "F(X_T)"])
 
 
 def beats_tuned_step(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
