@@ -44,9 +44,9 @@ __all__ = [
     "finished_runs",
     "fmt",
     "median",
-    "named",
     "median_by",
     "medians",
+    "named",
     "registry",
 ]
 
