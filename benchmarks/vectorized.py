@@ -2,12 +2,14 @@
 
     python benchmarks/vectorized.py [--part configs|grid|all] [--repeats 3] [--configs 64]
 
-Part `configs`: 64 same-shape configs of each case (deep_linear GD and BCGD, depth 10, widths 8, 16,
-32, 64; linear_resnet m = 40, depth 10; ldminv 100 x 100, K = 4, L = 4) through the real executor
-path in this process (`run_grid` with the in-process executor, one thread, Parquet writes included),
-batched against `batch=False`, alternating, `--repeats` times each; prints the fastest and median
-times and `speed-up` = fastest one-at-a-time / fastest batched. A task without `run_batch` (or whose
-configs have no batch key) prints that instead of a number.
+Part `configs` (`--device cuda` on a GPU): 64 same-shape configs of each case (deep_linear GD and
+BCGD, depth 10, widths 8, 16, 32, 64; linear_resnet m = 40, depth 10; ldminv 100 x 100, K = 4, L = 4)
+through the real executor path in this process (`run_grid` with the in-process executor, one thread,
+Parquet writes included), batched against `batch=False`, alternating, `--repeats` times each; prints
+the fastest and median time per run and `speed-up` = fastest one-at-a-time / fastest batched, per run.
+On a GPU, where a batch of 64 is small, `--configs 1024 --max-batch 1024 --single-sample 64` times one
+at a time on 64 of them. A task without `run_batch` (or whose configs have no batch key) prints that
+instead of a number.
 
 Part `grid`: grids/bench/batched_deep_linear.yaml (256 runs, one shape) through `convgrid run` on Ray
 with 2 workers: an embedded Ray started once here, each command in its own process joining it by
@@ -83,11 +85,15 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def part_configs(n: int, repeats: int, only: str) -> None:
-    print(f"== {n} same-shape configs, in process, run_grid + LocalExecutor (1 thread), store writes included")
+def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, sample: int | None) -> None:
+    k = min(n, sample or n)
+    print(
+        f"== {n} same-shape configs on {device}, in process, run_grid + LocalExecutor (1 thread), store writes "
+        f"included; batches of up to {max_batch}; one at a time: {'all' if k == n else f'the first {k}'} configs"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         warm = grid_of("warm", *cases(4)[2][1:])  # imports and first-call costs out of the timings
-        run_grid(warm, Path(tmp, "warm"), LocalExecutor(), progress=False)
+        run_grid(warm, Path(tmp, "warm"), LocalExecutor(device=device), progress=False)
         for label, task, fixed, axes in cases(n):
             if only not in label:
                 continue
@@ -96,17 +102,33 @@ def part_configs(n: int, repeats: int, only: str) -> None:
             if reason is not None:
                 print(f"{label:<36} {reason}", flush=True)
                 continue
-            times: dict[bool, list[float]] = {True: [], False: []}
+            # this case's first-call costs out of the timings: imports (torch.optim's first optimizer imports
+            # torch._dynamo), CUDA kernels loaded, and the data each seed draws once and caches (ldminv's
+            # test matrices): every config is run once, batched, and a first one alone
+            for batch, blocks in ((True, grid["blocks"]), (False, grid["blocks"][:1])):
+                warm_case = {**grid, "name": f"{grid['name']}_warm{batch}", "blocks": blocks}
+                run_grid(
+                    warm_case,
+                    Path(tmp, f"{grid['name']}-warm-{batch}"),
+                    LocalExecutor(batch=batch, device=device, max_batch=max_batch),
+                    progress=False,
+                )
+            # one at a time on the first k configs only where a sample is asked for (on a GPU a run alone costs
+            # the same whatever its seed or step): its time per run is what the batched time per run is held to
+            single = {**grid, "name": f"{grid['name']}_first{k}", "blocks": grid["blocks"][:k]}
+            per_run: dict[bool, list[float]] = {True: [], False: []}
             for r in range(repeats):
                 for batch in (r % 2 == 0, r % 2 != 0):  # alternate which goes first
                     root = Path(tmp, f"{grid['name']}-{r}-{batch}")
-                    executor = LocalExecutor(batch=batch)
-                    times[batch].append(timed(lambda g=grid, d=root, e=executor: run_grid(g, d, e, progress=False)))
-            one, many = times[False], times[True]
+                    executor = LocalExecutor(batch=batch, device=device, max_batch=max_batch)
+                    g = grid if batch else single
+                    per_run[batch].append(timed(lambda g=g, d=root, e=executor: run_grid(g, d, e, progress=False)))
+                    per_run[batch][-1] /= n if batch else k
+            ms = {b: (1e3 * min(v), 1e3 * statistics.median(v)) for b, v in per_run.items()}
             print(
-                f"{label:<36} one at a time {min(one):7.2f} s (median {statistics.median(one):.2f})   "
-                f"batched {min(many):6.2f} s (median {statistics.median(many):.2f})   "
-                f"speed-up {min(one) / min(many):.1f}",
+                f"{label:<36} one at a time {ms[False][0]:7.2f} ms per run (median {ms[False][1]:.2f})   "
+                f"batched {ms[True][0]:6.2f} ms per run (median {ms[True][1]:.2f})   "
+                f"speed-up {ms[False][0] / ms[True][0]:.1f}",
                 flush=True,
             )
 
@@ -166,12 +188,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--configs", type=int, default=64)
     ap.add_argument("--only", default="", help="part configs: only the cases whose label contains this")
+    ap.add_argument("--device", default="cpu", help="part configs: where the tasks compute (cpu, cuda)")
+    ap.add_argument("--max-batch", type=int, default=64, help="part configs: the largest batch (the executor's)")
+    ap.add_argument("--single-sample", type=int, default=None, help="part configs: time one at a time on this many")
     args = ap.parse_args()
     from runner.execute.worker import configure_threads
 
     configure_threads(1)
     if args.part in ("configs", "all"):
-        part_configs(args.configs, args.repeats, args.only)
+        part_configs(args.configs, args.repeats, args.only, args.device, args.max_batch, args.single_sample)
     if args.part in ("grid", "all"):
         part_grid(args.repeats)
 

@@ -26,6 +26,7 @@ from runner.errors import ConfigError, redact
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.progress import Progress
 from runner.execute.unwritable import write_isolated
+from runner.execute.waves import WaveSource
 from runner.grid.schema import task_schemas
 from runner.grid.spec import Cell, CellSource, Grid, GridFile, load_grid
 from runner.store import ResultStore, RunRecord
@@ -205,6 +206,7 @@ def execute_cells(
     channel: ReportChannel | None = None,
     sink: Callable[[list[RunRecord]], None] | None = None,
     total: int | None = None,
+    waves: WaveSource | None = None,
 ) -> Counter[str]:
     """Run cells, persisting records as chunks complete: a flush once `flush_every` runs have
     arrived or `flush_s` seconds have passed since the last one (so a crash loses at most that much
@@ -214,7 +216,8 @@ def execute_cells(
     keeps what finished. `channel` (from `executor.report_channel`) carries intermediate values to a
     judge; `sink` sees every finished record too (the tuner tells its trials from them). `cells` is
     pulled lazily, as the executor's workers free up (see `Executor.execute`); `total` (default: its
-    length, where it has one) sizes the progress bar."""
+    length, where it has one) sizes the progress bar. `waves`, where `cells` is one, is told of every
+    record as it arrives and once committed, and may settle (flush and commit) before it waits."""
     if total is None:
         total = len(cells) if isinstance(cells, Sized) else 0
     bar = Progress(total, label, enabled=progress)
@@ -224,7 +227,10 @@ def execute_cells(
     def commit(records: Sequence[RunRecord]) -> list[tuple[str, RunRecord]]:
         """(status it arrived with, the failed record stored instead) of each record the store refused."""
         arrived = {r.run_id: r.status for r in records}
-        return [(arrived[f.run_id], f) for f in write_isolated(store, records, task_schemas)]
+        refused = [(arrived[f.run_id], f) for f in write_isolated(store, records, task_schemas)]
+        if waves is not None:
+            waves.committed(records)
+        return refused
 
     def recount(refused: list[tuple[str, RunRecord]]) -> None:
         for was, failed in refused:
@@ -240,9 +246,17 @@ def execute_cells(
             buffer.clear()
         last_flush = time.monotonic()
 
+    def settle() -> None:
+        flush()
+        recount(writer.drain())
+
+    if waves is not None:
+        waves.settle = settle
     try:
         for records in executor.execute(work_items(cells), channel):
             buffer.extend(records)
+            if waves is not None:
+                waves.arrived(records)
             if sink is not None:
                 sink(records)
             bar.update([r.status for r in records])
@@ -267,9 +281,9 @@ def execute_shared(
     label: str,
     **flush_options: Any,
 ) -> Counter[str]:
-    """`execute_cells` over the waves of blocks of the grid this driver claims (runner.store.claims):
-    drivers started on the same grid and root split its cells, and take over those of a dead one.
-    `todo` indexes the grid's cells; waves name run ids, rebuilt into cells as they are run."""
+    """`execute_cells` over the blocks of the grid this driver claims (runner.store.claims), claimed
+    lazily as the executor asks for work (runner.execute.waves): drivers started on the same grid and root split
+    its cells, and take over those of a dead one. `todo` indexes the grid's cells."""
     ids = grid.ids.astype(str).tolist()
     index = {rid: i for i, rid in enumerate(ids)}
 
@@ -277,15 +291,12 @@ def execute_shared(
         final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(id_array(wave)))
         return {rid for rid, settled in zip(wave, (final | skipped).tolist(), strict=True) if not settled}
 
-    counts: Counter[str] = Counter()
     claims.start()
     try:
-        for wave in claims.waves(blocks_of(ids), [ids[i] for i in todo.tolist()], still_todo):
-            cells = grid.cells_at([index[i] for i in wave])
-            counts.update(execute_cells(cells, store, executor, label, total=len(wave), **flush_options))
+        source = WaveSource(claims, grid, blocks_of(ids), [ids[i] for i in todo.tolist()], still_todo, index)
+        return execute_cells(source, store, executor, label, total=len(todo), waves=source, **flush_options)
     finally:
-        claims.close()  # after the last flush: what this driver leaves unfinished is free at once
-    return counts
+        claims.close()  # after the last commit: what this driver leaves unfinished is free at once
 
 
 def run_grid(

@@ -25,7 +25,14 @@ _HERE = Path(__file__).resolve().parent
 
 def builtin_task_names() -> list[str]:
     """The tasks shipped with convgrid (the conformance suite's subjects)."""
-    return sorted(d.name for d in _HERE.iterdir() if (d / "task.py").is_file())
+    return list(_builtin_names())
+
+
+@cache
+def _builtin_names() -> tuple[str, ...]:
+    # Looked up for every cell a worker runs or batches: one scan of the package folder per process (its
+    # folders do not change while it runs), not a directory listing and a stat per learner each time.
+    return tuple(sorted(d.name for d in _HERE.iterdir() if (d / "task.py").is_file()))
 
 
 def external_learners() -> dict[str, str]:
@@ -44,7 +51,7 @@ def learner_package(name: str) -> str:
     external = external_learners()
     if name in external:
         return external[name]
-    if name in builtin_task_names():
+    if name in _builtin_names():
         return f"tasks.{name}"
     raise UnknownTaskError(name)
 

@@ -53,9 +53,9 @@ def test_a_batched_grid_stores_exactly_what_the_unbatched_grid_stores(tmp_path: 
         return real(self, ps, ctxs)
 
     monkeypatch.setattr(DeepLinearTask, "run_batch", spy)
-    # share=False: one execute over the whole grid (claim waves of a shared run cut it into pieces, and
-    # a batch never spans two waves; the spy counts batches of the executor's grouping alone)
-    batched = run_grid(GRID, tmp_path / "batched", LocalExecutor(), progress=False, share=False)
+    # The default, shared run: its claimed blocks (8 cells each here) feed one execute call lazily, so a batch
+    # spans blocks and waves (one execute call per wave cut the 9 GD cells into 8 + 1)
+    batched = run_grid(GRID, tmp_path / "batched", LocalExecutor(), progress=False)
     assert sorted(calls) == [2, 2, 9]  # the 9 GD cells, and BCGD in two orders (different keys), 2 seeds each
     calls.clear()
     single = run_grid(GRID, tmp_path / "single", LocalExecutor(batch=False), progress=False, share=False)

@@ -92,7 +92,15 @@ def test_cuda_batch_equals_cuda_single_runs_and_records_the_gpu(tmp_path: Path) 
     single = run_grid(GRID, tmp_path / "s", LocalExecutor(device="cuda", batch=False), progress=False)
     assert batched.counts == single.counts
     runs_b, runs_s = _frame(tmp_path / "b", "deep_linear"), _frame(tmp_path / "s", "deep_linear")
-    pd.testing.assert_frame_equal(runs_b, runs_s, check_exact=True)
+    # cuBLAS's batched and single matmuls round differently (the CPU's BLAS here does not: bitwise equal), and
+    # GD multiplies a rounding difference by up to |1 - lr * lambda| per step: at lr 0.2, near this problem's
+    # stability edge, 30 steps made 3e-11 relative of it on an H200, so 1e-10 here. A diverged run's values past
+    # the stable range carry it times the growth of every step (4e-6 relative at 1e263), so for those the status
+    # and the step of divergence must agree, not the blown-up numbers.
+    ok = runs_s["status"] == "ok"
+    pd.testing.assert_frame_equal(runs_b[ok], runs_s[ok], check_exact=False, rtol=1e-10, atol=0)
+    same = ["run_id", "status", "diverged_step", "n_steps", "device"]
+    pd.testing.assert_frame_equal(runs_b[same], runs_s[same])
     assert set(runs_b["device"]) == {"cuda"} and runs_b["gpu_name"].notna().all()
     assert (runs_b["gpu_memory_gb"] > 0).all()
     assert set(_frame(tmp_path / "b", "faulty")["device"]) == {"cpu"}  # a CPU task stays on the CPU
@@ -100,12 +108,11 @@ def test_cuda_batch_equals_cuda_single_runs_and_records_the_gpu(tmp_path: Path) 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 def test_a_fractional_gpu_actor_caps_its_memory() -> None:
-    from runner.execute.actor import _ChunkActor
+    from runner.execute.worker import claim_device
 
     free, total = torch.cuda.mem_get_info()
-    actor = _ChunkActor(1, "cuda", 0.25)  # the plain class: its constructor sets this process's cap
     try:
-        assert actor.device == "cuda"
+        assert claim_device("cuda", 0.25) == "cuda"  # what each GPU actor's constructor calls
         with pytest.raises(torch.cuda.OutOfMemoryError):
             torch.empty(int(total * 0.3) // 4, dtype=torch.float32, device="cuda")
         torch.empty(int(total * 0.1) // 4, dtype=torch.float32, device="cuda")  # within the cap

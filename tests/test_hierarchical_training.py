@@ -17,7 +17,7 @@ from tasks.hierarchical.params import DenseNetParams, HierarchicalParams, WKPara
 from tasks.hierarchical.schedule import phases
 from tasks.hierarchical.target import make_target
 from tasks.hierarchical.train_wk import Trainer
-from tasks.hierarchical.wk_model import output
+from tasks.hierarchical.wk_model import initial_distill, output
 
 ADAPTER = TypeAdapter(HierarchicalParams)
 SMALL: dict[str, Any] = {"d": 6, "n_mc": 4000, "n_train": 300, "n_val": 50, "n_test": 300, "m": 8, "batch": 50}
@@ -165,3 +165,24 @@ def test_cuda_runs_match_cpu(example: int) -> None:
     if isinstance(p, WKParams):
         f32 = task.run(p.model_copy(update={"dtype": "float32"}), RunContext(device="cuda")).summary
         assert f32["test_mse"] == pytest.approx(cpu["test_mse"], rel=0.05)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_initial_distill_does_not_depend_on_the_svd_s_signs(flip: bool) -> None:
+    """LAPACK and cuSOLVER return a singular pair as (u_i, v_i) or (-u_i, -v_i); the distilled K must be the
+    same either way (the learner's output is not invariant to a sign of one of K's rows). Flipping the
+    sign of W's skip block flips every u_i: K's skip part keeps its signs, its previous-layer part flips.
+    Independently, K_skip^T K_prev is the top-k part of W_skip^T W_prev, which no sign choice changes."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(9, 11, generator=g, dtype=torch.float64)
+    split, k = 5, 3
+    if flip:
+        w = torch.cat([-w[:, :split], w[:, split:]], dim=1)
+    out = initial_distill(w, split, k)
+    skip, prev = out[:, :split], out[:, split:]
+    assert (skip.gather(1, skip.abs().argmax(1, keepdim=True)) > 0).all()
+    ref = initial_distill(torch.cat([-w[:, :split], w[:, split:]], dim=1), split, k)
+    torch.testing.assert_close(skip, ref[:, :split], rtol=0, atol=1e-12)
+    torch.testing.assert_close(prev, -ref[:, split:], rtol=0, atol=1e-12)
+    u, s, vh = torch.linalg.svd(w[:, :split].T @ w[:, split:])
+    torch.testing.assert_close(skip.T @ prev, (u[:, :k] * s[:k]) @ vh[:k], rtol=0, atol=1e-12)

@@ -11,6 +11,7 @@ must agree to 1e-12 relative or 1e-14 absolute."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -42,19 +43,19 @@ MEMBERS = [
 ]
 
 
-def _close(a: Any, b: Any, rel: float) -> bool:
+def _close(a: Any, b: Any, rel: float, abs_tol: float = ABS) -> bool:
     if isinstance(a, str) and a[:1] in "[{":  # trajectories, checkpoints and per-instance ratios as JSON
-        return _close(json.loads(a), json.loads(b), rel)
+        return _close(json.loads(a), json.loads(b), rel, abs_tol)
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rel, abs_tol) for k in a)
     if isinstance(a, list):
-        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_close(x, y, rel, abs_tol) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=rel, abs_tol=ABS if rel else 0.0) or (math.isnan(a) and math.isnan(b))
+        return math.isclose(a, b, rel_tol=rel, abs_tol=abs_tol if rel else 0.0) or (math.isnan(a) and math.isnan(b))
     return bool(a == b)
 
 
-def assert_same(batched: Result, single: Result, rel: float = REL) -> None:
+def assert_same(batched: Result, single: Result, rel: float = REL, abs_tol: float = ABS) -> None:
     """Everything a stored row and curve hold: status, steps, flops, every summary field and curve column."""
     assert (batched.status, batched.n_steps, batched.diverged_step) == (
         single.status,
@@ -62,12 +63,12 @@ def assert_same(batched: Result, single: Result, rel: float = REL) -> None:
         single.diverged_step,
     )
     assert batched.flops == single.flops
-    assert batched.summary.keys() == single.summary.keys()
+    assert sorted(batched.summary) == sorted(single.summary)  # pytest shows which keys differ
     for key, value in single.summary.items():
-        assert _close(batched.summary[key], value, rel), (key, batched.summary[key], value)
-    assert batched.curve.keys() == single.curve.keys()
+        assert _close(batched.summary[key], value, rel, abs_tol), (key, batched.summary[key], value)
+    assert sorted(batched.curve) == sorted(single.curve)
     for key, col in single.curve.items():
-        assert _close(list(batched.curve[key]), list(col), rel), key
+        assert _close(list(batched.curve[key]), list(col), rel, abs_tol), key
 
 
 def test_l2o_gd_is_batchable_and_keys_hold_only_what_fixes_shapes() -> None:
@@ -203,7 +204,23 @@ def test_batch_on_cuda_equals_single_runs_on_the_cpu() -> None:
 def test_learner_batch_on_cuda_equals_single_runs_on_the_cpu() -> None:
     # float64 (TF32 touches float32 matmuls only); the ranks and alpha_0 of the SVD diagnostics come from the same
     # float64 hidden outputs up to rounding
+    # The improvement ratios r = 1 - F_L2O / F_GD are near 0 after a few epochs (training starts as exact GD):
+    # F to 1e-12 relative gives r to 1e-12 absolute, not relative (an H200 gave 4.1474240891e-06 against the
+    # CPU's 4.1474240603e-06, 3e-14 apart). C11's ratio divides ||X^{k+1} - X^k||, a difference of nearly equal
+    # iterates, so its rounding grows by ||X|| / ||X^{k+1} - X^k||: its log10 agreed to 3e-11 there, held to 1e-9.
     ps = _learners()
     batched = TASK.run_batch(ps, [RunContext(device="cuda") for _ in ps])
     for b, p in zip(batched, ps, strict=True):
-        assert_same(b, TASK.run(p, RunContext()))
+        single = TASK.run(p, RunContext())
+        semi = [k for k in single.summary if "semi_smooth" in k]
+        assert semi and all(_close(b.summary[k], single.summary[k], 1e-9, 1e-9) for k in semi), semi
+        assert _close(list(b.curve["log10_semi_smooth"]), list(single.curve["log10_semi_smooth"]), 1e-9, 1e-9)
+        assert_same(_without_semi_smooth(b), _without_semi_smooth(single), abs_tol=1e-12)
+
+
+def _without_semi_smooth(r: Result) -> Result:
+    return dataclasses.replace(
+        r,
+        summary={k: v for k, v in r.summary.items() if "semi_smooth" not in k},
+        curve={k: v for k, v in r.curve.items() if "semi_smooth" not in k},
+    )

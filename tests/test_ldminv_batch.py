@@ -144,9 +144,11 @@ def test_float32_batch_agrees_with_single_runs() -> None:
 @pytest.mark.parametrize("path", ["spectral", "matrix"])
 def test_batch_computes_on_cuda(path: str) -> None:
     """On ctx.device = cuda the batch allocates there and agrees with the CPU single runs (float64, other
-    kernels: 1e-9 relative)."""
+    kernels: 1e-9 relative). The identities checked at rounding level (Lemma 1 and Proposition 1: residuals of
+    4e-15 to 2e-14 on an H200 and on the CPU, each device its own rounding) are compared absolutely, to 1e-13."""
     torch.cuda.reset_peak_memory_stats()
-    check_batch(TASK, members(path, "adam")[:2], ADAPTER, device="cuda", rtol=1e-9)
+    rounding = {**ORTH, **dict.fromkeys(["lemma1_max_rel_err", "lemma1_max_abs_err", "prop1_max_residual"], 1e-13)}
+    check_batch(TASK, members(path, "adam")[:2], ADAPTER, device="cuda", rtol=1e-9, atol=rounding)
     assert torch.cuda.max_memory_allocated() > 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
-from runner.execute.worker import configure_threads, run_items
+from runner.execute.worker import claim_device, configure_threads, run_items
 from runner.store.records import RunRecord
 
 
@@ -25,15 +25,7 @@ class _ChunkActor:
     def __init__(self, threads: int, device: str, gpu_fraction: float | None = None) -> None:
         configure_threads(threads)
         self.threads = threads
-        self.device = device
-        if device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                self.device = "cpu"  # a GPU Ray counted but torch cannot see (a simulated GPU node)
-            elif gpu_fraction is not None and gpu_fraction < 1:
-                # Ray's fractional GPUs are bookkeeping only: the cap on this process's allocations is ours.
-                torch.cuda.set_per_process_memory_fraction(gpu_fraction)
+        self.device = claim_device(device, gpu_fraction)
         self._lock = threading.Lock()
         self._current: tuple[tuple[str, ...], float] | None = None
 

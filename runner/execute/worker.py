@@ -36,6 +36,21 @@ def configure_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+def claim_device(device: str, gpu_fraction: float | None = None) -> str:
+    """The device a worker process computes on: `device`, or "cpu" where Ray counted a GPU that torch
+    cannot see (a simulated GPU node). A fractional share caps this process's CUDA allocations, since
+    Ray's fractional GPUs are bookkeeping only."""
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    if gpu_fraction is not None and gpu_fraction < 1:
+        torch.cuda.set_per_process_memory_fraction(gpu_fraction)
+    return device
+
+
 def _version(name: str) -> str:
     try:
         return get_task(name).version

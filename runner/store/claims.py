@@ -26,8 +26,8 @@ the dead driver stored is never run again). So a grid costs its cells plus the r
 had in flight, unflushed, when it died.
 
 Drivers take blocks by guided self-scheduling: a share ceil(free / (4 x live drivers)) of the free
-blocks at a time (one wave, run as one `execute` call), so a lone driver makes few waves and a driver
-that joins later still finds work. A driver with nothing left to claim waits while live drivers hold
+blocks at a time (one wave, claimed when the driver's executor asks for more work: runner.execute.waves),
+so a lone driver makes few waves and a driver that joins later still finds work. A driver with nothing left to claim waits while live drivers hold
 blocks with work, and takes them over if those drivers die: when `run` returns, the grid is done.
 """
 
@@ -160,7 +160,8 @@ class Claims:
 
     def finished(self, blocks: Iterable[int]) -> None:
         """Say (at once, not at the next beat) that these blocks are run and flushed."""
-        self._done.update(blocks)
+        with self._write_lock:  # the heartbeat thread lists _done under this lock
+            self._done.update(blocks)
         self._write_beat()
 
     def start(self) -> None:
@@ -221,17 +222,16 @@ class Claims:
 
     # ---- splitting the work ----------------------------------------------------------------------
     def waves(
-        self,
-        blocks: Sequence[Sequence[str]],
-        todo: Iterable[str],
-        still_todo: Callable[[list[str]], set[str]],
-        poll_s: float | None = None,
-    ) -> Iterator[list[str]]:
-        """Yield lists of run ids for this driver to run now, until every block with work in `todo` is
-        done by someone. `still_todo(ids)` asks the store which of `ids` are still to run."""
+        self, blocks: Sequence[Sequence[str]], todo: Iterable[str], still_todo: Callable[[list[str]], set[str]]
+    ) -> Iterator[list[tuple[int, list[str]]] | None]:
+        """Yield waves for this driver to run now, each a list of (block, its run ids to run), until every
+        block with work in `todo` is done by someone; None when every block left is held by a live
+        driver (the caller settles its own work, so that no two drivers wait on each other, then waits a
+        poll before asking again). `still_todo(ids)` asks the store which of `ids` are still to run. The
+        caller says `finished(blocks)` once a wave's records are committed, not before: a block listed as
+        finished may be taken over at once."""
         todo = set(todo)
         pending = {b for b, ids in enumerate(blocks) if todo.intersection(ids)}
-        poll = poll_s if poll_s is not None else min(1.0, self.lease_s / 4)
         while pending:
             holders = self.holders()
             infos = self.drivers()
@@ -250,8 +250,7 @@ class Claims:
                         if len(mine) >= share:
                             break
                 if mine:
-                    yield [rid for b in sorted(mine) for rid in blocks[b] if rid in todo]
-                    self.finished(mine)  # the caller asks for the next wave once this one is flushed
+                    yield [(b, [rid for rid in blocks[b] if rid in todo]) for b in sorted(mine)]
                 continue
             orphans = sorted(b for b in pending if holders[b].driver not in live or b in infos[holders[b].driver].done)
             if orphans:
@@ -266,10 +265,14 @@ class Claims:
                 for dead in {holders[b].driver for b in orphans} & (set(infos) - live):
                     delete_quietly(self.files.fs, self.files.abs(self._driver_path(dead)))  # seen dead a lease
                 if taken:
-                    yield [rid for b in taken for rid in blocks[b] if rid in left]
-                    self.finished(taken)
+                    yield [(b, [rid for rid in blocks[b] if rid in left]) for b in taken]
                 continue
-            time.sleep(poll)  # every block left is held by a live driver: watch it finish or die
+            yield None  # every block left is held by a live driver: watch it finish or die
+
+    @property
+    def poll_s(self) -> float:
+        """How long a driver with nothing to claim waits before looking again."""
+        return min(1.0, self.lease_s / 4)
 
 
 def live_claims(files: Root, lease_hint_s: float = LEASE_S) -> list[tuple[str, DriverInfo, int, float]]:

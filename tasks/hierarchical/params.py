@@ -242,4 +242,6 @@ HierarchicalParams = tagged_union("learner", "wk", WKParams, DenseNetParams, Ker
 AnyParams = WKParams | DenseNetParams | KernelParams
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
-SPEC = TaskSpec(name="hierarchical", version="1", Params=HierarchicalParams)
+# Version 2: INITIAL-DISTILL fixes the signs of its SVD (wk_model.initial_distill), so a run no longer
+# depends on which LAPACK or cuSOLVER computed it; version 1's distilled runs differ in those signs.
+SPEC = TaskSpec(name="hierarchical", version="2", Params=HierarchicalParams)

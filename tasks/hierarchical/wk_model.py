@@ -125,6 +125,12 @@ def initial_distill(w_l: torch.Tensor, split: int, k_l: int) -> torch.Tensor:
     U S V of W_{l,<|}^T W_{l,l-1}; K_{l,<|}^T = U S^{1/2}, K_{l,l-1} = S^{1/2} V."""
     cross = w_l[:, :split].T @ w_l[:, split:]
     u, s, vh = torch.linalg.svd(cross, full_matrices=False)
+    # The SVD fixes each pair (u_i, v_i) only up to a common sign, and LAPACK and cuSOLVER choose
+    # differently; K's row i flips with it, and the learner's output is not invariant to that. So the
+    # sign is fixed here: the entry of u_i largest in magnitude is positive (as scikit-learn's svd_flip).
+    sign = torch.sign(u.gather(0, u.abs().argmax(0, keepdim=True))).squeeze(0)
+    sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+    u, vh = u * sign, vh * sign.unsqueeze(1)
     r = min(k_l, s.shape[0])
     root = s[:r].sqrt()
     k_skip = (u[:, :r] * root).T

@@ -23,7 +23,9 @@ def spectrum(hidden_last: torch.Tensor) -> Spectrum:
     k, n = g.shape  # hidden_last is G^T: (K, n_{L-1})
     top = float(sv[0]) if sv.numel() else 0.0
     tol = top * max(k, n) * torch.finfo(torch.float64).eps
-    thin = float(sv[-1]) if sv.numel() else 0.0
+    # alpha is positive only for full rank: a smallest singular value under the rank tolerance is rounding
+    # (LAPACK gives 1e-17 where cuSOLVER gives 0.0), so it is 0, and so are the ratios that divide by it
+    thin = float(sv[-1]) if sv.numel() and float(sv[-1]) > tol else 0.0
     return Spectrum(alpha_gram=thin if n >= k else 0.0, alpha_thin=thin, sigma_max=top, rank=int((sv > tol).sum()))
 
 

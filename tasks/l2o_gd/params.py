@@ -148,4 +148,6 @@ L2OGDParams = tagged_union("algo", "l2o", L2OParams, GDParams)
 AnyParams = L2OParams | GDParams
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
-SPEC = TaskSpec(name="l2o_gd", version="1", Params=L2OGDParams)
+# Version 2: alpha_0 of a rank-deficient G (spec G14) is 0, not the rounding-level singular value that
+# differed between CPU and GPU; alpha_ratio_min and Theorem 4.7's margins follow.
+SPEC = TaskSpec(name="l2o_gd", version="2", Params=L2OGDParams)

@@ -1,0 +1,81 @@
+"""The cells of a grid shared by several drivers, as one lazy source for one `execute` call.
+
+A driver claims blocks of the grid in waves (runner.store.claims) only as its executor asks for more
+work, so the whole of its share runs as one `execute` call: the executor's chunks and batches
+(tasks.base.BatchableTask) span waves, and its workers never drain between them. Before, each wave was
+an `execute` call of its own: a 64-cell grid ran as six batches, not one.
+
+A block is reported finished (and so may be taken over, or counted done, by other drivers) only once
+every record of it is committed: the store then answers for each of its cells. When every block left
+is held by live drivers, this source first settles its own work (flushes and waits for the commit, so
+its finished blocks are visible: two drivers never wait on each other's unflushed records); then, if
+runs of its own are still out, it answers None ("nothing yet", the executor runs or collects them and
+asks again), else it waits a poll and looks again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from runner.grid.spec import Cell, CellSource
+from runner.store.claims import Claims
+from runner.store.records import RunRecord
+
+
+class WaveSource:
+    """Iterate to claim and yield cells; `arrived` and `committed` are told of every record."""
+
+    def __init__(
+        self,
+        claims: Claims,
+        grid: CellSource,
+        blocks: Sequence[Sequence[str]],
+        todo: Sequence[str],
+        still_todo: Callable[[list[str]], set[str]],
+        index: dict[str, int],
+    ) -> None:
+        self.claims, self.grid, self.blocks, self.todo = claims, grid, blocks, todo
+        self.still_todo, self.index = still_todo, index
+        self.settle: Callable[[], None] = lambda: None  # bound by execute_cells: flush, wait for the commit
+        self._lock = threading.Lock()  # `committed` runs in the commit thread
+        self._uncommitted: dict[int, set[str]] = {}  # block -> its yielded run ids not yet committed
+        self._block_of: dict[str, int] = {}
+        self._out = 0  # yielded, record not yet arrived
+
+    def __iter__(self) -> Iterator[Cell | None]:
+        for wave in self.claims.waves(self.blocks, self.todo, self.still_todo):
+            if wave is None:
+                self.settle()
+                if self._out > 0:
+                    yield None  # our own runs are still out: let the executor run or collect them
+                else:
+                    time.sleep(self.claims.poll_s)
+                continue
+            with self._lock:
+                for block, ids in wave:
+                    self._uncommitted[block] = set(ids)
+                    self._block_of.update(dict.fromkeys(ids, block))
+            for _, ids in wave:
+                for cell in self.grid.cells_at([self.index[rid] for rid in ids]):
+                    self._out += 1
+                    yield cell
+
+    def arrived(self, records: Sequence[RunRecord]) -> None:
+        self._out -= len(records)
+
+    def committed(self, records: Sequence[RunRecord]) -> None:
+        finished = []
+        with self._lock:
+            for record in records:
+                block = self._block_of.pop(record.run_id, None)
+                if block is None:
+                    continue
+                left = self._uncommitted[block]
+                left.discard(record.run_id)
+                if not left:
+                    del self._uncommitted[block]
+                    finished.append(block)
+        if finished:
+            self.claims.finished(finished)
