@@ -113,8 +113,10 @@ def test_if_none_match_creates_once_among_racing_threads(s3_root: str) -> None:
 
 def test_a_killed_driver_s_blocks_are_taken_over_on_s3(s3_root: str, tmp_path: Path) -> None:
     root = s3_root.replace("convgrid/results", "convgrid/shared")
+    # unbatched 20 ms cells, flushed every 0.1 s: a driver claims blocks as fast as its executor asks,
+    # so 64 fast (or batched) cells may all be claimed before the second driver has its first lock
     seen = kill_one_driver_midway(
-        tmp_path, root, 64, lease_s=2.0, kill_after=12, batch=False, sleep_s=0.05, flush_s=0.1
+        tmp_path, root, 64, lease_s=2.0, kill_after=12, batch=False, sleep_s=0.02, flush_s=0.1
     )
     check_takeover(seen, 64)
     # the survivor found the grid complete, and the killed driver's file is of this host, its pid gone:
