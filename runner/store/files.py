@@ -108,7 +108,8 @@ class WriterLock:
     """One writer at a time per local root: an flock on `_store/lock`, released by the kernel when its
     holder dies (a SIGKILLed driver never leaves the store locked). Re-entrant within a process.
 
-    Object stores have no lock here: one writing command at a time is assumed there (docs/store.md)."""
+    S3 roots have a lease lock instead (runner.store.lease_lock); other object stores have none here:
+    one writing command at a time is assumed there (docs/store.md)."""
 
     def __init__(self, fs: pafs.FileSystem, path: str) -> None:
         self.fs, self.path = fs, path
