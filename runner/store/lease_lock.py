@@ -35,6 +35,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -123,6 +124,11 @@ class LeaseLock:
             beat = int(read_bytes(self.files.fs, self._path(gen, "beat"))) if "beat" in kinds else 0
         except (FileNotFoundError, ValueError):
             return None
+        except OSError:
+            # an object store may report a key deleted while it is read as another failure: gone is gone
+            if self.files.exists(f"{LOCK_DIR}/g{gen:09d}.json"):
+                raise
+            return None
         return DriverInfo(f"g{gen}", beat, body["host"], body["pid"], body["at"], frozenset())
 
     def _acquire(self) -> None:
@@ -200,5 +206,11 @@ class LeaseLock:
         self._stop_beating()
         gen, self._gen = self._gen, None
         if gen is not None:
-            # the lock is free once this lands; if it does not (the store unreachable), a lease later
-            write_bytes(self.files.fs, self._path(gen, "free"), b"")
+            try:
+                write_bytes(self.files.fs, self._path(gen, "free"), b"")
+            except OSError as exc:
+                # what was done under the lock is committed: failing now would make a caller redo it.
+                # The beats have stopped, so the next writer takes the lock a lease later.
+                warnings.warn(
+                    f"the writers' lock of {self.files.base} is released only a lease from now: {exc}", stacklevel=3
+                )
