@@ -136,7 +136,7 @@ ALGO = {"gd": {"algo": "gd"}, "bcgd_const": {"algo": "bcgd", "lr_rule": "const"}
 
 def _mixed_run(case: str, per_member: bool) -> tuple[list[Result], list[list[tuple[int, float]]]]:
     """The mixed batch of `case`, with the books kept per member or batched, and the reports each member
-    gave: member 4 is pruned at step 30, member 5 is past its deadline."""
+    gave: member 4 is pruned at step 30, member 5 (no reporter) is past its deadline."""
     ps = _params(DL, [{**MIXED_SHAPE, **ALGO[case], "seed": 1, **c} for c in MIXED[case]])
     assert len({DL.batch_key(p) for p in ps}) == 1
     calls: list[list[tuple[int, float]]] = [[] for _ in ps]
@@ -148,8 +148,7 @@ def _mixed_run(case: str, per_member: bool) -> tuple[list[Result], list[list[tup
 
         return report
 
-    ctxs = [RunContext(reporter=reporter(i), deadline=time.time() - 1 if i == 5 else None) for i in range(4, 6)]
-    ctxs = [RunContext(reporter=reporter(i)) for i in range(4)] + ctxs
+    ctxs = [RunContext(reporter=reporter(i)) for i in range(5)] + [RunContext(deadline=time.time() - 1)]
     return batched.run_batch(ps, ctxs, DL.summary_fields, per_member=per_member), calls
 
 
