@@ -78,6 +78,8 @@ class BatchTracker:
         self.n_iters = np.array([p.n_iters for p in ps], dtype=np.int64)
         self.log_every = np.array([p.log_every for p in ps], dtype=np.int64)
         self.per_sweep = np.array([s.per_sweep for s in setups], dtype=np.int64)
+        self.sweep1_at = set(self.per_sweep.tolist())  # the iterations that end a member's first sweep
+        self.rise = 1 + INCREASE_RTOL  # as Tracker computes it: prev * (1 + INCREASE_RTOL)
         self.reporting = [i for i, ctx in enumerate(ctxs) if _may_stop(ctx)]
         self.going = np.ones(n, dtype=bool)
         self.prev = self.err0.copy()
@@ -119,33 +121,34 @@ class BatchTracker:
         else:
             e, lr = np.full(n, NAN), np.full(n, NAN)
             e[rows], lr[rows] = errs, lrs
-        act = self.going.copy()
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN and inf are the divergence
-            div = act & ~(np.isfinite(e) & (np.abs(e) <= DIVERGED_ABOVE))
-            ok = act & ~div
-            prev = self.prev
-            inc = ok & (e > prev * (1 + INCREASE_RTOL)) & ~(prev <= self.noise)
-            if inc.any():
+        act = self.going
+        ok = act & (np.abs(e) <= DIVERGED_ABOVE)  # False for NaN and inf too: tasks.base.is_diverged
+        div = act ^ ok
+        prev = self.prev
+        inc = ok & (e > prev * self.rise) & ~(prev <= self.noise)
+        if inc.any():
+            with np.errstate(invalid="ignore", divide="ignore"):  # in rows that are not counted
                 rel = np.where(prev != 0, (e - prev) / np.abs(prev), math.inf)
-                self.n_inc += inc
-                self.max_inc = np.where(inc & (rel > self.max_inc), rel, self.max_inc)  # max(): the first if tied
-            self.err_min = np.where(ok & (e < self.err_min), e, self.err_min)
-            crossed = ok & (self.iters_to_tol < 0) & (e <= self.tol)
-        sweep1 = ok & (self.per_sweep == t)
-        self.err_sweep1[sweep1] = e[sweep1]
+            self.n_inc += inc
+            np.copyto(self.max_inc, rel, where=inc & (rel > self.max_inc))  # max(a, b) keeps a when tied
+        np.copyto(self.err_min, e, where=ok & (e < self.err_min))  # min(a, b) keeps a when tied
+        if t in self.sweep1_at:
+            np.copyto(self.err_sweep1, e, where=ok & (self.per_sweep == t))
+        crossed = ok & (e <= self.tol) & (self.iters_to_tol < 0)
         if crossed.any():
             self.iters_to_tol[crossed], self.flops_to_tol[crossed] = t, self.counter.total
         done = ok & ((self.n_iters == t) | (crossed & self.stop_at_tol))
         logs = ok & ((t % self.log_every == 0) | crossed | done)
         stop = div | done
-        self.going = act & ~stop
-        for i in np.flatnonzero(div).tolist():
-            self.status[i], self.diverged_step[i] = DIVERGED, t
-        self.stopped_at[stop] = t
+        if stop.any():
+            self.going = act & ~stop
+            self.stopped_at[stop] = t
+            for i in np.flatnonzero(div).tolist():
+                self.status[i], self.diverged_step[i] = DIVERGED, t
         for i in self.reporting:
             if logs[i]:
                 self._report(i, t, e[i])
-        self.prev = np.where(ok, e, prev)
+        np.copyto(prev, e, where=ok)
         self.errs.append(e)
         self.lrs.append(lr)
         self.logged.append(logs | div)
