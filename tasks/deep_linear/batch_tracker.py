@@ -175,7 +175,11 @@ class BatchTracker:
                 "sweep": (steps / s.per_sweep).tolist(),
                 "flops": flops[steps].tolist(),
             }
-            s.summary["err_sweep1"] = float(self.err_sweep1[i])
+            # Where a Tracker leaves a NaN it leaves the one `math.nan` object (its start's step, a metric never
+            # set), so that `==` on lists and dicts, which tries identity first, holds between two such runs
+            curve["lr"][0] = NAN
+            if not math.isnan(self.err_sweep1[i]):  # recorded (a finite error): the member finished a sweep
+                s.summary["err_sweep1"] = float(self.err_sweep1[i])
             final = Final(
                 status=self.status[i],
                 diverged_step=self.diverged_step[i],
@@ -183,7 +187,7 @@ class BatchTracker:
                 err=float(errs[i, t]),
                 err_min=float(self.err_min[i]),
                 iters_to_tol=int(self.iters_to_tol[i]),
-                flops_to_tol=float(self.flops_to_tol[i]),
+                flops_to_tol=float(self.flops_to_tol[i]) if self.iters_to_tol[i] >= 0 else NAN,
                 n_inc=int(self.n_inc[i]),
                 max_inc=float(self.max_inc[i]),
                 ratio_max=NAN,
