@@ -1,8 +1,11 @@
 """One deep_linear run around its learner: the setup before the first iteration (data, optimum, init,
 the theory's predictions) and the bookkeeping after each (error trace, curve, early stop, divergence,
 pruning, the summary). The learner itself only yields end-to-end matrices: one config at a time
-(`DeepLinearTask.run`) or many configs stacked on a leading axis (`tasks.deep_linear.batched`), each
-member with its own Tracker, so a batched member is judged exactly as its single run is.
+(`DeepLinearTask.run`, for the algorithms the batched path does not cover) with a Tracker, or many
+configs stacked on a leading axis (`tasks.deep_linear.batched`) with a BatchTracker
+(`tasks.deep_linear.batch_tracker`), which applies the same rules to all members at once with array
+operations, so a batched member is judged exactly as one Tracker would judge it. Both build their Result
+with `make_result`.
 """
 
 from __future__ import annotations
