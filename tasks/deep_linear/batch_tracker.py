@@ -1,7 +1,7 @@
 """The bookkeeping of a batch of deep_linear runs (tasks.deep_linear.batched) as array operations.
 
 `Tracker.step` accounts for one iteration of one run in Python: a batch of 64 members and 200
-iterations made 12,800 such calls, which cost more than the batched computation itself. `BatchTracker`
+iterations made 12,800 such calls between the batched computation's steps. `BatchTracker`
 does the same accounting for every member at once, one numpy operation over the member axis per rule:
 errors, steps, running minimum, increases, the tolerance crossing, divergence, early stop. The
 per-iteration values stay in arrays (one row per iteration) until the end, when each member's curve is
