@@ -41,10 +41,10 @@ from tasks.deep_linear.params import AnyParams, BCGDParams, GDParams
 from tasks.deep_linear.sweep import gauss_seidel_slots
 from tasks.deep_linear.tracker import Setup, prepare
 
-# Below this many members one Tracker per member costs less than a BatchTracker's array operations: measured
-# on this project's 2-core CPU, a step of 1 member's books costs 3 us with a Tracker and 19 us with a
-# BatchTracker, of 8 members about 20 us either way, of 64 members 144 us against 50 us
-PER_MEMBER_BELOW = 8
+# Below this many members one Tracker per member costs less than a BatchTracker's array operations. Measured
+# on this project's 2-core CPU (steps and results, per step, three runs): 1 member 3 us with Trackers against
+# 19-36 us, 8 members 16-19 against 22-36, 16 members 35-61 against 26-44, 64 members 135-144 against 50-77
+PER_MEMBER_BELOW = 12
 
 # (layer updated, each member's step, the stacked end-to-end matrices after the update)
 BatchUpdate = tuple[int, np.ndarray, torch.Tensor]
