@@ -4,6 +4,13 @@ A claim reads the runs of one named grid (its full version, or the reduced one C
 a Verdict: holds / does not hold / not enough data, with the measured numbers beside the paper's and
 the theory's. Every claim records the verdict we expect; a known non-reproduction expects "does not
 hold" and says why, so `convgrid check --strict` fails only on surprises.
+
+A claim that compares the grid's runs with those of a study (an Optuna-tuned baseline) or of another
+grid names them in `extra`: their finished runs are handed to the check beside the grid's, and the
+frame's `grid` column says which grid or study asked for each row (a run that several asked for
+appears once per source). A swept study file stores one study per sweep combination, `name[k=v]`:
+its plain `name` in `extra` stands for all of them. The claim needs at least one extra source in the
+store; without any, its verdict is "not enough data" naming the missing ones.
 """
 
 from __future__ import annotations
@@ -33,10 +40,13 @@ __all__ = [
     "Verdict",
     "VerdictText",
     "evaluate",
+    "extra_sources",
+    "finished_runs",
     "fmt",
     "median",
     "median_by",
     "medians",
+    "named",
     "registry",
 ]
 
@@ -52,6 +62,9 @@ class Verdict:
     measured: str
     paper: str = ""
     theory: str = ""
+    # numbers worth a table of their own: `convgrid report` shows it in the section of the grid that decided
+    # the claim (column names as headers, floats to 4 significant digits)
+    table: pd.DataFrame | None = None
 
 
 Check = Callable[[pd.DataFrame, pd.DataFrame | None], Verdict]
@@ -68,6 +81,7 @@ class Claim:
     expected: VerdictText = HOLDS
     why_expected: str = ""
     needs_curves: bool = False
+    extra: tuple[str, ...] = ()  # studies or grids read beside the grid (module docstring)
 
 
 @dataclass
@@ -75,10 +89,16 @@ class ClaimResult:
     claim: Claim
     grid: str | None
     verdict: Verdict
-    complete: bool
+    complete: bool  # of the grid; a study ends at its trial budget, so an extra source has no "complete"
     reduced: bool = False
     n_wanted: int = 0  # runs the grid asks for
     n_finished: int = 0  # of those, runs with a final status
+    extra: tuple[str, ...] = ()  # the extra sources read (full study names)
+
+    @property
+    def sources(self) -> str:
+        """The grid and the extra sources its verdict read, as one label."""
+        return " + ".join([self.grid or "-", *self.extra])
 
     @property
     def size(self) -> str:
@@ -108,6 +128,7 @@ class ClaimsTable:
                 {
                     "claim": r.claim.id,
                     "grid": r.grid or "-",
+                    "extra": ", ".join(r.extra),
                     "size": r.size,
                     "verdict": r.verdict.verdict,
                     "expected": r.claim.expected,
@@ -124,9 +145,7 @@ class ClaimsTable:
         for r in self.results:
             mark = "!!" if r.surprising else "  "
             size = "" if r.grid is None else f" [{r.size}]"
-            lines.append(
-                f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.grid or '-'}{size}"
-            )
+            lines.append(f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.sources}{size}")
             lines.append(f"     {r.claim.statement}")
             if r.verdict.measured:
                 lines.append(f"     measured: {r.verdict.measured}")
@@ -149,8 +168,33 @@ def registry() -> list[Claim]:
     return claims
 
 
+def named(source: str, names: Sequence[str]) -> bool:
+    """Whether the grid or study `source` is one of `names`, or one study `name[k=v]` of a swept study file
+    named there (the rule `extra` follows; checks use it to tell the extra sources' rows apart)."""
+    return any(source == name or source.startswith(f"{name}[") for name in names)
+
+
+def extra_sources(claim: Claim, present: set[str]) -> list[str]:
+    """The stored grids and studies that `claim.extra` names."""
+    return sorted(g for g in present if named(g, claim.extra))
+
+
+def finished_runs(root: str, task: str, sources: Sequence[str]) -> pd.DataFrame:
+    """The runs of `task` with a final status that any of `sources` asked for, one row per (run, source),
+    with a `grid` column naming the source."""
+    frames = []
+    for source in sources:
+        try:
+            runs = load(root, task, grid=source)
+        except FileNotFoundError:
+            runs = pd.DataFrame(columns=["run_id", "status"])
+        frames.append(runs[runs["status"].isin(sorted(FINAL_STATUSES))].assign(grid=source))
+    nonempty = [f for f in frames if not f.empty]  # concat of an empty frame would turn typed columns to object
+    return pd.concat(nonempty, ignore_index=True) if nonempty else frames[0].reset_index(drop=True)
+
+
 def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
-    """Decide every claim on the first of its grids present in the store."""
+    """Decide every claim on the first of its grids present in the store (with its extra sources)."""
     table = ClaimsTable()
     member_frame = members(root)
     present = set(member_frame["grid"])
@@ -164,17 +208,27 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
             )
             continue
         wanted = set(member_frame.loc[member_frame["grid"] == grid, "run_id"])
-        try:
-            runs = load(root, claim.task, grid=grid)
-        except FileNotFoundError:
-            runs = pd.DataFrame(columns=["run_id", "status"])
-        finished = runs[runs["status"].isin(sorted(FINAL_STATUSES))]
-        n_finished = len(wanted & set(finished["run_id"]))
-        complete = n_finished == len(wanted)
-        curves = load_curves(root, claim.task, runs=finished) if claim.needs_curves and not finished.empty else None
-        verdict = claim.check(finished, curves) if not finished.empty else Verdict(NO_DATA, "no finished runs")
+        extra = extra_sources(claim, present)
+        runs = finished_runs(root, claim.task, [grid, *extra])
+        n_finished = len(wanted & set(runs.loc[runs["grid"] == grid, "run_id"]))
+        if claim.extra and not extra:
+            verdict = Verdict(NO_DATA, f"not in the store: {', '.join(claim.extra)} (grid or study)")
+        elif n_finished == 0:
+            verdict = Verdict(NO_DATA, "no finished runs")
+        else:
+            curves = load_curves(root, claim.task, runs=runs.drop_duplicates("run_id")) if claim.needs_curves else None
+            verdict = claim.check(runs, curves)
         table.results.append(
-            ClaimResult(claim, grid, verdict, complete, is_reduced(grid), n_wanted=len(wanted), n_finished=n_finished)
+            ClaimResult(
+                claim,
+                grid,
+                verdict,
+                n_finished == len(wanted),
+                is_reduced(grid),
+                n_wanted=len(wanted),
+                n_finished=n_finished,
+                extra=tuple(extra),
+            )
         )
     return table
 

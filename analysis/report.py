@@ -63,6 +63,18 @@ def _row(cells: Sequence[object]) -> str:
     return "| " + " | ".join(escape_md(c) for c in cells) + " |"
 
 
+def _cell(value: object) -> object:
+    if isinstance(value, float):
+        return "-" if value != value else f"{value:.4g}"  # NaN: a number the row does not have
+    return value
+
+
+def _table(frame: pd.DataFrame) -> list[str]:
+    """`frame` as Markdown table lines: its column names as the header, floats to 4 significant digits."""
+    body = [_row([_cell(v) for v in row]) for row in frame.itertuples(index=False)]
+    return [_row(frame.columns), "|---" * len(frame.columns) + "|", *body]
+
+
 def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
@@ -82,6 +94,7 @@ class GridSection:
     figure: str | None = None
     images: list[Path] = field(default_factory=list)
     note: str = ""
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (title, table) of the claims it decided
 
 
 @dataclass
@@ -111,13 +124,15 @@ class Report:
                 lines.append(escape_md(s.note))
             for img in s.images:
                 lines += ["", f"![{escape_md(img.stem)}]({src(img)})"]
+            for title, table in s.tables:
+                lines += ["", escape_md(title), "", *_table(table)]
         decided = [r for r in self.claims.results if r.grid is not None]
         if decided:
             header = ["claim", "grid", "size", "verdict", "expected", "measured", "paper"]
             lines += ["", "## Claims", "", _row(header), "|---" * len(header) + "|"]
             for r in decided:
                 v = r.verdict
-                lines.append(_row([r.claim.id, r.grid, r.size, v.verdict, r.claim.expected, v.measured, v.paper]))
+                lines.append(_row([r.claim.id, r.sources, r.size, v.verdict, r.claim.expected, v.measured, v.paper]))
             lines += [
                 "",
                 "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid.",
@@ -169,8 +184,16 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         sections.append(section)
     prov = {k: sorted(v) for k, v in provenance.items()}
     prov["packages"] = [json.dumps(json.loads(p)) for p in prov["packages"]][:3]
+    claims = evaluate(str(root))
+    by_key = {(s.grid, s.task): s for s in sections}
+    for r in claims.results:
+        # a claim's own table goes beside the figures of the grid that decided it
+        home = by_key.get((r.grid or "", r.claim.task))
+        if r.verdict.table is not None and home is not None:
+            title = f"{r.claim.id} ({r.verdict.verdict}, on {r.sources}): {r.claim.statement}"
+            home.tables.append((title, r.verdict.table))
     # the root as shown: a results URI's credentials never reach the page
-    report = Report(redact(str(root)), sections, failures, prov, evaluate(str(root)))
+    report = Report(redact(str(root)), sections, failures, prov, claims)
     (out_dir / "report.md").write_text(report.markdown(out_dir))
     (out_dir / "report.html").write_text(report.html(out_dir))
     return report

@@ -10,7 +10,8 @@ every record of it is committed: the store then answers for each of its cells. W
 is held by live drivers, this source first settles its own work (flushes and waits for the commit, so
 its finished blocks are visible: two drivers never wait on each other's unflushed records); then, if
 runs of its own are still out, it answers None ("nothing yet", the executor runs or collects them and
-asks again), else it waits a poll and looks again.
+asks again), else it waits a poll and looks again. It also settles before it claims each wave after
+the first, so what a killed driver leaves uncommitted is bounded by what it pulled since.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class WaveSource:
         self._uncommitted: dict[int, set[str]] = {}  # block -> its yielded run ids not yet committed
         self._block_of: dict[str, int] = {}
         self._out = 0  # yielded, record not yet arrived
+        self._claimed = 0  # waves claimed so far
 
     def __iter__(self) -> Iterator[Cell | None]:
         for wave in self.claims.waves(self.blocks, self.todo, self.still_todo):
@@ -53,6 +55,12 @@ class WaveSource:
                 else:
                     time.sleep(self.claims.poll_s)
                 continue
+            if self._claimed:
+                # the records that arrived so far are committed before more work is taken: a driver killed
+                # now leaves uncommitted only what it pulled since (with the in-process executor, the wave
+                # it is running), and its finished blocks are visible to the others at once
+                self.settle()
+            self._claimed += 1
             with self._lock:
                 for block, ids in wave:
                     self._uncommitted[block] = set(ids)

@@ -27,8 +27,9 @@ had in flight, unflushed, when it died.
 
 Drivers take blocks by guided self-scheduling: a share ceil(free / (4 x live drivers)) of the free
 blocks at a time (one wave, claimed when the driver's executor asks for more work: runner.execute.waves),
-so a lone driver makes few waves and a driver that joins later still finds work. A driver with nothing left to claim waits while live drivers hold
-blocks with work, and takes them over if those drivers die: when `run` returns, the grid is done.
+so a lone driver makes few waves and a driver that joins later still finds work. A driver with nothing
+left to claim waits while live drivers hold blocks with work, and takes them over if those drivers die:
+when `run` returns, the grid is done.
 """
 
 from __future__ import annotations
