@@ -1,18 +1,20 @@
 """Grids of 10k, 100k and 1M trivial cells: what each driver command costs, from process spawn to exit.
 
-    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--run-max 100000] [--repeats 3]
+    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--run-max 100000] [--repeats 3] [--against TREE]
 
 For each size a fresh results root and a fresh cache of validated blocks (CONVGRID_CACHE), then, each
 command its own `convgrid` process timed from spawn to exit with its peak memory (ru_maxrss from
 wait4):
-  dry-run (cold: every cell validated), dry-run (warm: blocks from the cache),
   run (least_squares d_in=d_out=m=n_iters=1 on the local executor; sizes up to --run-max),
-  re-submit with every cell done, re-submit with one cell edited (a one-cell block's lr changed),
-  status, analysis.load of the task.
+  dry-run (cold: an empty cache of its own, every block's ids computed), dry-run (warm: blocks from
+  the cache), re-submit with every cell done, status, analysis.load of the task,
+  re-submit with one cell edited (a one-cell block's lr changed).
 The grid: one block `product: {lr: 10 values}, repeat: size/10`, plus a one-cell block (the one
-edited). The warm commands repeat `--repeats` times, interleaved with a baseline process that only
-imports the driver (`python -c "import runner.api"`): printed are min/median/max of seconds and of
-the ratio to the baseline within each round (the machine is shared; ratios travel better).
+edited). The dry-runs and the commands after `run` repeat `--repeats` times, interleaved with a
+baseline process that only imports the driver (`python -c "import runner.api"`): printed are
+min/median/max of seconds and of the ratio to the baseline within each round (the machine is shared;
+ratios travel better). `--against TREE` adds the cold dry-run of another source tree (say, a `git
+archive` of the commit before a change) to every round, run from that tree with this Python.
 """
 
 from __future__ import annotations
@@ -45,10 +47,10 @@ def grid_text(size: int, edited: bool = False) -> str:
     )
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(seconds from spawn to exit, peak resident MB, last output line) of one process."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, float, str]:
+    """(seconds from spawn to exit, peak resident MB, last output line) of one process run in `cwd`."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -73,6 +75,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--run-max", type=int, default=100_000, help="run the cells only for sizes up to this")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--against", type=Path, help="another source tree whose cold dry-run joins every round")
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; times in s (spawn to exit), memory in MB")
     baseline = [PY, "-c", "import runner.api"]
@@ -85,18 +88,21 @@ def main() -> None:
             grid, edited = str(root / "grid.yaml"), str(root / "edited.yaml")
             cells = size + 1
             print(f"\n== {cells:,} cells")
-            once = [("dry-run (cold)", convgrid("run", grid, "--dry-run", "--results", results))]
+            dry_run = convgrid("run", grid, "--dry-run", "--results", results)
             ran = size <= args.run_max
             if ran:
-                once.append(
-                    ("run", convgrid("run", grid, "--results", results, "--executor", "local", "--no-progress"))
-                )
-            for label, argv in once:
+                argv = convgrid("run", grid, "--results", results, "--executor", "local", "--no-progress")
                 wall, mb, last = timed(argv, env)
-                print(f"{label:<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
-            warm = [("dry-run (warm)", convgrid("run", grid, "--dry-run", "--results", results))]
+                print(f"{'run':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
+            else:
+                timed(dry_run, env)  # fills the cache the warm dry-run reads
+            repeated = [("dry-run (cold)", dry_run), ("dry-run (warm)", dry_run)]
+            trees: dict[str, Path] = {}  # label -> the source tree it runs from, where not this one
+            if args.against is not None:
+                repeated.insert(1, ("dry-run (cold), against", dry_run))
+                trees["dry-run (cold), against"] = args.against.resolve()
             if ran:
-                warm += [
+                repeated += [
                     ("re-submit, all done", convgrid("run", grid, "--results", results, "--no-progress")),
                     ("status", convgrid("status", results)),
                     (
@@ -104,20 +110,22 @@ def main() -> None:
                         [PY, "-c", f"import analysis; print(len(analysis.load({results!r}, 'least_squares')))"],
                     ),
                 ]
-            seconds: dict[str, list[float]] = {label: [] for label, _ in warm}
-            ratios: dict[str, list[float]] = {label: [] for label, _ in warm}
+            seconds: dict[str, list[float]] = {label: [] for label, _ in repeated}
+            ratios: dict[str, list[float]] = {label: [] for label, _ in repeated}
             peak: dict[str, float] = {}
             last_line: dict[str, str] = {}
             for _ in range(args.repeats):
                 base, _, _ = timed(baseline, env)
-                for label, argv in warm:
-                    wall, mb, last = timed(argv, env)
+                for label, argv in repeated:
+                    # cold: an empty cache folder of its own, so every block's ids are computed afresh
+                    cold = {**env, "CONVGRID_CACHE": tempfile.mkdtemp(dir=tmp)} if "cold" in label else env
+                    wall, mb, last = timed(argv, cold, trees.get(label, REPO))
                     seconds[label].append(wall)
                     ratios[label].append(wall / base)
                     peak[label] = max(peak.get(label, 0.0), mb)
                     last_line[label] = last
             print(f"{'':<24} {'seconds min/median/max':>23}   {'/ import baseline':>23}   peak MB")
-            for label, _ in warm:
+            for label, _ in repeated:
                 numbers = f"{spread(seconds[label])}   {spread(ratios[label])}   {peak[label]:7.0f}"
                 print(f"{label:<24} {numbers}   {last_line[label]}")
             if ran:

@@ -29,7 +29,7 @@ from runner.grid.identity import canonical_json, variants
 from tasks.base import TaskIdentity
 
 CACHE_ENV = "CONVGRID_CACHE"
-_CODE = ("tasks.base", "runner.grid.identity", "runner.grid.spec", "runner.grid.cache")
+_CODE = ("tasks.base", "runner.grid.identity", "runner.grid.product_ids", "runner.grid.spec", "runner.grid.cache")
 
 
 def cache_dir() -> Path | None:

@@ -95,9 +95,21 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def id_payload(task: TaskIdentity, canonical: dict[str, Any]) -> dict[str, Any]:
+    """What a run id hashes: canonical params (from canonical_params) with the task's name and version."""
+    return {"task": task.name, "version": task.version, "params": canonical}
+
+
+ID_BYTES = 16  # a run id is the first 16 bytes of the sha256, as 32 hexadecimal digits
+
+
+def hash_id(text: str) -> str:
+    """The run id of a payload's canonical JSON text."""
+    return hashlib.sha256(text.encode()).digest()[:ID_BYTES].hex()
+
+
 def run_id(task: TaskIdentity, params: BaseModel) -> str:
-    payload = {"task": task.name, "version": task.version, "params": canonical_params(task, params)}
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:32]
+    return hash_id(canonical_json(id_payload(task, canonical_params(task, params))))
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

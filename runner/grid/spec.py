@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner.errors import ConfigError, did_you_mean
 from runner.grid import cache as block_cache
 from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
+from runner.grid.product_ids import CHUNK, product_ids
 from runner.grid.yaml_source import read_yaml
 from runner.store.index import run_keys
 from tasks import TaskIdentity, UnknownTaskError, get_spec, task_names
@@ -169,6 +170,31 @@ def _zip_groups(block: BlockSpec, file: str, index: int) -> list[list[dict[str, 
 
 
 @dataclass(frozen=True)
+class SeedAxis(Sequence[dict[str, Any]]):
+    """The axis `repeat` adds, {"seed": start}, {"seed": start + 1}, ..., made on demand: a block
+    repeated 100,000 times would otherwise hold 100,000 dicts (~20 MB) for as long as the grid lives."""
+
+    start: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.length))]
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        return {"seed": self.start + index % self.length}
+
+
+@dataclass(frozen=True)
 class Block:
     """A block whose axes are checked, ready to expand: cell `p` of the block is combination
     p // repeat of its axes (the last axis varying fastest) with seed offset p % repeat, so any cell can
@@ -185,29 +211,29 @@ class Block:
     def size(self) -> int:
         return math.prod(len(a) for a in self.axes) * self.spec.repeat
 
+    @property
+    def all_axes(self) -> list[Sequence[dict[str, Any]]]:
+        """The axes with `repeat` as the last (fastest) one, over the seed from the block's own seed on."""
+        if self.spec.repeat == 1:
+            return list(self.axes)
+        return [*self.axes, SeedAxis(self.spec.params.get("seed", 0), self.spec.repeat)]  # an int: see check_block
+
     def raws(self) -> Iterator[dict[str, Any]]:
         """Every cell's raw params, in order."""
-        repeat, base_seed = self.spec.repeat, int(self.spec.params.get("seed", 0))
-        for combo in itertools.product(*self.axes):
+        for combo in itertools.product(*self.all_axes):
             raw = dict(self.spec.params)
             for part in combo:
                 raw.update(part)
-            for r in range(repeat):
-                if repeat > 1:
-                    raw = {**raw, "seed": base_seed + r}
-                yield raw
+            yield raw
 
     def raw_at(self, position: int) -> dict[str, Any]:
-        combo, r = divmod(position, self.spec.repeat)
         raw = dict(self.spec.params)
         parts = []
-        for axis in reversed(self.axes):
-            combo, digit = divmod(combo, len(axis))
+        for axis in reversed(self.all_axes):
+            position, digit = divmod(position, len(axis))
             parts.append(axis[digit])
         for part in reversed(parts):
             raw.update(part)
-        if self.spec.repeat > 1:
-            raw["seed"] = int(self.spec.params.get("seed", 0)) + r
         return raw
 
     def cell(self, raw: dict[str, Any]) -> Cell:
@@ -247,6 +273,14 @@ def check_block(block: BlockSpec, file: str, index: int) -> Block:
             seen.add(key)
     if block.repeat > 1 and "seed" in seen - set(block.params):
         raise ConfigError("'repeat' varies the seed; do not also sweep it", file=file, block=index, key="seed")
+    seed = block.params.get("seed", 0)
+    if block.repeat > 1 and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(
+            f"with 'repeat' the seed is the first of the repeated seeds and must be an integer (got {seed!r})",
+            file=file,
+            block=index,
+            key="seed",
+        )
     for key, values in block.product.items():
         if not values:
             raise ConfigError("an axis needs at least one value", file=file, block=index, key=key)
@@ -306,9 +340,6 @@ def load_grid(
     return GridFile(spec.name or default_name, file, spec.description, blocks, ids, positions)
 
 
-_CHUNK = 65_536
-
-
 def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
     """(run ids, positions) of the grid's distinct cells in file order: every cell validated (or its
     block found in the cache of validated blocks), each id kept as 32 bytes. Two blocks asking for the
@@ -324,16 +355,24 @@ def _block_ids(block: Block) -> np.ndarray:
     cached = block_cache.load(path, block.size)
     if cached is not None:
         return cached
+    ids = product_ids(block.task, block.spec.params, block.all_axes)
+    # The first and last cells cross-checked against the per-cell path, a guard against a pydantic whose
+    # schemas the fast path misreads; per cell, every invalid cell is refused with its key as always.
+    if ids is None or any(ids[p] != block.cell(block.raw_at(p)).run_id.encode() for p in {0, len(ids) - 1}):
+        ids = per_cell_ids(block)
+    block_cache.store(path, ids)
+    return ids
+
+
+def per_cell_ids(block: Block) -> np.ndarray:
     chunks: list[np.ndarray] = []
     pending: list[bytes] = []
     for raw in block.raws():
         pending.append(block.cell(raw).run_id.encode())
-        if len(pending) == _CHUNK:
+        if len(pending) == CHUNK:
             chunks.append(np.array(pending, dtype="S32"))
             pending.clear()
-    ids = np.concatenate([*chunks, np.array(pending, dtype="S32")])
-    block_cache.store(path, ids)
-    return ids
+    return np.concatenate([*chunks, np.array(pending, dtype="S32")])
 
 
 class CellSource(Protocol):
