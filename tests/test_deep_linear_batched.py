@@ -4,6 +4,7 @@ at its own step with its single run's record."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 
 from runner.grid.identity import validate_params
-from tasks.base import RunContext
+from tasks.base import Result, RunContext, is_diverged
+from tasks.deep_linear import batched
+from tasks.deep_linear.batch_tracker import DIVERGED_ABOVE
 from tasks.deep_linear.task import DeepLinearTask
 from tasks.least_squares.task import LeastSquaresTask
 from tasks.status import DIVERGED, OK, PRUNED, TIMEOUT
@@ -96,3 +99,83 @@ def test_least_squares_batch_members_equal_their_single_runs() -> None:
     assert_same_results(singles, batch)
     statuses = [r.status for r in batch]
     assert statuses[1] == PRUNED and DIVERGED in statuses and batch[4].summary["iters_to_tol"] > 0
+
+
+# Batches mixing every way a member ends, each member with its own budget, tolerance and cadence (the
+# batch key lets them differ): converging, crossing the tolerance and going on, stopping at it, rising
+# errors, diverging, pruned by its reporter, past its deadline before it starts.
+MIXED_SHAPE = {"d_in": 6, "d_out": 3, "m": 20, "L": 4, "width": 7}
+MIXED = {
+    "gd": [
+        {"lr": 0.05, "tol": 1e-6, "stop_at_tol": True, "n_iters": 120},
+        {"lr": 0.05, "tol": 1e-6, "n_iters": 90, "log_every": 7},
+        {"lr": 0.1, "n_iters": 60, "log_every": 5},  # the error rises at times
+        {"lr": 0.25, "n_iters": 60},  # diverges
+        {"lr": 0.02, "n_iters": 60, "log_every": 5},  # pruned at 30
+        {"lr": 0.02, "n_iters": 40, "seed": 2},  # past its deadline
+    ],
+    "bcgd_const": [
+        {"lr": 0.1, "tol": 1e-7, "stop_at_tol": True, "n_iters": 120},
+        {"lr": 0.1, "tol": 1e-7, "n_iters": 90, "log_every": 7},
+        {"lr": 0.25, "n_iters": 120, "log_every": 5},  # the error rises near its floor
+        {"lr": 6.0, "n_iters": 60},
+        {"lr": 0.02, "n_iters": 60, "log_every": 5},
+        {"lr": 0.02, "n_iters": 40, "seed": 2},
+    ],
+    "bcgd_opt": [
+        {"tol": 1e-12, "stop_at_tol": True, "n_iters": 120},
+        {"tol": 1e-12, "n_iters": 100, "log_every": 7, "seed": 2},
+        {"grad_scale": 2, "n_iters": 60, "log_every": 5, "seed": 3},  # twice the exact step: no progress
+        {"n_iters": 60, "seed": 4, "log_every": 3},
+        {"n_iters": 60, "log_every": 5, "seed": 5},
+        {"n_iters": 40, "seed": 6},
+    ],
+}
+ALGO = {"gd": {"algo": "gd"}, "bcgd_const": {"algo": "bcgd", "lr_rule": "const"}, "bcgd_opt": {"algo": "bcgd"}}
+
+
+def _mixed_run(case: str, per_member: bool) -> tuple[list[Result], list[list[tuple[int, float]]]]:
+    """The mixed batch of `case`, with the books kept per member or batched, and the reports each member
+    gave: member 4 is pruned at step 30, member 5 (no reporter) is past its deadline."""
+    ps = _params(DL, [{**MIXED_SHAPE, **ALGO[case], "seed": 1, **c} for c in MIXED[case]])
+    assert len({DL.batch_key(p) for p in ps}) == 1
+    calls: list[list[tuple[int, float]]] = [[] for _ in ps]
+
+    def reporter(i: int) -> Callable[[int, Mapping[str, float]], bool]:
+        def report(step: int, metrics: Mapping[str, float]) -> bool:
+            calls[i].append((step, metrics["err"]))
+            return i != 4 or step < 30
+
+        return report
+
+    ctxs = [RunContext(reporter=reporter(i)) for i in range(5)] + [RunContext(deadline=time.time() - 1)]
+    return batched.run_batch(ps, ctxs, DL.summary_fields, per_member=per_member), calls
+
+
+@pytest.mark.parametrize("case", sorted(MIXED))
+def test_batched_books_equal_one_tracker_per_member_exactly(case: str) -> None:
+    reference, reference_calls = _mixed_run(case, per_member=True)
+    batch, calls = _mixed_run(case, per_member=False)
+    assert_same_results(reference, batch, rtol=0.0)
+    assert calls == reference_calls  # every report: same steps, same errors, same order
+    for a, b in zip(reference, batch, strict=True):  # Python scalars, as a Tracker gives (Parquet types)
+        assert [type(v) for v in b.summary.values()] == [type(v) for v in a.summary.values()]
+        assert {k: {type(v) for v in col} for k, col in b.curve.items()} == {
+            k: {type(v) for v in col} for k, col in a.curve.items()
+        }
+        # the shared math.nan object where a Tracker leaves it, so `==` on two runs' results keeps holding
+        for one, other in ((a.summary, b.summary), *((a.curve[k], b.curve[k]) for k in a.curve)):
+            keys = list(one.keys()) if isinstance(one, dict) else range(len(one))
+            assert [k for k in keys if one[k] is math.nan] == [k for k in keys if other[k] is math.nan]
+    # the batch really mixes every way of ending
+    statuses = [r.status for r in batch]
+    assert statuses[4:] == [PRUNED, TIMEOUT] and batch[4].n_steps == 30 and batch[5].n_steps == 0
+    assert statuses[0] == statuses[1] == OK and batch[0].n_steps == batch[0].summary["iters_to_tol"] > 0
+    assert 0 < batch[1].summary["iters_to_tol"] < batch[1].n_steps == MIXED[case][1]["n_iters"]
+    if case != "bcgd_opt":  # the exact line search neither raises the error nor diverges
+        assert batch[2].summary["n_increase"] > 0
+        assert statuses[3] == DIVERGED and batch[3].diverged_step == batch[3].n_steps == batch[3].curve["step"][-1]
+
+
+def test_the_divergence_limit_is_is_divergeds() -> None:
+    assert not is_diverged(DIVERGED_ABOVE) and is_diverged(math.nextafter(DIVERGED_ABOVE, math.inf))

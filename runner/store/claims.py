@@ -246,8 +246,11 @@ class Claims:
             free = sorted(b for b in pending if b not in holders)
             if free:
                 share = math.ceil(len(free) / (4 * max(1, len(live))))
-                # start at a driver-specific place: racing drivers mostly create different files
-                start = int(hashlib.sha256(self.driver.encode()).hexdigest(), 16) % len(free)
+                # Beside other live drivers, start at a driver-specific place: racing drivers mostly create
+                # different files. Alone, take the blocks in the grid's order: cells that batch together
+                # (tasks.base.BatchableTask) stand side by side there, and a rotated order would cut their run.
+                racing = len(live) > 1
+                start = int(hashlib.sha256(self.driver.encode()).hexdigest(), 16) % len(free) if racing else 0
                 mine = []
                 for block in free[start:] + free[:start]:
                     if self.claim(block, 0):

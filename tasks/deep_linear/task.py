@@ -4,7 +4,7 @@
 generator (BCGD, GD or BCSGD; each yields the end-to-end matrix after every iteration), evaluates the
 paper's error after every iteration (needed for iterations-to-1e-10 and divergence), and leaves the
 curve, early stop and summary to a Tracker. `run_batch` runs many configs of one shape as one stacked
-computation (tasks.deep_linear.batched), each member with its own Tracker.
+computation (tasks.deep_linear.batched), the members' books kept together (a BatchTracker).
 """
 
 from __future__ import annotations

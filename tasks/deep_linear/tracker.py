@@ -1,8 +1,11 @@
 """One deep_linear run around its learner: the setup before the first iteration (data, optimum, init,
 the theory's predictions) and the bookkeeping after each (error trace, curve, early stop, divergence,
 pruning, the summary). The learner itself only yields end-to-end matrices: one config at a time
-(`DeepLinearTask.run`) or many configs stacked on a leading axis (`tasks.deep_linear.batched`), each
-member with its own Tracker, so a batched member is judged exactly as its single run is.
+(`DeepLinearTask.run`, for the algorithms the batched path does not cover) with a Tracker, or many
+configs stacked on a leading axis (`tasks.deep_linear.batched`) with a BatchTracker
+(`tasks.deep_linear.batch_tracker`), which applies the same rules to all members at once with array
+operations, so a batched member is judged exactly as one Tracker would judge it. Both build their Result
+with `make_result`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from tasks.base import FieldType, Result, RunContext, is_diverged
@@ -117,7 +121,6 @@ class Tracker:
         self.status: Status = OK
         self.diverged_step: int | None = None
         self.t = 0
-        self.metric_evals = 1
         self.prev = self.err = self.err_min = setup.err0
         self.iters_to_tol, self.flops_to_tol = -1, NAN
         self.n_inc, self.max_inc = 0, 0.0
@@ -153,7 +156,6 @@ class Tracker:
         """Account for iteration `t` (error after it, its step and layer); False when the run is over."""
         p, prob = self.p, self.setup.prob
         self.t, self.err = t, err
-        self.metric_evals += 1
         self.lrs.append(lr)
         if is_diverged(err):
             self.status, self.diverged_step = DIVERGED, t
@@ -188,69 +190,123 @@ class Tracker:
         return True
 
     def result(self, stats: BCSGDStats | None = None) -> Result:
-        p, s = self.p, self.setup
-        prob, obj, t, err = s.prob, s.obj, self.t, self.err
-        summary = s.summary
-        flops_metric = self.metric_evals * obj.flops_per_eval
-        finite_lrs = torch.tensor([v for v in self.lrs if math.isfinite(v)] or [NAN], dtype=torch.float64)
+        lrs = np.array(self.lrs, dtype=np.float64).reshape(-1, 1)
+        final = Final(
+            status=self.status,
+            diverged_step=self.diverged_step,
+            t=self.t,
+            err=self.err,
+            err_min=self.err_min,
+            iters_to_tol=self.iters_to_tol,
+            flops_to_tol=self.flops_to_tol,
+            n_inc=self.n_inc,
+            max_inc=self.max_inc,
+            ratio_max=self.ratio_max,
+            violations=self.violations,
+            lr_median=float(finite_lower_median(lrs, np.array([len(self.lrs)]))[0]),
+            err_tail=self.tail_sum / self.tail_n if self.tail_n else NAN,
+            flops_learner=self.flops_learner,
+            curve=self.curve,
+        )
+        return make_result(self.p, self.setup, final, stats)
+
+
+@dataclass
+class Final:
+    """A run's bookkeeping when it stops: what its Result is made of, from a Tracker (one run) or a
+    BatchTracker (a member of a batch)."""
+
+    status: Status
+    diverged_step: int | None
+    t: int  # the last iteration accounted for
+    err: float  # the error after it
+    err_min: float
+    iters_to_tol: int
+    flops_to_tol: float
+    n_inc: int
+    max_inc: float
+    ratio_max: float
+    violations: int
+    lr_median: float  # of the finite steps taken
+    err_tail: float
+    flops_learner: float
+    curve: dict[str, list[Any]]
+
+
+def finite_lower_median(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per column j: the median of the finite values among its first counts[j] rows, the lower of the two
+    middle ones for an even count (torch.median's rule), NaN where there is none."""
+    rows, cols = values.shape
+    if rows == 0:
+        return np.full(cols, NAN)
+    valid = np.isfinite(values) & (np.arange(rows)[:, None] < counts)
+    k = valid.sum(axis=0)
+    ranked = np.sort(np.where(valid, values, np.inf), axis=0)
+    middle = ranked[np.maximum(k - 1, 0) // 2, np.arange(cols)]
+    return np.where(k > 0, middle, NAN)
+
+
+def make_result(p: AnyParams, s: Setup, f: Final, stats: BCSGDStats | None = None) -> Result:
+    """The Result of a run that stopped with `f`: its summary (the setup's, completed) and curve."""
+    prob, obj, t, err = s.prob, s.obj, f.t, f.err
+    summary = s.summary
+    flops_metric = (t + 1) * obj.flops_per_eval  # the error is evaluated at the start and after every iteration
+    summary.update(
+        {
+            "err_0": s.err0,
+            "err_final": err,
+            "err_min": f.err_min,
+            "loss_final": obj.loss(err),
+            "loss_star": obj.loss_star,
+            "iters_to_tol": f.iters_to_tol,
+            "sweeps_to_tol": f.iters_to_tol / s.per_sweep if f.iters_to_tol >= 0 else NAN,
+            "flops_to_tol": f.flops_to_tol,
+            "n_increase": f.n_inc,
+            "frac_increase": f.n_inc / t if t else 0.0,
+            "max_rel_increase": f.max_inc,
+            "lr_used": s.lr_const,
+            "lr_median": f.lr_median,
+            "lr_du_hu": du_hu_lr(prob, p.L),
+            "cond_x": prob.cond_x,
+            "kappa_x": prob.kappa_x,
+            "rank_x": prob.r_x,
+            "cond_attempts": prob.cond_attempts,
+            "min_width": min(p.layer_widths()),
+            "w_star_fro": float(torch.linalg.matrix_norm(obj.w_star if isinstance(obj, L4Objective) else prob.w_star)),
+            "l4_grad_rel": obj.grad_rel if isinstance(obj, L4Objective) else NAN,
+            "thm32_max_ratio": f.ratio_max,
+            "thm32_violations": f.violations if isinstance(p, BCGDParams) and p.check_thm32 else -1,
+            "err_tail": f.err_tail,
+            "flops_learner": f.flops_learner,
+            "flops_metric": flops_metric,
+            "flops_setup": prob.setup_flops,
+            "flops_per_iter": f.flops_learner / t if t else 0.0,
+            "data_sha256": prob.sha256,
+        }
+    )
+    if isinstance(p, BCSGDParams) and stats is not None:
+        assert p.eta_bar is not None  # BCSGDParams' validator rejects None
+        half_loss_star = 0.5 * prob.loss_star * prob.m  # L(W*) of the halved loss, un-normalised
+        low, upp = theory.bcsgd_floors(
+            float(p.eta_bar), half_loss_star, stats.m_upp, stats.m_low, stats.gamma_low, stats.gamma_upp, p.L
+        )
         summary.update(
             {
-                "err_0": s.err0,
-                "err_final": err,
-                "err_min": self.err_min,
-                "loss_final": obj.loss(err),
-                "loss_star": obj.loss_star,
-                "iters_to_tol": self.iters_to_tol,
-                "sweeps_to_tol": self.iters_to_tol / s.per_sweep if self.iters_to_tol >= 0 else NAN,
-                "flops_to_tol": self.flops_to_tol,
-                "n_increase": self.n_inc,
-                "frac_increase": self.n_inc / t if t else 0.0,
-                "max_rel_increase": self.max_inc,
-                "lr_used": s.lr_const,
-                "lr_median": float(finite_lrs.median()),
-                "lr_du_hu": du_hu_lr(prob, p.L),
-                "cond_x": prob.cond_x,
-                "kappa_x": prob.kappa_x,
-                "rank_x": prob.r_x,
-                "cond_attempts": prob.cond_attempts,
-                "min_width": min(p.layer_widths()),
-                "w_star_fro": float(
-                    torch.linalg.matrix_norm(obj.w_star if isinstance(obj, L4Objective) else prob.w_star)
-                ),
-                "l4_grad_rel": obj.grad_rel if isinstance(obj, L4Objective) else NAN,
-                "thm32_max_ratio": self.ratio_max,
-                "thm32_violations": self.violations if isinstance(p, BCGDParams) and p.check_thm32 else -1,
-                "err_tail": self.tail_sum / self.tail_n if self.tail_n else NAN,
-                "flops_learner": self.flops_learner,
-                "flops_metric": flops_metric,
-                "flops_setup": prob.setup_flops,
-                "flops_per_iter": self.flops_learner / t if t else 0.0,
-                "data_sha256": prob.sha256,
+                "bcsgd_floor_low": low / prob.m,
+                "bcsgd_floor_upp": upp / prob.m,
+                "bcsgd_m_upp": stats.m_upp,
+                "bcsgd_m_low": stats.m_low,
+                "bcsgd_gamma_low": stats.gamma_low,
+                "bcsgd_gamma_upp": stats.gamma_upp,
             }
         )
-        if isinstance(p, BCSGDParams) and stats is not None:
-            assert p.eta_bar is not None  # BCSGDParams' validator rejects None
-            half_loss_star = 0.5 * prob.loss_star * prob.m  # L(W*) of the halved loss, un-normalised
-            low, upp = theory.bcsgd_floors(
-                float(p.eta_bar), half_loss_star, stats.m_upp, stats.m_low, stats.gamma_low, stats.gamma_upp, p.L
-            )
-            summary.update(
-                {
-                    "bcsgd_floor_low": low / prob.m,
-                    "bcsgd_floor_upp": upp / prob.m,
-                    "bcsgd_m_upp": stats.m_upp,
-                    "bcsgd_m_low": stats.m_low,
-                    "bcsgd_gamma_low": stats.gamma_low,
-                    "bcsgd_gamma_upp": stats.gamma_upp,
-                }
-            )
-        else:
-            summary["err_tail"] = NAN
-        return Result(
-            status=self.status,
-            summary=summary,
-            curve=self.curve,
-            flops=self.flops_learner + flops_metric + prob.setup_flops,
-            n_steps=t,
-            diverged_step=self.diverged_step,
-        )
+    else:
+        summary["err_tail"] = NAN
+    return Result(
+        status=f.status,
+        summary=summary,
+        curve=f.curve,
+        flops=f.flops_learner + flops_metric + prob.setup_flops,
+        n_steps=t,
+        diverged_step=f.diverged_step,
+    )
