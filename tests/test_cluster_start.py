@@ -147,10 +147,8 @@ def test_the_embedded_default_starts_its_own_ray_beside_a_running_head(
 def test_head_lost_mid_grid_exits_with_a_message_and_a_new_cluster_resumes(
     tmp_path: Path, hand_cluster: HandCluster
 ) -> None:
-    n = 24
-    # 24 x 0.5 s on two 1-CPU nodes: ~6 s of work, the head lost after the first flush (~2 s); the rerun's
-    # share runs on the new 1-CPU head alone, so more cells would only cost CI time
-    grid = _grid(tmp_path, n, 0.5, "head_lost")
+    n = 60
+    grid = _grid(tmp_path, n, 0.5, "head_lost")  # 60 x 0.5 s on two 1-CPU nodes: ~15 s of work
     results = tmp_path / "results"
     env = {**hand_cluster.driver_env(token=True), "CONVGRID_HEAD_GRACE_S": "3"}
     args = ["run", str(grid), "--results", str(results), "--no-progress"]
