@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from analysis.claims import FAILS, HOLDS, NO_DATA, ClaimResult, evaluate, extra_sources, finished_runs, named
-from analysis.l2o_gd.claims import CLAIMS, STEP_COLUMN, TUNED_STEP_STUDIES, beats_tuned_step
+from analysis.l2o_gd.claims import CLAIMS
+from analysis.l2o_gd.tuned_step import STEP_COLUMN, TUNED_STEP_STUDIES, beats_tuned_step
 from analysis.load import load
 from analysis.report import build_report
 from runner.api import run_grid

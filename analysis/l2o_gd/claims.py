@@ -9,41 +9,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Check, Claim, Verdict, fmt, named
+from analysis.claims import FAILS, HOLDS, NO_DATA, Check, Claim, Verdict, fmt
+from analysis.l2o_gd.runs import l2o, only, paper_config
+from analysis.l2o_gd.tuned_step import TUNED_STEP_STUDIES, beats_tuned_step
 
 TASK = "l2o_gd"
-# The studies tuning the constant GD step c/beta (studies/l2o_gd/gd_step.yaml, one study per seed, and
-# gd_step_reference.yaml); a tuned trial is compared with the learner on the very same problems.
-TUNED_STEP_STUDIES = ("l2o_gd_gd_step", "l2o_gd_gd_step_reference")
-# What fixes the problems a run solves (and so its baselines): equal values, equal F_t of GD with 1/beta.
-PROBLEM = ["d", "b", "n_problems", "data", "seed", "data_seed", "T"]
-STEP_COLUMN = "step (medians over the paired problems)"  # the comparison table's first column
-
-
-def _l2o(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[runs["algo"] == "l2o"] if "algo" in runs else runs
-
-
-def _paper_config(runs: pd.DataFrame) -> pd.DataFrame:
-    """The paper's hyper-parameters where a grid varies them: Gaussian data, e = 100, lr = 1e-7."""
-    r = _l2o(runs)
-    for col, val in (("data", "gauss"), ("e", 100.0), ("lr", 1e-7)):
-        if col in r and (r[col] == val).any():
-            r = r[r[col] == val]
-    return r
-
-
-def _only(runs: pd.DataFrame, **fixed: object) -> pd.DataFrame:
-    """Rows at the given values of the columns that have them (a grid that does not vary a column keeps all)."""
-    r = _l2o(runs)
-    for col, val in fixed.items():
-        if col in r and (r[col] == val).any():
-            r = r[r[col] == val]
-    return r
 
 
 def alignment(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
-    r = _l2o(runs)
+    r = l2o(runs)
     if curves is None or r.empty:
         return Verdict(NO_DATA, "needs curves of l2o runs")
     first = curves[curves["run_id"].isin(r["run_id"]) & (curves["step"] == 0)]
@@ -58,7 +32,7 @@ def alignment(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
 
 
 def headline(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _paper_config(runs)
+    r = paper_config(runs)
     if r.empty or "imp_last" not in r:
         return Verdict(NO_DATA, "no l2o runs at the paper's settings")
     last, mean = float(r["imp_last"].median()), float(r["imp_mean"].median())
@@ -74,7 +48,7 @@ def headline(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def beats_constant_steps(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _paper_config(runs)
+    r = paper_config(runs)
     if r.empty or "imp_last" not in r:
         return Verdict(NO_DATA, "no l2o runs at the paper's settings")
     med = r[["imp_last", "imp_last_opt", "imp_last_best_c", "imp_mean", "imp_mean_opt"]].median()
@@ -89,74 +63,8 @@ def beats_constant_steps(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
-def _problems(runs: pd.DataFrame) -> str:
-    parts = runs[PROBLEM].drop_duplicates().sort_values(PROBLEM)
-    return "; ".join(f"{r.d}x{r.b}, N={r.n_problems}, {r.data}, seed {r.seed}" for r in parts.itertuples())
-
-
-def tuned_step_pairs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(the learner's runs at the paper's settings, the best tuned-step trial of each problem, their pairs):
-    the learner from the claim's grid, the trials (GD with a given c) from the tuned-step studies, the best
-    by the studies' objective F(X_T) (the smallest), paired on PROBLEM. Pair columns: the learner's, and the
-    trial's imp_last, imp_mean, F_T_final, c and grid suffixed `_tuned`."""
-    study = runs["grid"].map(lambda g: named(g, TUNED_STEP_STUDIES)).astype(bool)
-    learner = _paper_config(runs[~study]).drop_duplicates("run_id")
-    gd = runs[study & (runs["algo"] == "gd") & (runs["status"] == "ok")]
-    trials = gd[gd["step_rule"] == "given"].sort_values("F_T_final")
-    best = trials.drop_duplicates(PROBLEM)  # the best trial over every study that solved the problem
-    tuned = best[[*PROBLEM, "c", "imp_last", "imp_mean", "F_T_final", "grid"]]
-    pairs = learner.merge(tuned, on=PROBLEM, suffixes=("", "_tuned"))  # pandas pairs NaN keys (default data_seed)
-    return learner, best, pairs
-
-
-def _comparison_table(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Learner and constant steps on the paired problems, medians over them: what the report shows."""
-    med = pairs.median(numeric_only=True)
-    rows = [
-        ("L2O, learned P (mean at the end)", med["p_mean_final"], med["imp_last"], med["imp_mean"], med["F_T_final"]),
-        ("GD, 1/beta (the paper's baseline)", 1.0, 0.0, 0.0, med["F_T_gd"]),
-        ("GD, 2/(beta+beta0)", med["c_opt"], med["imp_last_opt"], med["imp_mean_opt"], med["F_T_opt"]),
-        ("GD, best c of the run's scan", med["c_best"], med["imp_last_best_c"], med["imp_mean_best_c"], np.nan),
-        (
-            f"GD, Optuna-tuned c ({', '.join(sorted(set(pairs['grid_tuned'])))})",
-            med["c_tuned"],
-            med["imp_last_tuned"],
-            med["imp_mean_tuned"],
-            med["F_T_final_tuned"],
-        ),
-    ]
-    return pd.DataFrame(rows, columns=[STEP_COLUMN, "c (times 1/beta)", "r_T", "mean_t r_t", "F(X_T)"])
-
-
-def beats_tuned_step(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    learner, best, pairs = tuned_step_pairs(runs)
-    if learner.empty or "imp_last" not in learner:
-        return Verdict(NO_DATA, "no l2o runs at the paper's settings")
-    if pairs.empty:
-        covered = _problems(best) if not best.empty else "none (no finished tuned trial)"
-        return Verdict(
-            NO_DATA,
-            f"no tuned-step trial on the learner's problems ({_problems(learner)}); the studies cover: {covered}. "
-            "Tune them with studies/l2o_gd/gd_step_reference.yaml (32x20) or gd_step.yaml (512x400)",
-        )
-    med = pairs.median(numeric_only=True)
-    holds = med["imp_last"] > med["imp_last_tuned"]
-    unpaired = learner["run_id"].nunique() - pairs["run_id"].nunique()
-    return Verdict(
-        HOLDS if holds else FAILS,
-        f"median over {len(pairs)} learner run(s) on {_problems(pairs)} after {int(pairs['epochs'].max())} epochs: "
-        f"r_T L2O {med['imp_last']:.3f} vs Optuna-tuned c = {med['c_tuned']:.4g}: {med['imp_last_tuned']:.3f} "
-        f"(2/(beta+beta0) {med['imp_last_opt']:.3f}, 1/beta 0); mean_t r_t L2O {med['imp_mean']:.3f} vs "
-        f"{med['imp_mean_tuned']:.3f}"
-        + (f"; {unpaired} learner run(s) without a tuned trial on their problems" if unpaired else ""),
-        paper="the paper compares with GD at 1/beta only",
-        theory="spec section 7 [ours], 32/20, N=8: the best constant c = 1.949 gives r_T 0.971 on its draw",
-        table=_comparison_table(pairs),
-    )
-
-
 def e_small_zero(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _only(runs, data="gauss", lr=1e-7)
+    r = only(runs, data="gauss", lr=1e-7)
     med = r.groupby("e")["imp_last"].median()
     if not {1.0, 5.0} <= set(med.index):
         return Verdict(NO_DATA, f"e present: {sorted(med.index)}")
@@ -170,7 +78,7 @@ def e_small_zero(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def e50_best(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _only(runs, data="gauss", lr=1e-7)
+    r = only(runs, data="gauss", lr=1e-7)
     med = r.groupby("e")["imp_last"].median()
     if not {50.0, 100.0} <= set(med.index):
         return Verdict(NO_DATA, f"e present: {sorted(med.index)}")
@@ -184,7 +92,7 @@ def e50_best(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def lr_1e3_best(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _only(runs, data="gauss", e=100.0)
+    r = only(runs, data="gauss", e=100.0)
     med = r.groupby("lr")["imp_last"].median()
     if len(med) < 3 or 1e-3 not in med.index:
         return Verdict(NO_DATA, f"lr present: {sorted(med.index)}")
@@ -199,7 +107,7 @@ def lr_1e3_best(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def trajectory_tradeoff(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _only(runs, data="gauss", e=100.0)
+    r = only(runs, data="gauss", e=100.0)
     r = r[r["lr"] <= 1e-6]  # the regime where training improves; saturated runs collapse for another reason
     if r.empty or "best_imp_mean" not in r:
         return Verdict(NO_DATA, "no runs")
@@ -216,7 +124,7 @@ def trajectory_tradeoff(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def monotone(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _paper_config(runs)
+    r = paper_config(runs)
     if r.empty or "non_monotone" not in r:
         return Verdict(NO_DATA, "no runs")
     bad = int((r["non_monotone"] > 0).sum())
@@ -230,7 +138,7 @@ def monotone(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def alpha0_positive(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _l2o(runs)
+    r = l2o(runs)
     if "alpha0_thin" not in r or r["alpha0_thin"].isna().all():
         return Verdict(NO_DATA, "no alpha_0 recorded")
     wide = r[r["n2"] >= r["n_problems"] * r["d"]]
@@ -246,7 +154,7 @@ def alpha0_positive(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def lemma_a3(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _l2o(runs)
+    r = l2o(runs)
     if "a3_norm_max" not in r:
         return Verdict(NO_DATA, "no diagnostics")
     v = r["a3_norm_max"].astype(float)
@@ -258,7 +166,7 @@ def lemma_a3(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def lemma42(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _only(runs, lr=1e-7)  # the paper's lr, inside the theorem's small-lr regime
+    r = only(runs, lr=1e-7)  # the paper's lr, inside the theorem's small-lr regime
     if "lemma42_ratio_max" not in r:
         return Verdict(NO_DATA, "no diagnostics")
     v = r["lemma42_ratio_max"].astype(float)
@@ -270,7 +178,7 @@ def lemma42(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def weights_invariant(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _only(runs, lr=1e-7)  # the paper's lr, inside the theorem's small-lr regime
+    r = only(runs, lr=1e-7)  # the paper's lr, inside the theorem's small-lr regime
     if "w_ratio_max" not in r:
         return Verdict(NO_DATA, "no diagnostics")
     v, g = r["w_ratio_max"].astype(float), r["grad_bound_ratio_max"].astype(float)
@@ -282,7 +190,7 @@ def weights_invariant(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def semi_smooth(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _only(runs, lr=1e-7)  # the paper's lr: the lemma assumes the weights stay within lam_bar (C5)
+    r = only(runs, lr=1e-7)  # the paper's lr: the lemma assumes the weights stay within lam_bar (C5)
     if "log10_semi_smooth_max" not in r or r["log10_semi_smooth_max"].isna().all():
         return Verdict(NO_DATA, "no semi-smoothness diagnostics (runs before the check existed, or no diag epoch)")
     r = r.dropna(subset=["log10_semi_smooth_max"])
@@ -296,7 +204,7 @@ def semi_smooth(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def conditions(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _l2o(runs)
+    r = l2o(runs)
     cols = ["th_margin_13a", "th_margin_13b", "th_margin_13c", "th_margin_13d"]
     if not set(cols) <= set(r.columns):
         return Verdict(NO_DATA, "no theory margins")
@@ -309,7 +217,7 @@ def conditions(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
 
 
 def deeper_needs_smaller_e(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _l2o(runs)
+    r = l2o(runs)
     if r["depth"].nunique() < 2:
         return Verdict(NO_DATA, "needs two depths")
     thr = {}
