@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,3 +141,22 @@ def check_takeover(seen: Takeover, n: int) -> None:
     # one of a driver alone (a quarter of the blocks).
     first_wave = math.ceil(math.ceil(n / block_size(n)) / 4) * block_size(n)
     assert len(twice) <= first_wave, (len(twice), first_wave)
+
+
+def race_to_create(create: Callable[[str, bytes], bool], target: str, racers: int = 8) -> list[bytes]:
+    """`racers` threads released together, each creating `target` with its own body through `create` (a
+    create-if-absent primitive): the bodies of those told they won."""
+    wins: list[bytes] = []
+    barrier = threading.Barrier(racers)
+
+    def race(i: int) -> None:
+        barrier.wait()
+        if create(target, f"driver {i}".encode()):
+            wins.append(f"driver {i}".encode())
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return wins

@@ -21,7 +21,7 @@ from runner.store.compact import compact
 from runner.store.exclusive import S3IfNoneMatch, for_root
 from runner.store.lease_lock import LOCK_DIR, LeaseLock, LockLost
 from runner.store.txn import Transaction
-from tests.shared_drivers import check_takeover, kill_one_driver_midway
+from tests.shared_drivers import check_takeover, kill_one_driver_midway, race_to_create
 
 GRID = {
     "name": "s3",
@@ -92,19 +92,7 @@ def test_if_none_match_creates_once_among_racing_threads(s3_root: str) -> None:
     exclusive = for_root(s3_root, store.fs)
     assert isinstance(exclusive, S3IfNoneMatch)
     target = store.files.abs("_store/claims/race/b000000-g000000.json")
-    wins: list[bytes] = []
-    barrier = threading.Barrier(8)
-
-    def race(i: int) -> None:
-        barrier.wait()
-        if exclusive.create(target, f"driver {i}".encode()):
-            wins.append(f"driver {i}".encode())
-
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    wins = race_to_create(exclusive.create, target)
     assert len(wins) == 1
     with store.fs.open_input_stream(target) as stream:
         assert stream.read() == wins[0]

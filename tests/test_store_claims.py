@@ -20,24 +20,12 @@ from runner.cli import main
 from runner.store.claims import CLAIMS_DIR, DriverInfo, Liveness, blocks_of, grid_key
 from runner.store.compact import compact
 from runner.store.exclusive import LocalLink
-from tests.shared_drivers import check_takeover, kill_one_driver_midway, ledger_grid, read_ledger
+from tests.shared_drivers import check_takeover, kill_one_driver_midway, ledger_grid, race_to_create, read_ledger
 
 
 def test_link_creates_once_among_racing_threads(tmp_path: Path) -> None:
     target = str(tmp_path / "claims" / "b000001-g000000.json")
-    wins: list[bytes] = []
-    barrier = threading.Barrier(8)
-
-    def race(i: int) -> None:
-        barrier.wait()
-        if LocalLink().create(target, f"driver {i}".encode()):
-            wins.append(f"driver {i}".encode())
-
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    wins = race_to_create(LocalLink().create, target)
     assert len(wins) == 1 and Path(target).read_bytes() == wins[0]
     assert sorted(p.name for p in (tmp_path / "claims").iterdir()) == ["b000001-g000000.json"]  # no temp left
 
