@@ -23,12 +23,16 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 _OWNED = False  # whether this process started the Ray instance it is connected to
 _WATCH: HeadWatch | None = None
+# One connect at a time: the embedded Ray may be starting in a thread of its own (cluster.background)
+# while another thread asks for it; that one must wait and join it, never start a second instance.
+_CONNECTING = threading.Lock()
+_ON_SHUTDOWN: list[Callable[[], None]] = []  # told once shutdown_if_owned has stopped the embedded Ray
 
 AUTH_MODE = "RAY_AUTH_MODE"
 # Seconds the head may be unreachable before the driver gives up. Ray's own driver aborts (a C++
@@ -113,10 +117,11 @@ def connect(
     _prepare_env(embedded)
     import ray
 
-    if ray.is_initialized():
-        return ray
-    with _keeping_signal_handlers():
-        _init(ray, address, num_cpus, watch_head, init_kwargs)
+    with _CONNECTING:
+        if ray.is_initialized():
+            return ray
+        with _keeping_signal_handlers():
+            _init(ray, address, num_cpus, watch_head, init_kwargs)
     return ray
 
 
@@ -251,3 +256,10 @@ def shutdown_if_owned() -> None:
 
         ray.shutdown()
         _OWNED = False
+    while _ON_SHUTDOWN:
+        _ON_SHUTDOWN.pop()()
+
+
+def on_shutdown(hook: Callable[[], None]) -> None:
+    """Call `hook` once `shutdown_if_owned` has run (a thread that started Ray may then end)."""
+    _ON_SHUTDOWN.append(hook)

@@ -72,7 +72,9 @@ class RunReport:
 
 
 def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
-    """An executor by name: local, ray, or auto (here: ray; run_grid first picks local for small work)."""
+    """An executor by name: local, ray, or auto (run_grid first picks local for small work). auto on the
+    embedded Ray, without --timeout or GPU actors, runs cells in process while Ray starts
+    (runner.execute.warm); with them, or joining a cluster, it is ray."""
     if not isinstance(kind, str):
         return kind
     if kind == "local":
@@ -84,7 +86,12 @@ def make_executor(kind: str | Executor = "ray", **options: Any) -> Executor:
     if kind in ("ray", "auto"):
         from runner.execute.ray_pool import RayExecutor
 
-        return RayExecutor(**{k: v for k, v in options.items() if v is not None})
+        pool = RayExecutor(**{k: v for k, v in options.items() if v is not None})
+        if kind == "auto" and not (pool.address or pool.timeout_s or pool.gpus_per_worker):
+            from runner.execute.warm import WarmStartExecutor
+
+            return WarmStartExecutor(pool)
+        return pool
     raise ConfigError(f"unknown executor {kind!r}", key="--executor", choices=["auto", "local", "ray"])
 
 
@@ -330,14 +337,13 @@ def run_grid(
         todo, done, skipped = planned.todo, planned.done, planned.skipped
     cells = len(todo) if only is not None else len(grid.ids)
     report = RunReport(grid.name, store.root, cells, done, skipped, len(todo))
-    if executor == "auto":
-        small = not executor_options.get("address") and small_work(grid, todo, store)
-        executor = "local" if small else "ray"
-        if small:  # the in-process executor takes only these of the Ray executor's options
-            executor_options = {k: v for k, v in executor_options.items() if k in ("threads", "timeout_s", "batch")}
+    if executor == "auto" and not executor_options.get("address") and small_work(grid, todo, store):
+        executor = "local"  # the in-process executor takes only these of the Ray executor's options
+        executor_options = {k: v for k, v in executor_options.items() if k in ("threads", "timeout_s", "batch")}
     runner = make_executor(executor, **executor_options) if len(todo) else None
     if runner is not None:
-        # Workers first: a cluster that cannot be reached fails the command before anything is written.
+        # Workers first: a cluster that cannot be reached fails the command before anything is written
+        # (an embedded Ray that starts while cells run here only begins to start).
         runner.start()
     write_grid_members(store, grid)
     if runner is None:

@@ -45,6 +45,24 @@ def test_ray_and_local_executors_give_identical_stores(tmp_path: Path, ray_local
     assert (ResultStore(tmp_path / "ray").read_runs("least_squares")["host"].to_pylist()[0]) is not None
 
 
+def test_cells_run_in_process_while_ray_starts_and_on_ray_after_are_each_stored_once(
+    tmp_path: Path, ray_local: object
+) -> None:
+    from tests.test_warm_start import stored_ids, warm_executor
+
+    # the first 5 cells are pulled before Ray is "up" (a stand-in start): they run here; the other 9 on the
+    # actors of the module's Ray
+    executor, starts = warm_executor(after=6, pool=RayExecutor(workers=1))
+    report = run_grid(GRID, tmp_path / "warm", executor, progress=False)
+    assert (report.executed, executor.ran_locally, starts[0].warmed) == (14, 5, True)
+    assert executor.pool.chunks_submitted > 0 and executor.pool.actors == []  # closed with the run
+    ids = stored_ids(tmp_path / "warm", "least_squares")
+    assert len(ids) == len(set(ids)) == 14
+    run_grid(GRID, tmp_path / "local", "local", progress=False)
+    for warm, local in zip(_store_frames(tmp_path / "warm"), _store_frames(tmp_path / "local"), strict=True):
+        pd.testing.assert_frame_equal(warm, local, check_exact=True)
+
+
 def test_chunks_grow_once_run_times_are_known(ray_local: object) -> None:
     from runner.grid.spec import load_grid
 

@@ -1,0 +1,126 @@
+"""Work starts before Ray is up: the embedded Ray pool, with cells run in this process while Ray starts.
+
+Starting the embedded Ray and letting its actors import torch takes seconds, during which the driver
+would only wait. `WarmStartExecutor` starts Ray in a thread of its own (cluster.background) and
+meanwhile runs the cells of the same lazy source here, through the in-process executor's code path with
+the actors' thread count. Once every actor has answered, the rest of the source goes to the Ray pool.
+Both phases yield their records to the one caller, so flushes, commits, claims (runner.execute.waves),
+progress and resume see a single stream, and each item is run once: a batch being run here when Ray
+comes up finishes here, the items after it go to Ray. A source that ends before Ray is up never waits
+for it: `close` leaves the start to finish in its thread and stop the actors it made, and a process
+that exits meanwhile takes the half-started Ray with it.
+
+Only for the embedded Ray, without hard timeouts and GPU actors (`runner.api.make_executor` decides):
+a run here cannot be killed past its deadline, and it computes on the driver's CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
+from runner.execute.local import LocalExecutor
+from runner.execute.ray_pool import RayExecutor
+from runner.store.records import RunRecord
+
+
+class Starter(Protocol):
+    """A start under way (cluster.background.BackgroundStart): `ready` once it is through or failed."""
+
+    ready: threading.Event
+
+    def check(self) -> None: ...
+
+    def wait(self) -> None: ...
+
+
+def background_start(then: Callable[[], None]) -> Starter:
+    from cluster.background import BackgroundStart
+
+    return BackgroundStart(then)
+
+
+class _UntilReady:
+    """The items of `source` for as long as `ready` is not set; asked before every pull, so that no item
+    is taken from the source and then left behind. `ended`: the source itself ran out."""
+
+    def __init__(self, source: Iterator[WorkItem | list[WorkItem] | None], ready: threading.Event) -> None:
+        self.source, self.ready = source, ready
+        self.ended = False
+
+    def __iter__(self) -> Iterator[WorkItem | list[WorkItem] | None]:
+        while not self.ready.is_set():
+            try:
+                yield next(self.source)
+            except StopIteration:
+                self.ended = True
+                return
+
+
+@dataclass
+class WarmStartExecutor:
+    """A Ray pool on the embedded Ray, and cells run in process until it is up."""
+
+    pool: RayExecutor
+    starter: Callable[[Callable[[], None]], Starter] = background_start
+    name: str = "warm"
+    ran_locally: int = field(default=0, init=False)  # records of cells run in process while Ray started
+    _start: Starter | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _warmed: bool = field(default=False, init=False)  # the pool's actors all answered, and close did not come first
+    _abandoned: bool = field(default=False, init=False)  # closed before the pool was warm
+
+    def start(self) -> None:
+        """Start Ray and the pool in the background; return at once."""
+        if self._start is None:
+            self._start = self.starter(self._warm)
+
+    def _warm(self) -> None:
+        """In the starter's thread: make the actors and wait until each has answered (imported the
+        tasks), unless closed meanwhile; the start closed first stops what it made."""
+        self.pool.start()
+        if not self._abandoned:
+            self.pool.worker_pids()
+        with self._lock:
+            if not self._abandoned:
+                self._warmed = True
+                return
+        self.pool.close()
+
+    def _local(self) -> LocalExecutor:
+        return LocalExecutor(threads=self.pool.threads, batch=self.pool.batch, max_batch=self.pool.max_batch)
+
+    def _ray(self) -> RayExecutor:
+        self.start()
+        assert self._start is not None
+        self._start.wait()
+        return self.pool
+
+    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+        if channel is not None:  # its judge follows runs through the pool's channel (a Ray actor)
+            yield from self._ray().execute(items, channel)
+            return
+        self.start()
+        assert self._start is not None
+        source = iter(items)
+        if not self._start.ready.is_set():
+            gate = _UntilReady(source, self._start.ready)
+            for records in self._local().execute(gate):
+                self.ran_locally += len(records)
+                yield records
+            if gate.ended:
+                return  # all done before Ray was up: never wait for it
+        yield from self._ray().execute(source)  # what the in-process phase left of it
+
+    def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
+        return self._ray().report_channel(judge, spec)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._warmed:
+                self._abandoned = True  # the start goes on in its thread and stops what it made (_warm)
+                return
+        self.pool.close()
