@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from cluster.connect import connect, on_shutdown
+from cluster.connect import connect, on_shutdown, starting
 
 # ray.init warns that it installs no SIGTERM handler when called outside the main thread. That is what
 # this module wants: the command line's handlers (flush, then exit 143) stay the ones that answer.
@@ -40,6 +40,7 @@ class BackgroundStart:
         self._released = threading.Event()
         logging.getLogger("ray._private.worker").addFilter(_DropNoSigtermWarning())
         self._thread = threading.Thread(target=self._run, name="convgrid-ray-start", daemon=True)
+        starting(+1)
         self._thread.start()
 
     def _run(self) -> None:
@@ -51,6 +52,7 @@ class BackgroundStart:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread by `check`
             self.error = exc
         finally:
+            starting(-1)
             self.ready.set()
         self._released.wait()  # see the module's docstring: Ray's head lives as long as this thread
 

@@ -33,6 +33,8 @@ _WATCH: HeadWatch | None = None
 # while another thread asks for it; that one must wait and join it, never start a second instance.
 _CONNECTING = threading.Lock()
 _ON_SHUTDOWN: list[Callable[[], None]] = []  # told once shutdown_if_owned has stopped the embedded Ray
+_STARTING = 0  # starts under way in threads of their own (cluster.background): not ours to stop yet
+_STARTING_LOCK = threading.Lock()
 
 AUTH_MODE = "RAY_AUTH_MODE"
 # Seconds the head may be unreachable before the driver gives up. Ray's own driver aborts (a C++
@@ -246,8 +248,12 @@ def head_lost() -> str | None:
 
 
 def shutdown_if_owned() -> None:
-    """Stop the embedded Ray this process started (never a cluster it merely joined)."""
+    """Stop the embedded Ray this process started (never a cluster it merely joined). A start still
+    under way in a thread of its own is left alone: stopping Ray while that thread creates actors would
+    race it, and the process's exit stops it (cluster.background)."""
     global _OWNED, _WATCH
+    if _STARTING:
+        return
     if _WATCH is not None:
         _WATCH.stop()
         _WATCH = None
@@ -258,6 +264,13 @@ def shutdown_if_owned() -> None:
         _OWNED = False
     while _ON_SHUTDOWN:
         _ON_SHUTDOWN.pop()()
+
+
+def starting(delta: int) -> None:
+    """A start in a thread of its own begins (+1) or is through (-1)."""
+    global _STARTING
+    with _STARTING_LOCK:
+        _STARTING += delta
 
 
 def on_shutdown(hook: Callable[[], None]) -> None:

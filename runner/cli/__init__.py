@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster import ClusterError, head_lost
+from cluster import ClusterError, head_lost, shutdown_if_owned
 from runner import errors
 from runner.cli.options import (
     add_execution_options,
@@ -221,7 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, raise_terminated)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        # Everything is committed: stop the embedded Ray now rather than in Ray's exit hook, which first
+        # sleeps half a second for workers' last log lines (docs/architecture.md, "Start-up and teardown").
+        shutdown_if_owned()
+        return code
     except ConfigError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 2
