@@ -26,6 +26,10 @@ from runner.execute.local import LocalExecutor
 from runner.execute.ray_pool import RayExecutor
 from runner.store.records import RunRecord
 
+# Cells of one batch key run together in process while Ray starts: a quarter of the pool's default
+# batch keeps most of batching's gain and bounds what the driver still owes when the actors are ready.
+WARM_MAX_BATCH = 16
+
 
 class Starter(Protocol):
     """A start under way (cluster.background.BackgroundStart): `ready` once it is through or failed."""
@@ -91,7 +95,9 @@ class WarmStartExecutor:
         self.pool.close()
 
     def _local(self) -> LocalExecutor:
-        return LocalExecutor(threads=self.pool.threads, batch=self.pool.batch, max_batch=self.pool.max_batch)
+        # Smaller batches than the pool's: a batch under way here when Ray comes up is finished here first.
+        batch = min(self.pool.max_batch, WARM_MAX_BATCH)
+        return LocalExecutor(threads=self.pool.threads, batch=self.pool.batch, max_batch=batch)
 
     def _ray(self) -> RayExecutor:
         self.start()
