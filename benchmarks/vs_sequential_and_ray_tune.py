@@ -8,7 +8,9 @@ Contenders, run in a rotating order within each round:
                  single core gives; no store, no records)
   chunked-ray    embedded Ray, one remote task per chunk of 50 configs, `ray.get` of all (hand-written
                  parallelism without a store: the floor of this machine's cores)
-  convgrid       `convgrid run GRID --results FRESH_DIR` (embedded Ray, Parquet store, progress off)
+  convgrid       `convgrid run GRID --results FRESH_DIR` (embedded Ray, Parquet store, progress off;
+                 the default executor, auto: cells run in the driver while Ray starts)
+  convgrid-ray   the same with `--executor ray` (every cell on Ray: the driver waits for Ray to start)
   tune-reuse     Ray Tune over the same configs, `reuse_actors=True`, a function trainable reporting
                  the final error (storage in a fresh folder)
   tune-default   Ray Tune with its defaults, capped at `--tune-default-trials` configs and
@@ -102,18 +104,23 @@ def tune_default(_: int, cap: int, tmp: Path) -> None:
     _tune(cap, tmp)
 
 
-def convgrid(runs: int, _: int, tmp: Path) -> None:
+def convgrid(runs: int, _: int, tmp: Path, *options: str) -> None:
     (tmp / "grid.yaml").write_text(grid_yaml(runs))
     from runner.cli import main as cli
 
-    code = cli(["run", str(tmp / "grid.yaml"), "--results", str(tmp / "results"), "--no-progress"])
+    code = cli(["run", str(tmp / "grid.yaml"), "--results", str(tmp / "results"), "--no-progress", *options])
     assert code == 0
+
+
+def convgrid_ray(runs: int, cap: int, tmp: Path) -> None:
+    convgrid(runs, cap, tmp, "--executor", "ray")
 
 
 CONTENDERS = {
     "sequential": sequential,
     "chunked-ray": chunked_ray,
     "convgrid": convgrid,
+    "convgrid-ray": convgrid_ray,
     "tune-reuse": tune_reuse,
     "tune-default": tune_default,
 }
