@@ -17,8 +17,10 @@ Contenders, run in a rotating order within each round:
                  extrapolated linearly to `--runs` (it starts a new worker per trial)
 Printed per contender: seconds min/median/max over rounds, and the ratio to `sequential` of the same
 round, min/median/max. The machine may be shared: ratios within a round are the numbers to quote.
-Ray's workers run at niceness 15 by default (Ray's worker_niceness), the driver and the sequential
-loop at the caller's niceness: every contender that uses Ray pays that alike.
+Ray's workers run at niceness 15 by default (Ray's worker_niceness): on a shared machine the runs
+would get the CPU last, behind the sequential loop at the caller's niceness. Every contender here
+starts Ray through `cluster.connect`, which sets RAY_worker_niceness=0 for the embedded Ray (unless the
+caller set it), so all contenders run at the caller's niceness alike.
 """
 
 from __future__ import annotations

@@ -40,8 +40,10 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
         "--executor",
         default="auto",
         choices=["auto", "ray", "local"],
-        help="ray, local (in-process), or auto (default): ray, except local for work the stored run times "
-        "say takes under CONVGRID_SMALL_WORK_S (3 s), less than starting Ray",
+        help="ray, local (in-process), or auto (default): local for work the stored run times say takes under "
+        "CONVGRID_SMALL_WORK_S (3 s), less than starting Ray; else the embedded Ray, with cells run in process "
+        "while it starts (a grid that ends first never waits for it); ray with --address, --timeout or "
+        "--gpus-per-worker",
     )
     p.add_argument(
         "--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)"
