@@ -7,7 +7,8 @@ fate-sharing (Linux PR_SET_PDEATHSIG), and the kernel ties that to the *thread* 
 the starting thread to end, they would be killed with it. So it parks until `shutdown_if_owned` has
 stopped Ray, or until the process exits. A process that exits while the start is still under way takes
 Ray's head with it (that same fate-sharing; Ray's exit hook stops whatever is already connected), and
-the raylet's two agents, which watch the raylet, exit on their own a few seconds later.
+the raylet's two agents, which watch the raylet, exit on their own once they notice (here: still
+there 12 s after such an exit, gone 32 s after).
 """
 
 from __future__ import annotations
