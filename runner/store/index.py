@@ -1,10 +1,10 @@
 """A compact index of the runs a store has settled, for planning a grid without holding its cells.
 
-A run is keyed by the first 16 hex digits of its id as an unsigned 64-bit integer: a sorted array of
-them is 8 bytes per run, and membership for a whole grid is one vectorised search (numpy), so a
-re-submitted million-cell grid is answered without a Python object per stored run. Two different run
-ids share a key with probability about n^2 / 2^65 (3e-8 for a million runs); where they did, the
-younger cell would be taken for done.
+A run is keyed by the first 16 hex digits of its id as an unsigned 64-bit integer
+(runner.store.index_keys): a sorted array of them is 8 bytes per run, and membership for a whole grid
+is one vectorised search (numpy), so a re-submitted million-cell grid is answered without a Python
+object per stored run. Where two ids shared a key (about n^2 / 2^65), the younger cell would be taken
+for done.
 """
 
 from __future__ import annotations
@@ -16,36 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runner.store.index_keys import id_array, run_keys, stored_keys
 from runner.store.store import ResultStore
 from tasks.status import FINAL_STATUSES, is_settled
 
-_NIBBLE = np.full(256, 255, dtype=np.uint64)
-_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint64)
-
-
-def run_keys(ids: np.ndarray) -> np.ndarray:
-    """uint64 keys of run ids given as a numpy bytes array (dtype S32, lower-case hex). One hex digit
-    at a time: a (n, 16) table of nibbles would be 128 bytes a run, four times the ids themselves."""
-    digits = np.ascontiguousarray(ids, dtype="S32").view(np.uint8).reshape(len(ids), 32)
-    keys = np.zeros(len(ids), dtype=np.uint64)
-    for column in range(16):
-        nibble = _NIBBLE[digits[:, column]]
-        if (nibble == 255).any():
-            raise ValueError("run ids must be lower-case hexadecimal")
-        keys <<= np.uint64(4)
-        keys |= nibble
-    return keys
-
-
-def stored_keys(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Keys of run ids read from the store. An id that is not 32 lower-case hex digits (a store written
-    by hand or by an old convgrid) is no cell of any grid, and is left out rather than mis-keyed."""
-    ids = ids.filter(pc.match_substring_regex(ids, "^[0-9a-f]{32}$"))
-    return run_keys(np.array(ids.to_numpy(zero_copy_only=False), dtype="S32"))
-
-
-def id_array(ids: Iterable[str]) -> np.ndarray:
-    return np.array([i.encode() for i in ids], dtype="S32")
+__all__ = ["SettledIndex", "id_array", "run_keys", "stored_keys"]
 
 
 @dataclass(frozen=True)
