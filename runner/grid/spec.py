@@ -344,8 +344,14 @@ def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
     """(run ids, positions) of the grid's distinct cells in file order: every cell validated (or its
     block found in the cache of validated blocks), each id kept as 32 bytes. Two blocks asking for the
     same run share it (its first position is kept)."""
-    ids = np.concatenate([np.empty(0, dtype="S32"), *(_block_ids(b) for b in blocks)])
+    ids = np.empty(sum(b.size for b in blocks), dtype="S32")
+    offset = 0
+    for block in blocks:  # each block's ids copied into place and dropped: never all blocks twice over
+        ids[offset : offset + block.size] = _block_ids(block)
+        offset += block.size
     _, first = np.unique(run_keys(ids), return_index=True)
+    if len(first) == len(ids):  # no run asked for twice (the usual grid): no copy of the ids
+        return ids, np.arange(len(ids), dtype=np.int64)
     first.sort()
     return ids[first], first.astype(np.int64)
 
