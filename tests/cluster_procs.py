@@ -46,12 +46,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ports() -> list[str]:
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are chosen (one at a time, the OS may
+    hand out a port just released twice, and a node whose two services share a port does not start)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+
+
+def _ports(*extra: str) -> list[str]:
     # Explicit free ports: Ray's fixed defaults (dashboard agent 52365, 8265, ...) would collide with
     # other Rays on this machine. Worker ports 0/0: the OS picks them.
     args = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port"]
-    args += ["--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"]
-    out = [x for name in args for x in (name, str(free_port()))]
+    args += ["--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port", *extra]
+    out = [x for name, port in zip(args, free_ports(len(args)), strict=True) for x in (name, str(port))]
     return [*out, "--min-worker-port", "0", "--max-worker-port", "0"]
 
 
@@ -85,6 +95,9 @@ class HandCluster:
     token_file: Path
     port: int = field(default_factory=free_port)
     nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # Each `ray start` writes a log of its own: a restarted head must not find its predecessor's
+    # "Ray runtime started" (and a node that died on start shows why).
+    logs: dict[int, Path] = field(default_factory=dict)
 
     @classmethod
     def create(cls) -> HandCluster:
@@ -128,20 +141,30 @@ class HandCluster:
             env.pop("RAY_AUTH_TOKEN_PATH", None)
         return env
 
-    def _start(self, args: list[str], log: str, head: bool) -> subprocess.Popen[bytes]:
+    def _start(self, args: list[str], head: bool, num_cpus: int = 1) -> subprocess.Popen[bytes]:
         command = [RAY] if head else [sys.executable, "-c", _WORKER_START]
-        with open(self.root / log, "ab") as out:
+        log = self.root / f"{'head' if head else 'worker'}{len(self.logs)}.log"
+        with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [*command, "start", "--block", "--num-cpus", "1", *args, *_ports()],
+                [
+                    *command,
+                    "start",
+                    "--block",
+                    "--num-cpus",
+                    str(num_cpus),
+                    *args,
+                    *_ports(*(["--dashboard-port"] if head else [])),
+                ],
                 env=self.node_env(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: see stop_node
             )
         self.nodes.append(proc)
+        self.logs[proc.pid] = log
         return proc
 
-    def start_head(self) -> subprocess.Popen[bytes]:
+    def start_head(self, num_cpus: int = 1) -> subprocess.Popen[bytes]:
         head = self._start(
             [
                 "--head",
@@ -151,28 +174,25 @@ class HandCluster:
                 str(self.port),
                 "--include-dashboard",
                 "false",
-                "--dashboard-port",
-                str(free_port()),
                 "--temp-dir",
                 str(self.root / "ray"),
                 "--disable-usage-stats",
             ],
-            "head.log",
             head=True,
+            num_cpus=num_cpus,
         )
         self.wait_for_nodes(1, head)
         return head
 
     def add_worker_node(self) -> subprocess.Popen[bytes]:
         n = self.alive_nodes() + 1
-        node = self._start(
-            ["--address", self.address, "--node-ip-address", "127.0.0.1"], f"worker{len(self.nodes)}.log", head=False
-        )
+        node = self._start(["--address", self.address, "--node-ip-address", "127.0.0.1"], head=False)
         self.wait_for_nodes(n, node)
         return node
 
     def alive_nodes(self) -> int:
-        """Alive nodes as the GCS sees them, asked by a short-lived driver."""
+        """Alive nodes as the GCS sees them, asked by a short-lived driver (which gives up on a GCS that
+        does not answer after 10 tries, about 10 s, not Ray's default 20)."""
         proc = subprocess.run(
             [
                 sys.executable,
@@ -180,7 +200,7 @@ class HandCluster:
                 f"import ray; ray.init(address={self.address!r}, logging_level='ERROR'); "
                 "print(sum(n['Alive'] for n in ray.nodes()))",
             ],
-            env=self.node_env(),
+            env={**self.node_env(), "RAY_gcs_server_port_wait_time_s": "10"},
             capture_output=True,
             text=True,
             timeout=120,
@@ -189,7 +209,7 @@ class HandCluster:
 
     def wait_for_nodes(self, n: int, node: subprocess.Popen[bytes], timeout_s: float = 180.0) -> None:
         """Until `node`'s `ray start` says it started, then until the GCS counts n alive nodes."""
-        log = self.root / ("head.log" if node is self.nodes[0] else f"worker{self.nodes.index(node)}.log")
+        log = self.logs[node.pid]
         deadline = time.monotonic() + timeout_s
         while "Ray runtime started" not in log.read_text(errors="replace"):
             if node.poll() is not None:
@@ -198,8 +218,10 @@ class HandCluster:
                 raise TimeoutError(f"ray start did not finish: see {log}")
             time.sleep(0.5)
         while self.alive_nodes() < n:
+            if node.poll() is not None:
+                raise RuntimeError(f"ray start exited ({node.returncode}) after starting: {log.read_text()[-2000:]}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the GCS does not count {n} alive nodes: see {self.root}/*.log")
+                raise TimeoutError(f"the GCS does not count {n} alive nodes: see {log}")
             time.sleep(1.0)
 
     def stop_node(self, node: subprocess.Popen[bytes]) -> None:

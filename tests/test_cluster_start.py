@@ -89,7 +89,8 @@ def test_grid_and_study_on_a_hand_started_two_node_cluster_with_token_auth(
 
 def test_a_driver_without_the_token_is_told_what_to_do(tmp_path: Path, hand_cluster: HandCluster) -> None:
     grid = _grid(tmp_path, 2, 0.0, "no_token")
-    env = hand_cluster.driver_env(token=False)
+    # Ray retries a GCS that refuses it once a second, 20 times by default; 3 tries show the same refusal.
+    env = {**hand_cluster.driver_env(token=False), "RAY_gcs_server_port_wait_time_s": "3"}
     proc = _cli(env, "run", str(grid), "--address", hand_cluster.address, "--results", str(tmp_path / "r"))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
@@ -148,7 +149,10 @@ def test_head_lost_mid_grid_exits_with_a_message_and_a_new_cluster_resumes(
     tmp_path: Path, hand_cluster: HandCluster
 ) -> None:
     n = 60
-    grid = _grid(tmp_path, n, 0.5, "head_lost")  # 60 x 0.5 s on two 1-CPU nodes: ~15 s of work
+    # 60 x 0.25 s on two 1-CPU nodes: ~7.5 s of work. The first part is stored about 2 s in (flush_s);
+    # the surviving worker node goes on for the ~4 s the driver takes to call the head lost, so some
+    # 15 s of one CPU's work are still left then, and the new 2-CPU head does the rest.
+    grid = _grid(tmp_path, n, 0.25, "head_lost")
     results = tmp_path / "results"
     env = {**hand_cluster.driver_env(token=True), "CONVGRID_HEAD_GRACE_S": "3"}
     args = ["run", str(grid), "--results", str(results), "--no-progress"]
@@ -183,7 +187,7 @@ def test_head_lost_mid_grid_exits_with_a_message_and_a_new_cluster_resumes(
         hand_cluster.stop_node(node)
     hand_cluster.nodes.clear()
     hand_cluster.port = free_port()
-    hand_cluster.start_head()
+    hand_cluster.start_head(num_cpus=2)  # the work left runs on both cores
     again = _cli(env, *args, "--address", hand_cluster.address)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"ran {n - len(before)} of {n} cells" in again.stdout
@@ -236,7 +240,7 @@ def test_head_lost_mid_study_exits_with_a_message_and_a_new_cluster_resumes(
     assert "Traceback" not in err and "convgrid: error: lost the Ray head at" in err
     hand_cluster.nodes.clear()
     hand_cluster.port = free_port()
-    hand_cluster.start_head()
+    hand_cluster.start_head(num_cpus=2)  # the work left runs on both cores
     again = _cli(env, *args, "--address", hand_cluster.address)
     assert again.returncode == 0, again.stdout + again.stderr
     trials = read_trials(ResultStore(results), "head_lost_study").to_pylist()

@@ -1,19 +1,22 @@
 """Secrets never leave the process: a results URI and an Optuna storage URL that carry credentials
 are used for a grid, a rerun, a study, status and a report; the secret appears in no line printed
-and in no file written (under the results root, in the report folder)."""
+and in no file written (under the results root, in the report folder).
+
+The commands run in this process (`runner.cli.main`, as tests/test_object_store.py does), with output
+captured at the file descriptors: what the CLI, logging, warnings and the C++ libraries beneath
+(pyarrow's S3 client, psycopg) write to stdout or stderr is all seen, without seven interpreter
+start-ups."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from runner.cli import main
 from runner.errors import redact
-from tests.conftest import REPO
 from tests.test_object_store import s3_root  # noqa: F401 - the fixture: moto's S3 server on loopback
 
 SECRET = "SuperSecret123"
@@ -37,7 +40,11 @@ def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
-def test_no_command_prints_or_writes_a_secret(tmp_path: Path, s3_root: str) -> None:  # noqa: F811 - the imported fixture, requested by name
+def test_no_command_prints_or_writes_a_secret(
+    tmp_path: Path,
+    s3_root: str,  # noqa: F811 - the imported fixture, requested by name
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     root = s3_root.replace("s3://", f"s3://AKIDEXAMPLE:{SECRET}@")
     pg = os.environ.get("CONVGRID_TEST_PG_URL")
     if pg is None:
@@ -64,11 +71,10 @@ def test_no_command_prints_or_writes_a_secret(tmp_path: Path, s3_root: str) -> N
     outputs: list[str] = []
 
     def cli(*args: str, ok: bool = True) -> None:
-        proc = subprocess.run(
-            [sys.executable, "-m", "runner.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=180
-        )
-        outputs.extend([proc.stdout, proc.stderr])
-        assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr
+        code = main(list(args))
+        out, err = capfd.readouterr()
+        outputs.extend([out, err])
+        assert (code == 0) == ok, out + err
 
     cli("run", str(grid), "--results", root, "--executor", "local", "--no-progress")
     from runner.store import ResultStore
