@@ -336,3 +336,49 @@ def test_status_counts_as_an_independent_count_of_the_stored_rows(tmp_path: Path
         e.strip().splitlines()[0] for e in store.read_runs("faulty", ["error"]).to_pandas()["error"].dropna()
     ]
     assert report.errors == [("faulty", failed["run_id"].iloc[0], first_lines[0])] and len(first_lines) == 1
+
+
+def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs parts holding several rows of one run (a store from before runs/ kept only the newest, or
+    two drivers), a null `finished`, an id that is no run id: the index's newest status of every run
+    equals `read_runs` (latest_per_run), read in batches of 2 rows."""
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+
+    from runner.store import index
+
+    ids = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(5)]
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def part(rows: list[tuple[str, str, int | None]]) -> pa.Table:
+        finished = [None if s is None else t0 + timedelta(seconds=s) for _, _, s in rows]
+        return pa.table(
+            {
+                "run_id": [r for r, _, _ in rows],
+                "status": [s for _, s, _ in rows],
+                "finished": pa.array(finished, pa.timestamp("us", tz="UTC")),
+                "batch_id": ["b"] * len(rows),
+            }
+        )
+
+    store = ResultStore(tmp_path)
+    store.write_part(
+        part([(ids[0], "failed", 1), (ids[1], "ok", 5), (ids[2], "ok", None), ("r-legacy", "ok", 1)]), "runs/task=t"
+    )
+    store.write_part(
+        part([(ids[0], "ok", 2), (ids[1], "failed", 3), (ids[2], "timeout", 1), (ids[3], "pruned", 1)]), "runs/task=t"
+    )
+    store.write_part(part([(ids[4], "diverged", 4), (ids[0], "timeout", 2)]), "runs/task=t")
+    expected = store.read_runs("t", ["status"]).to_pylist()
+    monkeypatch.setattr(index, "READ_ROWS", 2)
+    keys, codes, names = index.newest_statuses(store, "t")
+    settled = SettledIndex.read(store, ["t"])
+    newest = {int(r["run_id"][:16], 16): r["status"] for r in expected if r["run_id"] != "r-legacy"}
+    assert dict(zip(keys.tolist(), [names[c] for c in codes.tolist()], strict=True)) == newest
+    assert newest[run_keys(id_array(ids[:1]))[0]] == "ok"  # finished 2 twice: the first read wins, as there
+    final = sorted(k for k, s in newest.items() if s in ("ok", "diverged"))
+    # ids[2]: a timeout beats an ok with no finished time; ids[3] pruned runs again
+    assert settled.final.tolist() == final and settled.skipped.tolist() == run_keys(id_array(ids[2:3])).tolist()
