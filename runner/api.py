@@ -33,7 +33,7 @@ from runner.store import ResultStore, RunRecord
 from runner.store.claims import Claims
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.group_commit import GroupCommit
-from runner.store.index import SettledIndex, run_keys, stored_keys
+from runner.store.index import SettledIndex, member_keys, run_keys
 from runner.store.store import TASK_KINDS, task_dir
 
 
@@ -148,7 +148,7 @@ MEMBER_PART_ROWS = 262_144  # members rows per part file: a million-cell grid wr
 def write_grid_members(store: ResultStore, grid: CellSource, kind: str = "grid") -> int:
     """Link every cell of `grid` to it in members/, the rows not already there, written in parts of
     MEMBER_PART_ROWS rows built column-wise from the run ids (no row dict per cell). Returns how many."""
-    have = np.sort(stored_keys(store.member_ids(grid.name)))
+    have = member_keys(store, grid.name)
     keys = run_keys(grid.ids)
     if len(have):
         at = np.searchsorted(have, keys).clip(max=len(have) - 1)

@@ -9,9 +9,10 @@ for done.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +24,7 @@ from runner.store.store import RUNS, ResultStore, task_dir
 from tasks.status import FINAL_STATUSES, is_settled
 
 __all__ = ["SettledIndex", "id_array", "run_keys", "stored_keys"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -69,22 +71,16 @@ READ_ROWS = 65_536  # rows decoded at a time: a part of a million runs is never 
 def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(keys, status codes, status names) of the newest row of every stored run of `task` (by
     `finished`, a null one oldest; equal ones: the first read, as `latest_per_run` keeps), keys sorted.
-    The runs parts are read in batches of READ_ROWS rows, three columns, each turned into 17 bytes a
-    row at once (key, finished, status code); reading them as one table cost ~180 MB for a million runs.
-    A part that fails to read is marked damaged and left out, as every reader does."""
+    The runs parts are read in batches of READ_ROWS rows, three columns, each batch turned at once into
+    18 bytes a row (key, finished, status code): read as one table (`read_runs`), a million runs cost
+    ~180 MB more. A part that fails to read is marked damaged and left out (`per_part`)."""
     names: list[str] = []
     keys: list[np.ndarray] = [np.empty(0, dtype=np.uint64)]
     finished: list[np.ndarray] = [np.empty(0, dtype=np.float64)]
     codes: list[np.ndarray] = [np.empty(0, dtype=np.int16)]
-    for part in store.reader.readable(store.parts(task_dir(RUNS, task))):
-        try:
-            read = list(_part_rows(store, part, names))
-        except FileNotFoundError:
-            raise  # replaced by a transaction meanwhile: the caller lists again
-        except (OSError, pa.ArrowException) as exc:
-            store.reader.mark_damaged(part, exc)
-            continue
-        for k, f, c in read:
+    columns = ["run_id", "status", "finished"]
+    for rows in per_part(store, store.parts(task_dir(RUNS, task)), columns, partial(_status_rows, names=names)):
+        for k, f, c in rows:
             keys.append(k)
             finished.append(f)
             codes.append(c)
@@ -97,25 +93,54 @@ def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarr
     return key[first], code[first], names
 
 
-def _part_rows(store: ResultStore, part: str, names: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(keys, finished as float microseconds with nulls as -inf, status codes into `names`, which grows)
-    of one runs part, batch by batch; rows whose id is not a run id (a legacy store's) are left out."""
+def part_batches(store: ResultStore, part: str, wanted: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The rows of one part, READ_ROWS at a time, with those of the `wanted` columns it has: pages
+    decoded as they are read (no pre-buffering), their checksums verified as every reader does."""
     file = store.files.fs.open_input_file(store.files.abs(part))
     reader = pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True)
-    columns = [c for c in ("run_id", "status", "finished") if c in reader.schema_arrow.names]
-    for batch in reader.iter_batches(batch_size=READ_ROWS, columns=columns, use_threads=False):
-        ids = batch.column("run_id")
-        valid = pc.fill_null(pc.match_substring_regex(ids, RUN_ID), False)
-        batch = batch.filter(valid)
-        if "finished" in columns:
-            micros = pc.cast(pc.cast(batch.column("finished"), pa.timestamp("us", "UTC")), pa.int64())
-            when = pc.fill_null(pc.cast(micros, pa.float64()), -np.inf).to_numpy()
-        else:
-            when = np.full(batch.num_rows, -np.inf)
-        status = batch.column("status").dictionary_encode()
-        for name in status.dictionary.to_pylist():
-            if name not in names:
-                names.append(name)
-        lookup = np.array([names.index(n) for n in status.dictionary.to_pylist()] + [-1], dtype=np.int16)
-        indices = pc.fill_null(status.indices, -1).to_numpy(zero_copy_only=False)
-        yield run_keys(fixed_width(batch.column("run_id"))), np.asarray(when, dtype=np.float64), lookup[indices]
+    columns = [c for c in wanted if c in reader.schema_arrow.names]
+    return reader.iter_batches(batch_size=READ_ROWS, columns=columns, use_threads=False)
+
+
+def per_part(
+    store: ResultStore, parts: Sequence[str], wanted: Sequence[str], convert: Callable[[pa.RecordBatch], T]
+) -> Iterator[list[T]]:
+    """`convert` of each batch of each readable part, a list per part: a part that fails to read midway
+    is marked damaged and left out whole, as every reader does, and only the converted (compact) form
+    of a part is held until it is read to its end. A FileNotFoundError (a transaction replaced the
+    part) is the caller's to retry."""
+    for part in store.reader.readable(parts):
+        try:
+            yield [convert(batch) for batch in part_batches(store, part, wanted)]
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            store.reader.mark_damaged(part, exc)
+
+
+def member_keys(store: ResultStore, grid: str) -> np.ndarray:
+    """Sorted keys of the run ids members/ links to `grid`, read in batches (two columns)."""
+
+    def keys_of(batch: pa.RecordBatch) -> np.ndarray:
+        return stored_keys(batch.filter(pc.equal(batch.column("grid"), grid)).column("run_id"))
+
+    parts = per_part(store, store.parts("members"), ["grid", "run_id"], keys_of)
+    return np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(k for part in parts for k in part)]))
+
+
+def _status_rows(batch: pa.RecordBatch, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, finished as float microseconds with nulls as -inf, status codes into `names`, which grows)
+    of a batch of a runs part; rows whose id is not a run id (a legacy store's) are left out."""
+    batch = batch.filter(pc.fill_null(pc.match_substring_regex(batch.column("run_id"), RUN_ID), False))
+    if "finished" in batch.schema.names:
+        micros = pc.cast(pc.cast(batch.column("finished"), pa.timestamp("us", "UTC")), pa.int64())
+        when = pc.fill_null(pc.cast(micros, pa.float64()), -np.inf).to_numpy()
+    else:
+        when = np.full(batch.num_rows, -np.inf)
+    status = batch.column("status").dictionary_encode()
+    for name in status.dictionary.to_pylist():
+        if name not in names:
+            names.append(name)
+    lookup = np.array([names.index(n) for n in status.dictionary.to_pylist()] + [-1], dtype=np.int16)
+    indices = pc.fill_null(status.indices, -1).to_numpy(zero_copy_only=False)
+    return run_keys(fixed_width(batch.column("run_id"))), np.asarray(when, dtype=np.float64), lookup[indices]

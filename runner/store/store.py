@@ -270,14 +270,6 @@ class ResultStore:
 
         return self.retrying(read)
 
-    def member_ids(self, grid: str) -> pa.Array:
-        """Run ids already linked to `grid` in members/ (one column read, filtered in the scan)."""
-
-        def read() -> pa.Table:
-            return self.reader.read(self.parts("members"), MEMBER_SCHEMA, ["run_id"], pc.field("grid") == grid)
-
-        return self.retrying(read)["run_id"].combine_chunks()
-
     def read_table(
         self,
         kind: str,
