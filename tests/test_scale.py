@@ -382,3 +382,20 @@ def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_
     final = sorted(k for k, s in newest.items() if s in ("ok", "diverged"))
     # ids[2]: a timeout beats an ok with no finished time; ids[3] pruned runs again
     assert settled.final.tolist() == final and settled.skipped.tolist() == run_keys(id_array(ids[2:3])).tolist()
+
+
+def test_a_cache_entry_cut_short_or_of_another_shape_is_computed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.grid import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    ids = load_grid(_grid([0.01, 0.02])).ids.tolist()
+    entries = sorted((tmp_path / "cache").glob("*.npy"))
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[:-5])  # cut short: its last id half there
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids
+    for entry in entries:
+        np.save(entry, np.zeros(3, dtype="S16"))
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids
+    assert all(np.load(e).dtype == np.dtype("S32") for e in entries)  # stored again, whole

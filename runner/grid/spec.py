@@ -346,8 +346,8 @@ def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
     same run share it (its first position is kept)."""
     ids = np.empty(sum(b.size for b in blocks), dtype="S32")
     offset = 0
-    for block in blocks:  # each block's ids copied into place and dropped: never all blocks twice over
-        ids[offset : offset + block.size] = _block_ids(block)
+    for block in blocks:  # each block's ids put in place: never all blocks twice over
+        _block_ids(block, ids[offset : offset + block.size])
         offset += block.size
     _, first = np.unique(run_keys(ids), return_index=True)
     if len(first) == len(ids):  # no run asked for twice (the usual grid): no copy of the ids
@@ -356,18 +356,18 @@ def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
     return ids[first], first.astype(np.int64)
 
 
-def _block_ids(block: Block) -> np.ndarray:
+def _block_ids(block: Block, out: np.ndarray) -> None:
+    """Fill `out` with the block's run ids: read from the cache of validated blocks, else computed."""
     path = block_cache.entry(block.task, block.spec.model_dump())  # python values: NaN is refused, not nulled
-    cached = block_cache.load(path, block.size)
-    if cached is not None:
-        return cached
+    if block_cache.load_into(path, out):
+        return
     ids = product_ids(block.task, block.spec.params, block.all_axes)
     # The first and last cells cross-checked against the per-cell path, a guard against a pydantic whose
     # schemas the fast path misreads; per cell, every invalid cell is refused with its key as always.
     if ids is None or any(ids[p] != block.cell(block.raw_at(p)).run_id.encode() for p in {0, len(ids) - 1}):
         ids = per_cell_ids(block)
     block_cache.store(path, ids)
-    return ids
+    out[:] = ids
 
 
 def per_cell_ids(block: Block) -> np.ndarray:
