@@ -348,7 +348,7 @@ def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_
 
     import pyarrow as pa
 
-    from runner.store import index
+    from runner.store import index, index_keys
 
     ids = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(5)]
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -373,7 +373,7 @@ def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_
     )
     store.write_part(part([(ids[4], "diverged", 4), (ids[0], "timeout", 2)]), "runs/task=t")
     expected = store.read_runs("t", ["status"]).to_pylist()
-    monkeypatch.setattr(index, "READ_ROWS", 2)
+    monkeypatch.setattr(index_keys, "READ_ROWS", 2)
     keys, codes, names = index.newest_statuses(store, "t")
     settled = SettledIndex.read(store, ["t"])
     newest = {int(r["run_id"][:16], 16): r["status"] for r in expected if r["run_id"] != "r-legacy"}

@@ -17,9 +17,8 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from runner.store.index_keys import RUN_ID, fixed_width, id_array, run_keys, stored_keys
+from runner.store.index_keys import RUN_ID, fixed_width, id_array, part_batches, run_keys, stored_keys
 from runner.store.store import RUNS, ResultStore, task_dir
 from tasks.status import FINAL_STATUSES, is_settled
 
@@ -65,9 +64,6 @@ def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
     return np.asarray(sorted_keys[at] == keys)
 
 
-READ_ROWS = 65_536  # rows decoded at a time: a part of a million runs is never one table in memory
-
-
 def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(keys, status codes, status names) of the newest row of every stored run of `task` (by
     `finished`, a null one oldest; equal ones: the first read, as `latest_per_run` keeps), keys sorted.
@@ -93,15 +89,6 @@ def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarr
     return key[first], code[first], names
 
 
-def part_batches(store: ResultStore, part: str, wanted: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """The rows of one part, READ_ROWS at a time, with those of the `wanted` columns it has: pages
-    decoded as they are read (no pre-buffering), their checksums verified as every reader does."""
-    file = store.files.fs.open_input_file(store.files.abs(part))
-    reader = pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True)
-    columns = [c for c in wanted if c in reader.schema_arrow.names]
-    return reader.iter_batches(batch_size=READ_ROWS, columns=columns, use_threads=False)
-
-
 def per_part(
     store: ResultStore, parts: Sequence[str], wanted: Sequence[str], convert: Callable[[pa.RecordBatch], T]
 ) -> Iterator[list[T]]:
@@ -111,7 +98,7 @@ def per_part(
     part) is the caller's to retry."""
     for part in store.reader.readable(parts):
         try:
-            yield [convert(batch) for batch in part_batches(store, part, wanted)]
+            yield [convert(batch) for batch in part_batches(store.fs, store.files.abs(part), wanted)]
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as exc:

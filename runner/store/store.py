@@ -41,7 +41,7 @@ from runner.store.claims import LEASE_S, Claims, grid_key
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
 from runner.store.exclusive import S3IfNoneMatch, for_root
 from runner.store.files import WriterLock, is_local
-from runner.store.index_keys import RUN_ID, stored_keys
+from runner.store.index_keys import RUN_ID, part_batches, stored_keys
 from runner.store.lease_lock import LOCK_LEASE_S, LeaseLock
 from runner.store.parts import PartReader
 from runner.store.records import RunRecord
@@ -201,6 +201,19 @@ class ResultStore:
         (if its transaction fails, the part is never visible and the next flush forgets it)."""
         self._part_keys.setdefault(task, {})[part] = PartKeys.of(table["run_id"])
 
+    def _read_keys(self, part: str) -> PartKeys:
+        """The keys of a runs part's ids, read in batches (a million-row part's ids as one column were
+        ~120 MB of a flush); a part that fails midway is marked damaged and holds nothing, as on read."""
+        try:
+            return PartKeys.join(
+                [PartKeys.of(b.column("run_id")) for b in part_batches(self.fs, self.files.abs(part), ["run_id"])]
+            )
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            self.reader.mark_damaged(part, exc)
+            return PartKeys.join([])
+
     def stored_rows(self, task: str, parts: Sequence[str], run_ids: Sequence[str]) -> pa.Table:
         """(part, run_id, batch_id, finished) of the rows of `run_ids` in the given runs parts, with
         `finished` in integer microseconds (see `micros`).
@@ -214,7 +227,7 @@ class ResultStore:
         for gone in set(known) - visible:
             del known[gone]
         for new in sorted(visible - set(known)):
-            self.remember(task, new, self.reader.read([new], self.reader.unified_schema([new]), columns=["run_id"]))
+            known[new] = self._read_keys(new)
         wanted = PartKeys.of(pa.array(run_ids, pa.string()))
         rows = [ROWS_FOUND.empty_table()]
         for part in sorted(visible):
@@ -385,6 +398,11 @@ class PartKeys:
         odd = pc.invert(pc.fill_null(pc.match_substring_regex(ids, RUN_ID), False))
         others = frozenset(ids.filter(odd).to_pylist()) if pc.any(odd).as_py() else frozenset()
         return cls(np.sort(stored_keys(ids)), others)
+
+    @classmethod
+    def join(cls, pieces: Sequence[PartKeys]) -> PartKeys:
+        keys = np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(p.keys for p in pieces)]))
+        return cls(keys, frozenset().union(*(p.others for p in pieces)))
 
     def meets(self, other: PartKeys) -> bool:
         """Whether the two share a run id (or, rarely, only a key: the caller's read filters by id)."""
