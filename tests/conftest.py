@@ -12,8 +12,10 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,3 +41,34 @@ def ray_local() -> Iterator[object]:
 
 def files_under(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+@dataclass
+class CliResult:
+    """What a `convgrid` command gave: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """`convgrid ARGS` run in this process (runner.cli.main): the same code, exit code and messages as
+    the command line, without an interpreter start-up and its imports per call (a second or more each,
+    which CI's budget pays). Tests whose point is the process (signals, kills, several drivers at
+    once, a fresh interpreter's imports) start real processes instead."""
+    from runner.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()  # what the test printed before is not this command's
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            code = main(list(args))
+        finally:
+            for sig, handler in handlers.items():  # main() installs its own: pytest's come back
+                signal.signal(sig, handler)
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return run

@@ -15,7 +15,6 @@ from tests.fault_matrix import trial
     ("run_s", "n", "signum", "seed"),
     [
         (0.05, 120, signal.SIGKILL, 0),
-        (0.05, 120, signal.SIGKILL, 1),
         (3.0, 6, signal.SIGKILL, 2),
         (3.0, 6, signal.SIGTERM, 3),
     ],

@@ -85,7 +85,7 @@ def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Pat
     address = ray_local.get_runtime_context().gcs_address
     # The Ray executor (drivers joined to the module's Ray), small flushes so that a kill during a part
     # write is likely; several kills at different moments, each once this driver has stored something.
-    for delay in (0.0, 0.15, 0.4):
+    for delay in (0.0, 0.3):
         stored = len(_parts(root))
         proc = _driver(grid, root, "--address", address, "--workers", "2", "--flush-every", "1")
         deadline = time.monotonic() + 120

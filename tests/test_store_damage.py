@@ -5,10 +5,8 @@ the next `run`, and the content is then what it was before the damage."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +17,7 @@ import analysis
 from runner import ResultStore, run_grid
 from runner.store.parts import DamagedPartWarning
 from runner.store.txn import QUARANTINE_DIR
-from tests.conftest import REPO
+from tests.conftest import CliResult
 
 GRID = {
     "name": "damage",
@@ -30,11 +28,6 @@ GRID = {
 }
 # columns that differ between two attempts of the same cell (when and where it ran)
 VOLATILE = ["batch_id", "started", "finished", "wall_s", "host", "device", "code_version", "packages"]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "runner.cli", *args]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, env=dict(os.environ))
 
 
 def content(root: Path) -> dict[str, pd.DataFrame]:
@@ -71,7 +64,7 @@ def _damage(path: Path, mode: str) -> None:
 @pytest.mark.parametrize("mode", ["truncated", "zero-byte", "flipped"])
 @pytest.mark.parametrize("kind", ["runs", "curves"])
 def test_a_damaged_part_is_skipped_listed_quarantined_and_its_runs_rerun(
-    pristine: Path, tmp_path: Path, mode: str, kind: str
+    pristine: Path, tmp_path: Path, mode: str, kind: str, cli: Callable[..., CliResult]
 ) -> None:
     root = tmp_path / "store"
     shutil.copytree(pristine, root)
@@ -87,27 +80,27 @@ def test_a_damaged_part_is_skipped_listed_quarantined_and_its_runs_rerun(
     assert len(curves) == 60  # the lost run's curves are not read (its runs row or its curve rows are gone)
     assert len(analysis.load(root, "faulty")) == 2
 
-    status = _cli("status", str(root))
+    status = cli("status", str(root))
     assert status.returncode == 0, status.stderr
     assert "damaged parts (1" in status.stdout and victim.name in status.stdout
-    plain = _cli("compact", str(root))  # without --repair the damaged task is left alone
+    plain = cli("compact", str(root))  # without --repair the damaged task is left alone
     assert plain.returncode == 0 and "use --repair" in plain.stdout, plain.stderr
     assert victim.exists()
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump(GRID))
-    dry = _cli("run", str(grid), "--results", str(root), "--dry-run")
+    dry = cli("run", str(grid), "--results", str(root), "--dry-run")
     assert dry.returncode == 0 and "to run: " + ("1" if kind == "runs" else "0") in dry.stdout, dry.stderr
-    assert _cli("check", str(root)).returncode == 0
+    assert cli("check", str(root)).returncode == 0
 
-    repaired = _cli("compact", str(root), "--repair")
+    repaired = cli("compact", str(root), "--repair")
     assert repaired.returncode == 0, repaired.stderr
     assert "moved 1 damaged parts to quarantine (1 runs will run again)" in repaired.stdout
     assert not victim.exists()
     assert [p.name for p in (root / QUARANTINE_DIR).rglob("*.parquet")] == [victim.name]
-    clean = _cli("status", str(root))
+    clean = cli("status", str(root))
     assert "damaged" not in clean.stdout and "missing" in clean.stdout
 
-    rerun = _cli("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress")
+    rerun = cli("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress")
     assert rerun.returncode == 0, rerun.stderr
     assert "ran 1 of 5 cells" in rerun.stdout
     after = content(root)
@@ -119,14 +112,14 @@ def test_a_damaged_part_is_skipped_listed_quarantined_and_its_runs_rerun(
     assert len(pd.read_parquet(root / "curves" / "task=least_squares")) == 90
 
 
-def test_a_damaged_attempts_part_costs_no_run(pristine: Path, tmp_path: Path) -> None:
+def test_a_damaged_attempts_part_costs_no_run(pristine: Path, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
     root = tmp_path / "store"
     shutil.copytree(pristine, root)
     before = content(root)
     victim = sorted((root / "attempts" / "task=faulty").glob("part-*.parquet"))[0]
     _damage(victim, "zero-byte")
-    assert victim.name in _cli("status", str(root)).stdout
-    repaired = _cli("compact", str(root), "--repair")
+    assert victim.name in cli("status", str(root)).stdout
+    repaired = cli("compact", str(root), "--repair")
     assert "(0 runs will run again)" in repaired.stdout, repaired.stdout + repaired.stderr
     after = content(root)
     for key in before:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import pandas as pd
@@ -22,7 +23,7 @@ from runner.store import txn as txn_module
 from runner.store.files import KILL_ENV
 from runner.store.trials import read_trials
 from runner.store.txn import PHASES, STAGING_DIR, TXN_DIR, Transaction
-from tests.conftest import REPO
+from tests.conftest import REPO, CliResult
 
 GRID = {
     "name": "faults",
@@ -89,7 +90,9 @@ def messy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_compact_killed_at_every_phase_changes_nothing_readers_see(messy: Path, tmp_path: Path, phase: str) -> None:
+def test_compact_killed_at_every_phase_changes_nothing_readers_see(
+    messy: Path, tmp_path: Path, phase: str, cli: Callable[..., CliResult]
+) -> None:
     root = tmp_path / "store"
     shutil.copytree(messy, root)
     before = logical(root)
@@ -97,11 +100,11 @@ def test_compact_killed_at_every_phase_changes_nothing_readers_see(messy: Path, 
     assert killed.returncode == -9, killed.stderr  # it really died there, by SIGKILL
     assert_same(logical(root), before)  # convgrid's readers, before anyone recovers
     # the next command of any kind (here: status) finishes or undoes the compaction
-    status = _cli("status", str(root))
+    status = cli("status", str(root))
     assert status.returncode == 0, status.stderr
     settled(root)
     assert_same(logical(root), before)
-    done = _cli("compact", str(root))
+    done = cli("compact", str(root))
     assert done.returncode == 0, done.stderr
     settled(root)
     assert_same(logical(root), before)
@@ -109,7 +112,9 @@ def test_compact_killed_at_every_phase_changes_nothing_readers_see(messy: Path, 
 
 
 @pytest.mark.parametrize("phase", ["staging", "marked", "publishing", "published", "deleted"])
-def test_driver_killed_mid_flush_leaves_all_or_nothing(tmp_path: Path, phase: str) -> None:
+def test_driver_killed_mid_flush_leaves_all_or_nothing(
+    tmp_path: Path, phase: str, cli: Callable[..., CliResult]
+) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump(GRID))
     root = tmp_path / "results"
@@ -121,7 +126,7 @@ def test_driver_killed_mid_flush_leaves_all_or_nothing(tmp_path: Path, phase: st
     committed = phase != "staging"  # the marker is the commit point
     runs = sum(len(v) for k, v in seen.items() if k.startswith("runs/"))
     assert runs == (8 if committed else 0)  # the whole flush or nothing
-    again = _cli("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress")
+    again = cli("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress")
     assert again.returncode == 0, again.stderr
     assert ("nothing to run" in again.stdout) == committed
     settled(root)
@@ -131,7 +136,7 @@ def test_driver_killed_mid_flush_leaves_all_or_nothing(tmp_path: Path, phase: st
     assert store.read_curves("least_squares").num_rows == 90
 
 
-def test_compact_racing_a_live_driver_loses_and_doubles_nothing(tmp_path: Path) -> None:
+def test_compact_racing_a_live_driver_loses_and_doubles_nothing(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
     n = 60
     grid = tmp_path / "grid.yaml"
     spec = {
@@ -156,12 +161,14 @@ def test_compact_racing_a_live_driver_loses_and_doubles_nothing(tmp_path: Path) 
     assert store.read_curves("faulty").num_rows == n  # every run kept its curve
     assert store.read_attempts("faulty").num_rows == n  # and ran once
     settled(root)
-    again = _cli("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress")
+    again = cli("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress")
     assert "nothing to run" in again.stdout
 
 
 @pytest.mark.parametrize("phase", ["published", "deleting"])
-def test_retry_killed_while_replacing_the_old_attempt(messy: Path, tmp_path: Path, phase: str) -> None:
+def test_retry_killed_while_replacing_the_old_attempt(
+    messy: Path, tmp_path: Path, phase: str, cli: Callable[..., CliResult]
+) -> None:
     """A --retry-failed flush rewrites the part holding the failed attempt: killed between publishing
     the new part and deleting the old one, readers still see one row per run, the new attempt."""
     root = tmp_path / "store"
@@ -178,7 +185,7 @@ def test_retry_killed_while_replacing_the_old_attempt(messy: Path, tmp_path: Pat
     runs = store.read_runs("faulty").to_pandas()
     assert len(runs) == 5
     assert runs.loc[runs["run_id"] == failed["run_id"].iloc[0], "batch_id"].item() == failed["batch_id"].iloc[-1]
-    assert _cli("status", str(root)).returncode == 0
+    assert cli("status", str(root)).returncode == 0
     settled(root)
 
 
