@@ -9,12 +9,17 @@ wait4):
   dry-run (cold: an empty cache of its own, every block's ids computed), dry-run (warm: blocks from
   the cache), re-submit with every cell done, status, analysis.load of the task,
   re-submit with one cell edited (a one-cell block's lr changed).
+Sizes above --run-max are not run (a million trivial cells take tens of minutes here): their store is
+filled instead, as a compacted store would hold them, with one runs part of a row per cell (a real
+run's row, copied under each cell's run id, status ok) and the grid's members; the commands after
+`run` are then measured against it.
 The grid: one block `product: {lr: 10 values}, repeat: size/10`, plus a one-cell block (the one
 edited). The dry-runs and the commands after `run` repeat `--repeats` times, interleaved with a
 baseline process that only imports the driver (`python -c "import runner.api"`): printed are
 min/median/max of seconds and of the ratio to the baseline within each round (the machine is shared;
-ratios travel better). `--against TREE` adds the cold dry-run of another source tree (say, a `git
-archive` of the commit before a change) to every round, run from that tree with this Python.
+ratios travel better). `--against TREE` runs each of those commands a second time in every round
+from another source tree (say, a `git archive` of the commit before a change) with this Python,
+labelled "against": a before/after measured interleaved on the same loaded machine.
 """
 
 from __future__ import annotations
@@ -45,6 +50,30 @@ def grid_text(size: int, edited: bool = False) -> str:
         "  - task: least_squares\n"
         f"    params: {{d_in: 1, d_out: 1, m: 1, n_iters: 1, lr: {one}, seed: 7}}\n"
     )
+
+
+def fill_store(results: str, grid: str, env: dict[str, str]) -> None:
+    """Store every cell of `grid` as done without running it: one real run's row (a cell outside the
+    grid, run by `convgrid run`) copied under each cell's run id into one runs part, and the members."""
+    template = Path(results).parent / "template.yaml"
+    template.write_text(
+        "name: template\nblocks:\n  - task: least_squares\n"
+        "    params: {d_in: 1, d_out: 1, m: 1, n_iters: 1, lr: 0.5, seed: 999999}\n"
+    )
+    timed(convgrid("run", str(template), "--results", results, "--executor", "local", "--no-progress"), env)
+    fill = (
+        "import pyarrow as pa, pyarrow.parquet as pq, numpy as np\n"
+        "from runner.api import write_grid_members\n"
+        "from runner.grid.spec import load_grid\n"
+        "from runner.store import ResultStore\n"
+        f"store, grid = ResultStore({results!r}), load_grid({grid!r})\n"
+        "row = pq.read_table(store.part_files('runs/task=least_squares')[0])  # the file's own schema\n"
+        "table = row.take(np.zeros(len(grid.ids), dtype=np.int64))\n"
+        "table = table.set_column(0, row.schema.field(0), pa.array(grid.ids.astype(str), pa.string()))\n"
+        "store.write_part(table, 'runs/task=least_squares')\n"
+        "write_grid_members(store, grid)\n"
+    )
+    timed([PY, "-c", fill], env)
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, float, str]:
@@ -95,21 +124,23 @@ def main() -> None:
                 wall, mb, last = timed(argv, env)
                 print(f"{'run':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
             else:
+                fill_store(results, grid, env)
+                print(f"{'run':<24} (not run: the store filled with every cell done, as a compacted store)")
                 timed(dry_run, env)  # fills the cache the warm dry-run reads
-            repeated = [("dry-run (cold)", dry_run), ("dry-run (warm)", dry_run)]
+            repeated = [
+                ("dry-run (cold)", dry_run),
+                ("dry-run (warm)", dry_run),
+                ("re-submit, all done", convgrid("run", grid, "--results", results, "--no-progress")),
+                ("status", convgrid("status", results)),
+                (
+                    "analysis.load",
+                    [PY, "-c", f"import analysis; print(len(analysis.load({results!r}, 'least_squares')))"],
+                ),
+            ]
             trees: dict[str, Path] = {}  # label -> the source tree it runs from, where not this one
-            if args.against is not None:
-                repeated.insert(1, ("dry-run (cold), against", dry_run))
-                trees["dry-run (cold), against"] = args.against.resolve()
-            if ran:
-                repeated += [
-                    ("re-submit, all done", convgrid("run", grid, "--results", results, "--no-progress")),
-                    ("status", convgrid("status", results)),
-                    (
-                        "analysis.load",
-                        [PY, "-c", f"import analysis; print(len(analysis.load({results!r}, 'least_squares')))"],
-                    ),
-                ]
+            if args.against is not None:  # each command twice in a round: this tree's, then the other's
+                repeated = [twin for label, argv in repeated for twin in ((label, argv), (f"{label}, against", argv))]
+                trees.update({label: args.against.resolve() for label, _ in repeated if label.endswith("against")})
             seconds: dict[str, list[float]] = {label: [] for label, _ in repeated}
             ratios: dict[str, list[float]] = {label: [] for label, _ in repeated}
             peak: dict[str, float] = {}
@@ -128,12 +159,10 @@ def main() -> None:
             for label, _ in repeated:
                 numbers = f"{spread(seconds[label])}   {spread(ratios[label])}   {peak[label]:7.0f}"
                 print(f"{label:<24} {numbers}   {last_line[label]}")
-            if ran:
-                # Last: it runs the edited cell, after which the grid is no longer "all done".
-                wall, mb, last = timed(
-                    convgrid("run", edited, "--results", results, "--executor", "local", "--no-progress"), env
-                )
-                print(f"{'re-submit, one edited':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
+            # Last: it runs the edited cell, after which the grid is no longer "all done".
+            edited_run = convgrid("run", edited, "--results", results, "--executor", "local", "--no-progress")
+            wall, mb, last = timed(edited_run, env)
+            print(f"{'re-submit, one edited':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
 
 
 if __name__ == "__main__":

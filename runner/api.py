@@ -30,10 +30,10 @@ from runner.execute.waves import WaveSource
 from runner.grid.schema import task_schemas
 from runner.grid.spec import Cell, CellSource, Grid, GridFile, load_grid
 from runner.store import ResultStore, RunRecord
-from runner.store.claims import Claims, blocks_of
+from runner.store.claims import Claims
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.group_commit import GroupCommit
-from runner.store.index import SettledIndex, id_array, run_keys, stored_keys
+from runner.store.index import SettledIndex, member_keys, run_keys
 from runner.store.store import TASK_KINDS, task_dir
 
 
@@ -155,7 +155,7 @@ MEMBER_PART_ROWS = 262_144  # members rows per part file: a million-cell grid wr
 def write_grid_members(store: ResultStore, grid: CellSource, kind: str = "grid") -> int:
     """Link every cell of `grid` to it in members/, the rows not already there, written in parts of
     MEMBER_PART_ROWS rows built column-wise from the run ids (no row dict per cell). Returns how many."""
-    have = np.sort(stored_keys(store.member_ids(grid.name)))
+    have = member_keys(store, grid.name)
     keys = run_keys(grid.ids)
     if len(have):
         at = np.searchsorted(have, keys).clip(max=len(have) - 1)
@@ -291,16 +291,14 @@ def execute_shared(
     """`execute_cells` over the blocks of the grid this driver claims (runner.store.claims), claimed
     lazily as the executor asks for work (runner.execute.waves): drivers started on the same grid and root split
     its cells, and take over those of a dead one. `todo` indexes the grid's cells."""
-    ids = grid.ids.astype(str).tolist()
-    index = {rid: i for i, rid in enumerate(ids)}
 
-    def still_todo(wave: list[str]) -> set[str]:
-        final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(id_array(wave)))
-        return {rid for rid, settled in zip(wave, (final | skipped).tolist(), strict=True) if not settled}
+    def still_todo(positions: np.ndarray) -> np.ndarray:
+        final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(grid.ids[positions]))
+        return positions[~(final | skipped)]
 
     claims.start()
     try:
-        source = WaveSource(claims, grid, blocks_of(ids), [ids[i] for i in todo.tolist()], still_todo, index)
+        source = WaveSource(claims, grid, todo, still_todo)
         return execute_cells(source, store, executor, label, total=len(todo), waves=source, **flush_options)
     finally:
         claims.close()  # after the last commit: what this driver leaves unfinished is free at once
@@ -350,7 +348,7 @@ def run_grid(
         return report
     report.executor = runner.name
     t0 = time.monotonic()
-    claims = store.claims(grid.ids.astype(str).tolist(), lease_s) if share and only is None else None
+    claims = store.claims(grid.ids, lease_s) if share and only is None else None
     flush_options: dict[str, Any] = {"progress": progress, "flush_every": flush_every, "flush_s": flush_s}
     try:
         if claims is None:

@@ -261,3 +261,141 @@ def test_stored_ids_that_are_not_run_ids_are_left_out_of_the_index() -> None:
 
     good = hashlib.sha256(b"x").hexdigest()[:32]
     assert stored_keys(pa.array(["r1", good, good.upper(), good + "0"])).tolist() == [int(good[:16], 16)]
+
+
+def test_the_grid_key_of_an_id_array_is_the_key_of_its_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.store import claims
+
+    monkeypatch.setattr(claims, "KEY_CHUNK", 7)  # several chunks, the last one short
+    ids = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(50)]
+    assert claims.grid_key(id_array(ids)) == claims.grid_key(ids) == claims.grid_key(reversed(ids))
+    tied = ids + ["0" * 16 + i[16:] for i in ids[:3]]  # equal 64-bit keys: the ids themselves are sorted
+    assert claims.grid_key(id_array(tied)) == claims.grid_key(tied)
+    assert claims.grid_key(id_array([])) == claims.grid_key([])
+
+
+def test_claiming_a_wave_holds_positions_not_a_string_per_cell(tmp_path: Path) -> None:
+    """tracemalloc of the claims' first wave over 200,000 cells: a few bytes a cell (int64 positions
+    and the sorted copy of the plan), where a run id as a Python str alone is ~80 bytes."""
+    import tracemalloc
+
+    from runner.store.claims import Blocks, Claims
+    from runner.store.exclusive import LocalLink
+    from runner.store.txn import Root
+
+    cells = 200_000
+    blocks = Blocks.of(cells)
+    todo = np.arange(cells, dtype=np.int64)[1::2]  # every other cell left to run
+    drivers = Claims(Root(ResultStore(tmp_path).fs, str(tmp_path)), LocalLink(), "k", lease_s=60.0)
+    drivers.start()
+    try:
+        tracemalloc.start()
+        first = next(drivers.waves(blocks, todo, lambda positions: positions))
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    finally:
+        drivers.close()
+    assert first is not None and [b for b, _ in first] == list(range(16))  # a quarter of 64 blocks, in order
+    assert all(np.array_equal(p, blocks.span(b)[blocks.span(b) % 2 == 1]) for b, p in first)  # its todo positions
+    assert peak < 24 * cells
+
+
+def test_status_counts_as_an_independent_count_of_the_stored_rows(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from runner.api import member_rows, write_grid_members
+    from runner.store.columns import MEMBER_SCHEMA
+    from runner.store.status import store_status
+
+    grid = {
+        "name": "f",
+        "blocks": [
+            {"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}},
+            {"task": "faulty", "params": {"x": 4.0, "fail": True}},
+        ],
+    }
+    run_grid(grid, tmp_path, "local", progress=False)
+    store = ResultStore(tmp_path)
+    other = load_grid({"name": "g", "blocks": [{"task": "faulty", "product": {"x": [1.0, 9.0]}}]})
+    write_grid_members(store, other)  # x=9 never ran: missing
+    again = {**member_rows(other)[0], "added": datetime.now(UTC)}
+    store.write_part(pa.Table.from_pylist([again], schema=MEMBER_SCHEMA), "members")  # a (grid, run) twice: once
+    report = store_status(store)
+    runs = store.read_runs(columns=["task", "status"]).to_pandas()
+    members = store.read_members().to_pandas().drop_duplicates(["grid", "run_id"])
+    joined = members.merge(runs[["run_id", "status"]], on="run_id", how="left").fillna({"status": "missing"})
+    assert report.by_task == {t: dict(g["status"].value_counts()) for t, g in runs.groupby("task")}
+    assert report.by_grid == {k: dict(g["status"].value_counts()) for k, g in joined.groupby("grid")}
+    assert report.by_grid == {"f": {"ok": 3, "failed": 1}, "g": {"ok": 1, "missing": 1}}
+    expected = {k: dict(g["status"].value_counts()) for k, g in joined.groupby(["grid", "task"])}
+    assert report.by_grid_task == expected
+    failed = runs[runs["status"] == "failed"]
+    first_lines = [
+        e.strip().splitlines()[0] for e in store.read_runs("faulty", ["error"]).to_pandas()["error"].dropna()
+    ]
+    assert report.errors == [("faulty", failed["run_id"].iloc[0], first_lines[0])] and len(first_lines) == 1
+
+
+def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs parts holding several rows of one run (a store from before runs/ kept only the newest, or
+    two drivers), a null `finished`, an id that is no run id: the index's newest status of every run
+    equals `read_runs` (latest_per_run), read in batches of 2 rows."""
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+
+    from runner.store import index, index_keys
+
+    ids = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(5)]
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def part(rows: list[tuple[str, str, int | None]]) -> pa.Table:
+        finished = [None if s is None else t0 + timedelta(seconds=s) for _, _, s in rows]
+        return pa.table(
+            {
+                "run_id": [r for r, _, _ in rows],
+                "status": [s for _, s, _ in rows],
+                "finished": pa.array(finished, pa.timestamp("us", tz="UTC")),
+                "batch_id": ["b"] * len(rows),
+            }
+        )
+
+    store = ResultStore(tmp_path)
+    store.write_part(
+        part([(ids[0], "failed", 1), (ids[1], "ok", 5), (ids[2], "ok", None), ("r-legacy", "ok", 1)]), "runs/task=t"
+    )
+    store.write_part(
+        part([(ids[0], "ok", 2), (ids[1], "failed", 3), (ids[2], "timeout", 1), (ids[3], "pruned", 1)]), "runs/task=t"
+    )
+    store.write_part(part([(ids[4], "diverged", 4), (ids[0], "timeout", 2)]), "runs/task=t")
+    expected = store.read_runs("t", ["status"]).to_pylist()
+    monkeypatch.setattr(index_keys, "READ_ROWS", 2)
+    keys, codes, names = index.newest_statuses(store, "t")
+    settled = SettledIndex.read(store, ["t"])
+    newest = {int(r["run_id"][:16], 16): r["status"] for r in expected if r["run_id"] != "r-legacy"}
+    assert dict(zip(keys.tolist(), [names[c] for c in codes.tolist()], strict=True)) == newest
+    assert newest[run_keys(id_array(ids[:1]))[0]] == "ok"  # finished 2 twice: the first read wins, as there
+    final = sorted(k for k, s in newest.items() if s in ("ok", "diverged"))
+    # ids[2]: a timeout beats an ok with no finished time; ids[3] pruned runs again
+    assert settled.final.tolist() == final and settled.skipped.tolist() == run_keys(id_array(ids[2:3])).tolist()
+
+
+def test_a_cache_entry_cut_short_or_of_another_shape_is_computed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.grid import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    ids = load_grid(_grid([0.01, 0.02])).ids.tolist()
+    entries = sorted((tmp_path / "cache").glob("*.npy"))
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[:-5])  # cut short: its last id half there
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids
+    for entry in entries:
+        np.save(entry, np.zeros(3, dtype="S16"))
+    assert load_grid(_grid([0.01, 0.02])).ids.tolist() == ids
+    assert all(np.load(e).dtype == np.dtype("S32") for e in entries)  # stored again, whole

@@ -17,7 +17,7 @@ import pytest
 from runner import ResultStore, run_grid
 from runner.api import RunReport
 from runner.cli import main
-from runner.store.claims import CLAIMS_DIR, DriverInfo, Liveness, blocks_of, grid_key
+from runner.store.claims import CLAIMS_DIR, Blocks, DriverInfo, Liveness, grid_key
 from runner.store.compact import compact
 from runner.store.exclusive import LocalLink
 from tests.shared_drivers import check_takeover, kill_one_driver_midway, ledger_grid, race_to_create, read_ledger
@@ -54,7 +54,7 @@ def test_two_drivers_split_a_grid_exactly(tmp_path: Path, capsys: pytest.Capture
     store = ResultStore(root)
     assert store.read_runs("faulty").num_rows == 120 and store.read_attempts("faulty").num_rows == 120
     run_ids = store.read_runs("faulty", ["run_id"])["run_id"].to_pylist()
-    assert len(blocks_of(run_ids)) == 15
+    assert len(Blocks.of(len(run_ids))) == 15
     assert list(Path(root, CLAIMS_DIR).iterdir()) == []  # the grid is complete: the last to end removed its claims
     capsys.readouterr()
     assert main(["status", root]) == 0 and "drivers sharing" not in capsys.readouterr().out

@@ -20,29 +20,32 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
+
 from runner.grid.spec import Cell, CellSource
-from runner.store.claims import Claims
+from runner.store.claims import Blocks, Claims
 from runner.store.records import RunRecord
 
 
 class WaveSource:
-    """Iterate to claim and yield cells; `arrived` and `committed` are told of every record."""
+    """Iterate to claim and yield cells; `arrived` and `committed` are told of every record. `todo` are
+    the positions (into `grid.ids`) of the cells to run; `still_todo(positions)` answers which of them
+    the store does not hold yet. Per cell it keeps nothing until the cell is pulled, and only until its
+    record is committed: a block is a count of its cells not yet committed."""
 
     def __init__(
         self,
         claims: Claims,
         grid: CellSource,
-        blocks: Sequence[Sequence[str]],
-        todo: Sequence[str],
-        still_todo: Callable[[list[str]], set[str]],
-        index: dict[str, int],
+        todo: np.ndarray,
+        still_todo: Callable[[np.ndarray], np.ndarray],
     ) -> None:
-        self.claims, self.grid, self.blocks, self.todo = claims, grid, blocks, todo
-        self.still_todo, self.index = still_todo, index
+        self.claims, self.grid, self.todo, self.still_todo = claims, grid, todo, still_todo
+        self.blocks = Blocks.of(len(grid.ids))
         self.settle: Callable[[], None] = lambda: None  # bound by execute_cells: flush, wait for the commit
         self._lock = threading.Lock()  # `committed` runs in the commit thread
-        self._uncommitted: dict[int, set[str]] = {}  # block -> its yielded run ids not yet committed
-        self._block_of: dict[str, int] = {}
+        self._uncommitted: dict[int, int] = {}  # block -> how many of its claimed cells are not committed
+        self._block_of: dict[str, int] = {}  # run id -> block, of the cells yielded and not yet committed
         self._out = 0  # yielded, record not yet arrived
         self._claimed = 0  # waves claimed so far
 
@@ -62,11 +65,12 @@ class WaveSource:
                 self.settle()
             self._claimed += 1
             with self._lock:
-                for block, ids in wave:
-                    self._uncommitted[block] = set(ids)
-                    self._block_of.update(dict.fromkeys(ids, block))
-            for _, ids in wave:
-                for cell in self.grid.cells_at([self.index[rid] for rid in ids]):
+                for block, positions in wave:
+                    self._uncommitted[block] = len(positions)
+            for block, positions in wave:
+                for cell in self.grid.cells_at(positions):
+                    with self._lock:
+                        self._block_of[cell.run_id] = block
                     self._out += 1
                     yield cell
 
@@ -80,9 +84,8 @@ class WaveSource:
                 block = self._block_of.pop(record.run_id, None)
                 if block is None:
                     continue
-                left = self._uncommitted[block]
-                left.discard(record.run_id)
-                if not left:
+                self._uncommitted[block] -= 1
+                if not self._uncommitted[block]:
                     del self._uncommitted[block]
                     finished.append(block)
         if finished:

@@ -65,14 +65,24 @@ def entry(task: TaskIdentity, block: object) -> Path | None:
     return folder / f"{hashlib.sha256(text.encode()).hexdigest()}.npy"
 
 
-def load(path: Path | None, size: int) -> np.ndarray | None:
+def load_into(path: Path | None, out: np.ndarray) -> bool:
+    """Read a block's cached ids straight into `out` (its contiguous slice of the grid's S32 array):
+    no array of its own and then a copy, which for a million-cell block was 32 MB twice. False (and
+    `out` left to be overwritten) when there is no entry or it is not exactly such an array."""
     if path is None:
-        return None
+        return False
+    headers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
     try:
-        ids = np.load(path, allow_pickle=False)
+        with path.open("rb") as file:
+            read_header = headers.get(np.lib.format.read_magic(file))
+            if read_header is None:
+                return False
+            shape, fortran, dtype = read_header(file)
+            if dtype != np.dtype("S32") or shape != out.shape or fortran:
+                return False
+            return file.readinto(out.view(np.uint8).data) == out.nbytes
     except (OSError, ValueError):
-        return None
-    return ids if ids.dtype == np.dtype("S32") and ids.shape == (size,) else None
+        return False
 
 
 def store(path: Path | None, ids: np.ndarray) -> None:

@@ -344,24 +344,30 @@ def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
     """(run ids, positions) of the grid's distinct cells in file order: every cell validated (or its
     block found in the cache of validated blocks), each id kept as 32 bytes. Two blocks asking for the
     same run share it (its first position is kept)."""
-    ids = np.concatenate([np.empty(0, dtype="S32"), *(_block_ids(b) for b in blocks)])
+    ids = np.empty(sum(b.size for b in blocks), dtype="S32")
+    offset = 0
+    for block in blocks:  # each block's ids put in place: never all blocks twice over
+        _block_ids(block, ids[offset : offset + block.size])
+        offset += block.size
     _, first = np.unique(run_keys(ids), return_index=True)
+    if len(first) == len(ids):  # no run asked for twice (the usual grid): no copy of the ids
+        return ids, np.arange(len(ids), dtype=np.int64)
     first.sort()
     return ids[first], first.astype(np.int64)
 
 
-def _block_ids(block: Block) -> np.ndarray:
+def _block_ids(block: Block, out: np.ndarray) -> None:
+    """Fill `out` with the block's run ids: read from the cache of validated blocks, else computed."""
     path = block_cache.entry(block.task, block.spec.model_dump())  # python values: NaN is refused, not nulled
-    cached = block_cache.load(path, block.size)
-    if cached is not None:
-        return cached
+    if block_cache.load_into(path, out):
+        return
     ids = product_ids(block.task, block.spec.params, block.all_axes)
     # The first and last cells cross-checked against the per-cell path, a guard against a pydantic whose
     # schemas the fast path misreads; per cell, every invalid cell is refused with its key as always.
     if ids is None or any(ids[p] != block.cell(block.raw_at(p)).run_id.encode() for p in {0, len(ids) - 1}):
         ids = per_cell_ids(block)
     block_cache.store(path, ids)
-    return ids
+    out[:] = ids
 
 
 def per_cell_ids(block: Block) -> np.ndarray:

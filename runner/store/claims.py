@@ -5,8 +5,11 @@ Layout, per grid (its key: a hash of the grid's sorted run ids, so every driver 
     _store/claims/<key>/drivers/<driver>.json     a live driver's heartbeat: {"beat": n, "done": blocks, ...}
     _store/claims/<key>/b<block>-g<gen>.json      generation `gen` of the claim on block `block`: its driver
 
-Claims are coarse: the grid's run ids, in the grid's order, are cut into blocks of `block_size(n)` cells (at most
-~64 blocks up to 262,144 cells, blocks of 4,096 beyond: a 1M-cell grid has 245 claim files, not 1M).
+Claims are coarse: the grid's cells, in the grid's order, are cut into blocks of `block_size(n)` cells (at most
+~64 blocks up to 262,144 cells, blocks of 4,096 beyond: a 1M-cell grid has 245 claim files, not 1M). A block
+is a range of positions in that order (`Blocks`), and the cells it yields are positions too: the driver
+holds no run id, string or set per cell for the claims (a million cells' ids as Python strings and sets
+were ~250 MB).
 A claim is made by creating its file with the root's create-if-absent (runner.store.exclusive): of
 drivers racing for `b7-g0`, one wins. The block belongs to the newest generation's driver.
 
@@ -44,13 +47,15 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow.fs as pafs
 
 from runner.store.exclusive import ExclusiveCreate
 from runner.store.files import delete_quietly, read_bytes, write_bytes
+from runner.store.index_keys import run_keys
 from runner.store.txn import INTERNAL, Root
 
 CLAIMS_DIR = f"{INTERNAL}/claims"
@@ -58,21 +63,64 @@ LEASE_S = 30.0
 CLAIM_FILE = re.compile(r"^b(\d+)-g(\d+)\.json$")
 
 
-def grid_key(run_ids: Iterable[str]) -> str:
-    return hashlib.sha256("\n".join(sorted(set(run_ids))).encode()).hexdigest()[:16]
+KEY_CHUNK = 65_536  # ids hashed this many at a time: one chunk's bytes, never the grid's, in memory
+
+
+def grid_key(run_ids: Iterable[str] | np.ndarray) -> str:
+    """The hash of the grid's sorted distinct run ids, joined by newlines. Given a numpy array of ids
+    (dtype S32, as `CellSource.ids`) it is computed in chunks from a sort of their 64-bit keys, with
+    no Python string per id; the same ids give the same key either way."""
+    if not isinstance(run_ids, np.ndarray):
+        return hashlib.sha256("\n".join(sorted(set(run_ids))).encode()).hexdigest()[:16]
+    ids = np.ascontiguousarray(run_ids, dtype="S32")
+    keys = run_keys(ids)
+    order = np.argsort(keys, kind="stable")
+    ranked = keys[order]
+    if len(ids) > 1 and bool((ranked[1:] == ranked[:-1]).any()):  # equal keys: sort (and dedup) the ids themselves
+        ids = np.unique(ids)
+        order = np.arange(len(ids))
+    del keys, ranked
+    digest = hashlib.sha256()
+    for start in range(0, len(ids), KEY_CHUNK):
+        chunk = ids[order[start : start + KEY_CHUNK]]
+        lines = np.full((len(chunk), 33), ord("\n"), dtype=np.uint8)
+        lines[:, :32] = chunk.view(np.uint8).reshape(len(chunk), 32)
+        data = lines.tobytes()
+        digest.update(data if start + KEY_CHUNK < len(ids) else data[:-1])  # no newline after the last
+    return digest.hexdigest()[:16]
 
 
 def block_size(n_cells: int) -> int:
     return min(4096, max(8, math.ceil(n_cells / 64)))
 
 
-def blocks_of(run_ids: Iterable[str]) -> list[list[str]]:
-    """Blocks in the grid's order (every driver of one grid expands it alike): a grid lists the cells
-    that differ only in seed or step size side by side, so a block keeps them together and a chunk of
-    it forms batches (tasks.base.BatchableTask); sorted ids would scatter them."""
-    ids = list(dict.fromkeys(run_ids))
-    size = block_size(len(ids))
-    return [ids[i : i + size] for i in range(0, len(ids), size)]
+@dataclass(frozen=True)
+class Blocks:
+    """A grid's `cells` positions cut into consecutive blocks of `size` in the grid's order (every
+    driver of one grid expands it alike): a grid lists the cells that differ only in seed or step size
+    side by side, so a block keeps them together and a chunk of it forms batches
+    (tasks.base.BatchableTask); sorted ids would scatter them."""
+
+    cells: int
+    size: int
+
+    @classmethod
+    def of(cls, cells: int) -> Blocks:
+        return cls(cells, block_size(cells))
+
+    def __len__(self) -> int:
+        return -(-self.cells // self.size)
+
+    def span(self, block: int) -> np.ndarray:
+        """The positions of the block's cells."""
+        return np.arange(block * self.size, min(self.cells, (block + 1) * self.size), dtype=np.int64)
+
+    def split(self, positions: np.ndarray, blocks: Iterable[int]) -> dict[int, np.ndarray]:
+        """The given sorted positions that fall in each of `blocks`."""
+        wanted = list(blocks)
+        starts = np.searchsorted(positions, np.array(wanted, dtype=np.int64) * self.size)
+        stops = np.searchsorted(positions, (np.array(wanted, dtype=np.int64) + 1) * self.size)
+        return {b: positions[lo:hi] for b, lo, hi in zip(wanted, starts.tolist(), stops.tolist(), strict=True)}
 
 
 @dataclass(frozen=True)
@@ -228,16 +276,16 @@ class Claims:
 
     # ---- splitting the work ----------------------------------------------------------------------
     def waves(
-        self, blocks: Sequence[Sequence[str]], todo: Iterable[str], still_todo: Callable[[list[str]], set[str]]
-    ) -> Iterator[list[tuple[int, list[str]]] | None]:
-        """Yield waves for this driver to run now, each a list of (block, its run ids to run), until every
-        block with work in `todo` is done by someone; None when every block left is held by a live
-        driver (the caller settles its own work, so that no two drivers wait on each other, then waits a
-        poll before asking again). `still_todo(ids)` asks the store which of `ids` are still to run. The
-        caller says `finished(blocks)` once a wave's records are committed, not before: a block listed as
-        finished may be taken over at once."""
-        todo = set(todo)
-        pending = {b for b, ids in enumerate(blocks) if todo.intersection(ids)}
+        self, blocks: Blocks, todo: np.ndarray, still_todo: Callable[[np.ndarray], np.ndarray]
+    ) -> Iterator[list[tuple[int, np.ndarray]] | None]:
+        """Yield waves for this driver to run now, each a list of (block, the positions of its cells to
+        run), until every block with work in `todo` (positions into the grid) is done by someone; None
+        when every block left is held by a live driver (the caller settles its own work, so that no two
+        drivers wait on each other, then waits a poll before asking again). `still_todo(positions)` asks
+        the store which of them are still to run (sorted). The caller says `finished(blocks)` once a
+        wave's records are committed, not before: a block listed as finished may be taken over at once."""
+        todo = np.unique(np.asarray(todo, dtype=np.int64))  # sorted: each block's share is one slice
+        pending = set(np.unique(todo // blocks.size).tolist()) if len(todo) else set()
         while pending:
             holders = self.holders()
             infos = self.drivers()
@@ -259,22 +307,22 @@ class Claims:
                         if len(mine) >= share:
                             break
                 if mine:
-                    yield [(b, [rid for rid in blocks[b] if rid in todo]) for b in sorted(mine)]
+                    yield sorted(blocks.split(todo, mine).items())
                 continue
             orphans = sorted(b for b in pending if holders[b].driver not in live or b in infos[holders[b].driver].done)
             if orphans:
-                left = still_todo([rid for b in orphans for rid in blocks[b]])
+                left = blocks.split(still_todo(np.concatenate([blocks.span(b) for b in orphans])), orphans)
                 taken = []
                 for block in orphans:
-                    if not left.intersection(blocks[block]):
+                    if not len(left[block]):
                         pending.discard(block)  # its driver finished it
                     elif self.claim(block, holders[block].gen + 1):
-                        taken.append(block)
+                        taken.append((block, left[block]))
                         pending.discard(block)
                 for dead in {holders[b].driver for b in orphans} & (set(infos) - live):
                     delete_quietly(self.files.fs, self.files.abs(self._driver_path(dead)))  # seen dead a lease
                 if taken:
-                    yield [(b, [rid for rid in blocks[b] if rid in left]) for b in taken]
+                    yield taken
                 continue
             yield None  # every block left is held by a live driver: watch it finish or die
         self.complete = True

@@ -1,51 +1,29 @@
 """A compact index of the runs a store has settled, for planning a grid without holding its cells.
 
-A run is keyed by the first 16 hex digits of its id as an unsigned 64-bit integer: a sorted array of
-them is 8 bytes per run, and membership for a whole grid is one vectorised search (numpy), so a
-re-submitted million-cell grid is answered without a Python object per stored run. Two different run
-ids share a key with probability about n^2 / 2^65 (3e-8 for a million runs); where they did, the
-younger cell would be taken for done.
+A run is keyed by the first 16 hex digits of its id as an unsigned 64-bit integer
+(runner.store.index_keys): a sorted array of them is 8 bytes per run, and membership for a whole grid
+is one vectorised search (numpy), so a re-submitted million-cell grid is answered without a Python
+object per stored run. Where two ids shared a key (about n^2 / 2^65), the younger cell would be taken
+for done.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runner.store.store import ResultStore
+from runner.store.index_keys import RUN_ID, fixed_width, id_array, part_batches, run_keys, stored_keys
+from runner.store.store import RUNS, ResultStore, task_dir
 from tasks.status import FINAL_STATUSES, is_settled
 
-_NIBBLE = np.full(256, 255, dtype=np.uint64)
-_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint64)
-
-
-def run_keys(ids: np.ndarray) -> np.ndarray:
-    """uint64 keys of run ids given as a numpy bytes array (dtype S32, lower-case hex). One hex digit
-    at a time: a (n, 16) table of nibbles would be 128 bytes a run, four times the ids themselves."""
-    digits = np.ascontiguousarray(ids, dtype="S32").view(np.uint8).reshape(len(ids), 32)
-    keys = np.zeros(len(ids), dtype=np.uint64)
-    for column in range(16):
-        nibble = _NIBBLE[digits[:, column]]
-        if (nibble == 255).any():
-            raise ValueError("run ids must be lower-case hexadecimal")
-        keys <<= np.uint64(4)
-        keys |= nibble
-    return keys
-
-
-def stored_keys(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Keys of run ids read from the store. An id that is not 32 lower-case hex digits (a store written
-    by hand or by an old convgrid) is no cell of any grid, and is left out rather than mis-keyed."""
-    ids = ids.filter(pc.match_substring_regex(ids, "^[0-9a-f]{32}$"))
-    return run_keys(np.array(ids.to_numpy(zero_copy_only=False), dtype="S32"))
-
-
-def id_array(ids: Iterable[str]) -> np.ndarray:
-    return np.array([i.encode() for i in ids], dtype="S32")
+__all__ = ["SettledIndex", "id_array", "run_keys", "stored_keys"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,21 +36,16 @@ class SettledIndex:
 
     @classmethod
     def read(cls, store: ResultStore, tasks: Iterable[str], retry_failed: bool = False) -> SettledIndex:
-        """Read the newest status of every run of the given tasks: two columns, nothing else."""
+        """Read the newest status of every run of the given tasks (see `newest_statuses`)."""
         final: list[np.ndarray] = []
         skipped: list[np.ndarray] = []
         for task in sorted(set(tasks)):
-            table = store.read_runs(task, columns=["status"])
-            if table.num_rows == 0:
-                continue
-            statuses = [s for s in pc.unique(table["status"]).to_pylist() if s is not None]
-            for wanted, out in (
-                ([s for s in statuses if s in FINAL_STATUSES], final),
-                ([s for s in statuses if s not in FINAL_STATUSES and is_settled(s, retry_failed)], skipped),
+            keys, codes, names = store.retrying(partial(newest_statuses, store, task))
+            for settled, out in (
+                ([s in FINAL_STATUSES for s in names], final),
+                ([s not in FINAL_STATUSES and is_settled(s, retry_failed) for s in names], skipped),
             ):
-                if wanted:
-                    ids = table.filter(pc.is_in(table["status"], value_set=pa.array(wanted)))["run_id"]
-                    out.append(stored_keys(ids))
+                out.append(keys[np.array(settled + [False], dtype=bool)[codes]])  # code -1 (a null status): no
         return cls(_sorted(final), _sorted(skipped))
 
     def classify(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -89,3 +62,72 @@ def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
         return np.zeros(len(keys), dtype=bool)
     at = np.searchsorted(sorted_keys, keys).clip(max=len(sorted_keys) - 1)
     return np.asarray(sorted_keys[at] == keys)
+
+
+def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(keys, status codes, status names) of the newest row of every stored run of `task` (by
+    `finished`, a null one oldest; equal ones: the first read, as `latest_per_run` keeps), keys sorted.
+    The runs parts are read in batches of READ_ROWS rows, three columns, each batch turned at once into
+    18 bytes a row (key, finished, status code): read as one table (`read_runs`), a million runs cost
+    ~180 MB more. A part that fails to read is marked damaged and left out (`per_part`)."""
+    names: list[str] = []
+    keys: list[np.ndarray] = [np.empty(0, dtype=np.uint64)]
+    finished: list[np.ndarray] = [np.empty(0, dtype=np.float64)]
+    codes: list[np.ndarray] = [np.empty(0, dtype=np.int16)]
+    columns = ["run_id", "status", "finished"]
+    for rows in per_part(store, store.parts(task_dir(RUNS, task)), columns, partial(_status_rows, names=names)):
+        for k, f, c in rows:
+            keys.append(k)
+            finished.append(f)
+            codes.append(c)
+    key, when, code = np.concatenate(keys), np.concatenate(finished), np.concatenate(codes)
+    del keys, finished, codes
+    order = np.lexsort((np.arange(len(key)), -when, key))  # by key, newest first, then in read order
+    key, code = key[order], code[order]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    return key[first], code[first], names
+
+
+def per_part(
+    store: ResultStore, parts: Sequence[str], wanted: Sequence[str], convert: Callable[[pa.RecordBatch], T]
+) -> Iterator[list[T]]:
+    """`convert` of each batch of each readable part, a list per part: a part that fails to read midway
+    is marked damaged and left out whole, as every reader does, and only the converted (compact) form
+    of a part is held until it is read to its end. A FileNotFoundError (a transaction replaced the
+    part) is the caller's to retry."""
+    for part in store.reader.readable(parts):
+        try:
+            yield [convert(batch) for batch in part_batches(store.fs, store.files.abs(part), wanted)]
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            store.reader.mark_damaged(part, exc)
+
+
+def member_keys(store: ResultStore, grid: str) -> np.ndarray:
+    """Sorted keys of the run ids members/ links to `grid`, read in batches (two columns)."""
+
+    def keys_of(batch: pa.RecordBatch) -> np.ndarray:
+        return stored_keys(batch.filter(pc.equal(batch.column("grid"), grid)).column("run_id"))
+
+    parts = per_part(store, store.parts("members"), ["grid", "run_id"], keys_of)
+    return np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(k for part in parts for k in part)]))
+
+
+def _status_rows(batch: pa.RecordBatch, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, finished as float microseconds with nulls as -inf, status codes into `names`, which grows)
+    of a batch of a runs part; rows whose id is not a run id (a legacy store's) are left out."""
+    batch = batch.filter(pc.fill_null(pc.match_substring_regex(batch.column("run_id"), RUN_ID), False))
+    if "finished" in batch.schema.names:
+        micros = pc.cast(pc.cast(batch.column("finished"), pa.timestamp("us", "UTC")), pa.int64())
+        when = pc.fill_null(pc.cast(micros, pa.float64()), -np.inf).to_numpy()
+    else:
+        when = np.full(batch.num_rows, -np.inf)
+    status = batch.column("status").dictionary_encode()
+    for name in status.dictionary.to_pylist():
+        if name not in names:
+            names.append(name)
+    lookup = np.array([names.index(n) for n in status.dictionary.to_pylist()] + [-1], dtype=np.int16)
+    indices = pc.fill_null(status.indices, -1).to_numpy(zero_copy_only=False)
+    return run_keys(fixed_width(batch.column("run_id"))), np.asarray(when, dtype=np.float64), lookup[indices]

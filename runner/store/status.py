@@ -5,6 +5,10 @@ from __future__ import annotations
 import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from runner.store.claims import DriverInfo, live_claims
 from runner.store.parts import DamagedPartWarning
@@ -69,33 +73,41 @@ def damaged_parts(store: ResultStore) -> dict[str, str]:
 
 
 def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
-    """Counts per task and grid; with `verify`, every part is read once to list the damaged ones."""
+    """Counts per task and grid; with `verify`, every part is read once to list the damaged ones.
+    Counted by Arrow's group-by and join on the columns read: no Python object per run (a million
+    runs as dicts, tuples and sets of strings were more than a gigabyte)."""
     damaged = damaged_parts(store) if verify else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedPartWarning)
         runs = store.read_runs(columns=["task", "status", "error"])
-        members = store.read_members()
-    latest = dict(zip(runs["run_id"].to_pylist(), runs["status"].to_pylist(), strict=True))
+        members = store.read_members().select(["grid", "task", "run_id"])
     report = StatusReport()
-    by_task: dict[str, Counter[str]] = defaultdict(Counter)
-    for task, status in zip(runs["task"].to_pylist(), runs["status"].to_pylist(), strict=True):
-        by_task[task][status] += 1
-    for rid, task, status, error in zip(
-        *(runs[c].to_pylist() for c in ("run_id", "task", "status", "error")), strict=True
-    ):
-        if status in RETRY_ON_REQUEST and error:
-            report.errors.append((task, rid, error.strip().splitlines()[0]))
-    by_grid: dict[str, Counter[str]] = defaultdict(Counter)
-    by_grid_task: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    seen: set[tuple[str, str]] = set()
-    columns = (members[c].to_pylist() for c in ("grid", "task", "run_id"))
-    for grid, task, rid in zip(*columns, strict=True):
-        if (grid, rid) in seen:
-            continue
-        seen.add((grid, rid))
-        by_grid[grid][latest.get(rid, "missing")] += 1
-        by_grid_task[grid, task][latest.get(rid, "missing")] += 1
-    report.by_task, report.by_grid, report.by_grid_task = dict(by_task), dict(by_grid), dict(by_grid_task)
+    report.by_task = _counts(runs.group_by(["task", "status"]).aggregate([([], "count_all")]), ["task"])
+    with_error = pc.fill_null(pc.greater(pc.utf8_length(runs["error"]), 0), False)
+    failed = runs.filter(pc.and_(pc.is_in(runs["status"], pa.array(sorted(RETRY_ON_REQUEST))), with_error))
+    for task, rid, error in zip(*(failed[c].to_pylist() for c in ("task", "run_id", "error")), strict=True):
+        report.errors.append((task, rid, (error.strip().splitlines() or [""])[0]))
+    # each (grid, run) once, with the task of its first members row; a run not stored is "missing"
+    asked = members.group_by(["grid", "run_id"], use_threads=False).aggregate([("task", "first")])
+    joined = asked.join(runs.select(["run_id", "status"]), "run_id", join_type="left outer")
+    joined = joined.set_column(
+        joined.schema.get_field_index("status"), "status", pc.fill_null(joined["status"], "missing")
+    )
+    counted = joined.group_by(["grid", "task_first", "status"]).aggregate([([], "count_all")])
+    report.by_grid = _counts(counted, ["grid"])
+    report.by_grid_task = {
+        (grid, task): counts for (grid, task), counts in _counts(counted, ["grid", "task_first"]).items()
+    }
     report.damaged = damaged
     report.drivers = live_claims(store.files)
     return report
+
+
+def _counts(table: pa.Table, keys: list[str]) -> dict[Any, Counter[str]]:
+    """{key: Counter(status -> count)} from a (keys..., status, count_all) table: one key column gives
+    plain keys, several give tuples."""
+    out: dict[Any, Counter[str]] = defaultdict(Counter)
+    columns = [table[k].to_pylist() for k in keys]
+    for *key, status, count in zip(*columns, table["status"].to_pylist(), table["count_all"].to_pylist(), strict=True):
+        out[key[0] if len(keys) == 1 else tuple(key)][status] += count
+    return dict(out)

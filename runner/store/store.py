@@ -26,10 +26,12 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -39,6 +41,7 @@ from runner.store.claims import LEASE_S, Claims, grid_key
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
 from runner.store.exclusive import S3IfNoneMatch, for_root
 from runner.store.files import WriterLock, is_local
+from runner.store.index_keys import RUN_ID, part_batches, stored_keys
 from runner.store.lease_lock import LOCK_LEASE_S, LeaseLock
 from runner.store.parts import PartReader
 from runner.store.records import RunRecord
@@ -51,6 +54,10 @@ ATTEMPT_CURVES = "attempt_curves"
 TASK_KINDS = (RUNS, CURVES, ATTEMPTS, ATTEMPT_CURVES)
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
+# what `stored_rows` answers: where a flush finds the stored rows of its runs
+ROWS_FOUND = pa.schema(
+    [("part", pa.string()), ("run_id", pa.string()), ("batch_id", pa.string()), ("finished", pa.int64())]
+)
 
 # task name -> (runs schema, curves schema): how a writer tells the store the columns of a task.
 SchemaFor = Callable[[str], tuple[pa.Schema, pa.Schema]]
@@ -85,9 +92,8 @@ class ResultStore:
         self.files = Root(self.fs, self.base)
         self.reader = PartReader(self.files)
         self.lock = self._writer_lock()
-        # task -> run_id -> [(part, run_id, batch_id, finished in µs)]: where a flush finds what it supersedes
-        self._index: dict[str, dict[str, list[tuple[str, str, str, int | None]]]] = {}
-        self._part_ids: dict[str, dict[str, list[str]]] = {}  # task -> runs part -> its run ids
+        # task -> runs part -> the keys of its run ids: where a flush finds the runs it supersedes
+        self._part_keys: dict[str, dict[str, PartKeys]] = {}
 
     def _writer_lock(self) -> WriterLock | LeaseLock:
         """An flock locally; on S3 a lease on its conditional PUT (runner.store.lease_lock), whose
@@ -155,7 +161,7 @@ class ResultStore:
                 continue
         return read()
 
-    def claims(self, run_ids: Iterable[str], lease_s: float | None = None) -> Claims | None:
+    def claims(self, run_ids: Iterable[str] | np.ndarray, lease_s: float | None = None) -> Claims | None:
         """This driver's share of the claims on the grid of `run_ids` (runner.store.claims), or None
         where the root has no create-if-absent (then drivers do not share work)."""
         exclusive = for_root(self.root, self.fs)
@@ -193,39 +199,54 @@ class ResultStore:
     def remember(self, task: str, part: str, table: pa.Table) -> None:
         """Index a runs part this process is writing, sparing the next flush from reading it back
         (if its transaction fails, the part is never visible and the next flush forgets it)."""
-        index = self._index.setdefault(task, {})
-        ids = table["run_id"].to_pylist()
-        self._part_ids.setdefault(task, {})[part] = ids
-        rows = zip(ids, table["batch_id"].to_pylist(), micros(table["finished"]), strict=True)
-        for rid, batch, finished in rows:
-            index.setdefault(rid, []).append((part, rid, batch, finished))
+        self._part_keys.setdefault(task, {})[part] = PartKeys.of(table["run_id"])
+
+    def _read_keys(self, part: str) -> PartKeys:
+        """The keys of a runs part's ids, read in batches (a million-row part's ids as one column were
+        ~120 MB of a flush); a part that fails midway is marked damaged and holds nothing, as on read."""
+        try:
+            return PartKeys.join(
+                [PartKeys.of(b.column("run_id")) for b in part_batches(self.fs, self.files.abs(part), ["run_id"])]
+            )
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            self.reader.mark_damaged(part, exc)
+            return PartKeys.join([])
 
     def stored_rows(self, task: str, parts: Sequence[str], run_ids: Sequence[str]) -> pa.Table:
         """(part, run_id, batch_id, finished) of the rows of `run_ids` in the given runs parts, with
         `finished` in integer microseconds (see `micros`).
 
-        Kept as an in-memory index per task, updated by the parts that appeared or went since the
-        last call (parts are immutable and uniquely named), so a flush costs O(its own rows)."""
-        index = self._index.setdefault(task, {})
-        part_ids = self._part_ids.setdefault(task, {})
+        Each part is indexed once by the sorted 64-bit keys of its run ids (8 bytes a run, updated by
+        the parts that appeared or went since the last call: parts are immutable and uniquely named),
+        so a flush of new runs reads nothing back, and a flush that supersedes stored runs reads only
+        the parts that hold them."""
+        known = self._part_keys.setdefault(task, {})
         visible = set(self.reader.readable(parts))
-        for gone in set(part_ids) - visible:
-            for rid in part_ids.pop(gone):
-                index[rid] = [row for row in index.get(rid, []) if row[0] != gone]
-                if not index[rid]:
-                    del index[rid]
-        for new in sorted(visible - set(part_ids)):
-            columns = ["run_id", "batch_id", "finished"]
-            self.remember(task, new, self.reader.read([new], self.reader.unified_schema([new]), columns=columns))
-        rows = [row for rid in run_ids for row in index.get(rid, [])]
-        return pa.table(
-            {
-                "part": pa.array([r[0] for r in rows], pa.string()),
-                "run_id": pa.array([r[1] for r in rows], pa.string()),
-                "batch_id": pa.array([r[2] for r in rows], pa.string()),
-                "finished": pa.array([r[3] for r in rows], pa.int64()),
+        for gone in set(known) - visible:
+            del known[gone]
+        for new in sorted(visible - set(known)):
+            known[new] = self._read_keys(new)
+        wanted = PartKeys.of(pa.array(run_ids, pa.string()))
+        rows = [ROWS_FOUND.empty_table()]
+        for part in sorted(visible):
+            if not known[part].meets(wanted):
+                continue
+            schema = self.reader.unified_schema([part])
+            table = self.reader.read(
+                [part], schema, ["run_id", "batch_id", "finished"], pc.field("run_id").isin(run_ids)
+            )
+            finished = pc.cast(pc.cast(table["finished"], pa.timestamp("us", "UTC")), pa.int64())
+            part_column = pa.repeat(pa.scalar(part), table.num_rows)
+            columns = {
+                "part": part_column,
+                "run_id": table["run_id"],
+                "batch_id": table["batch_id"],
+                "finished": finished,
             }
-        )
+            rows.append(pa.table(columns, schema=ROWS_FOUND))
+        return pa.concat_tables(rows)
 
     def write_members(self, rows: Iterable[dict[str, object]]) -> int:
         """Add membership rows not already present; returns how many were new."""
@@ -261,14 +282,6 @@ class ResultStore:
             return self.reader.read(self.parts("members"), MEMBER_SCHEMA)
 
         return self.retrying(read)
-
-    def member_ids(self, grid: str) -> pa.Array:
-        """Run ids already linked to `grid` in members/ (one column read, filtered in the scan)."""
-
-        def read() -> pa.Table:
-            return self.reader.read(self.parts("members"), MEMBER_SCHEMA, ["run_id"], pc.field("grid") == grid)
-
-        return self.retrying(read)["run_id"].combine_chunks()
 
     def read_table(
         self,
@@ -370,6 +383,35 @@ class ResultStore:
         cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
         expr = None if run_ids is None else pc.field("run_id").isin(pa.array(list(run_ids), pa.string()))
         return self.read_table(ATTEMPT_CURVES, task, cols, expr)
+
+
+@dataclass(frozen=True)
+class PartKeys:
+    """The run ids of a runs part: sorted 64-bit keys of the 32-hex ones (runner.store.index_keys),
+    and, as strings, any others (a legacy or hand-written store's)."""
+
+    keys: np.ndarray
+    others: frozenset[str]
+
+    @classmethod
+    def of(cls, ids: pa.Array | pa.ChunkedArray) -> PartKeys:
+        odd = pc.invert(pc.fill_null(pc.match_substring_regex(ids, RUN_ID), False))
+        others = frozenset(ids.filter(odd).to_pylist()) if pc.any(odd).as_py() else frozenset()
+        return cls(np.sort(stored_keys(ids)), others)
+
+    @classmethod
+    def join(cls, pieces: Sequence[PartKeys]) -> PartKeys:
+        keys = np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(p.keys for p in pieces)]))
+        return cls(keys, frozenset().union(*(p.others for p in pieces)))
+
+    def meets(self, other: PartKeys) -> bool:
+        """Whether the two share a run id (or, rarely, only a key: the caller's read filters by id)."""
+        if self.others & other.others:
+            return True
+        if not len(self.keys) or not len(other.keys):
+            return False
+        at = np.searchsorted(self.keys, other.keys).clip(max=len(self.keys) - 1)
+        return bool((self.keys[at] == other.keys).any())
 
 
 def micros(column: pa.ChunkedArray | pa.Array) -> list[int | None]:

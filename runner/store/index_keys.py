@@ -1,0 +1,80 @@
+"""64-bit keys of run ids: the first 16 hex digits of an id as an unsigned integer.
+
+Sorted arrays of keys are how the driver holds sets of runs (the settled index, the claims' grid key,
+a grid's distinct cells): 8 bytes a run and membership by one vectorised search, where a Python string
+and set slot cost ~150 bytes. Two different run ids share a key with probability about n^2 / 2^65
+(3e-8 for a million runs). A leaf module: the claims and the index both use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+_NIBBLE = np.full(256, 255, dtype=np.uint64)
+_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint64)
+
+
+def run_keys(ids: np.ndarray) -> np.ndarray:
+    """uint64 keys of run ids given as a numpy bytes array (dtype S32, lower-case hex). One hex digit
+    at a time: a (n, 16) table of nibbles would be 128 bytes a run, four times the ids themselves."""
+    digits = np.ascontiguousarray(ids, dtype="S32").view(np.uint8).reshape(len(ids), 32)
+    keys = np.zeros(len(ids), dtype=np.uint64)
+    for column in range(16):
+        nibble = _NIBBLE[digits[:, column]]
+        if (nibble == 255).any():
+            raise ValueError("run ids must be lower-case hexadecimal")
+        keys <<= np.uint64(4)
+        keys |= nibble
+    return keys
+
+
+RUN_ID = "^[0-9a-f]{32}$"
+
+
+def stored_keys(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Keys of run ids read from the store. An id that is not 32 lower-case hex digits (a store written
+    by hand or by an old convgrid) is no cell of any grid, and is left out rather than mis-keyed.
+    The ids are read from the Arrow buffers chunk by chunk, never as Python strings (a million of
+    those were ~90 MB)."""
+    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
+    keys = [np.empty(0, dtype=np.uint64)]
+    for chunk in chunks:
+        chunk = chunk.cast(pa.string())
+        valid = pc.fill_null(pc.match_substring_regex(chunk, RUN_ID), False)
+        if not pc.all(valid).as_py():
+            chunk = chunk.filter(valid)
+        keys.append(run_keys(fixed_width(chunk)))
+    return np.concatenate(keys)
+
+
+def fixed_width(chunk: pa.Array) -> np.ndarray:
+    """A string array whose values are all 32 bytes, as a numpy S32 view of its data buffer (no copy):
+    such values lie back to back, from the first one's offset on."""
+    if len(chunk) == 0:
+        return np.empty(0, dtype="S32")
+    offsets, data = chunk.buffers()[1], chunk.buffers()[2]
+    first = int(np.frombuffer(offsets, dtype=np.int32, count=1, offset=4 * chunk.offset)[0])
+    return np.frombuffer(data, dtype="S32", count=len(chunk), offset=first)
+
+
+def id_array(ids: Iterable[str]) -> np.ndarray:
+    return np.array([i.encode() for i in ids], dtype="S32")
+
+
+READ_ROWS = 65_536  # rows decoded at a time: a part of a million runs is never one table in memory
+
+
+def part_batches(fs: pafs.FileSystem, path: str, wanted: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The rows of one part file, READ_ROWS at a time, with those of the `wanted` columns it has: pages
+    decoded as they are read (no pre-buffering), their checksums verified as every reader does."""
+    reader = pq.ParquetFile(
+        fs.open_input_file(path), pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True
+    )
+    columns = [c for c in wanted if c in reader.schema_arrow.names]
+    return reader.iter_batches(batch_size=READ_ROWS, columns=columns, use_threads=False)
