@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 # The fault-injection task lives in tests/; Ray workers and driver subprocesses inherit these.
@@ -72,3 +73,19 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
         return CliResult(code, out, err)
 
     return run
+
+
+def run_cell_by_cell(grid: dict[str, Any], root: Path, **options: Any) -> None:
+    """Run each cell of `grid` (blocks of one-key products, or single cells) as a `run_grid` of its own
+    under the grid's name, so each run is committed as a part of its own: flushes of one `run_grid`
+    that arrive while its writer thread commits share one part (runner.store.group_commit), which makes
+    "a part per run" a matter of timing there. Fixtures that damage or compact single parts need it."""
+    from runner import run_grid
+
+    for block in grid["blocks"]:
+        product = block.get("product") or {None: [None]}
+        ((key, values),) = product.items()
+        for value in values:
+            params = {**block.get("params", {}), **({} if key is None else {key: value})}
+            cell = {"task": block["task"], "params": params}
+            run_grid({"name": grid["name"], "blocks": [cell]}, root, "local", progress=False, **options)

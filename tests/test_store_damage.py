@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 import analysis
-from runner import ResultStore, run_grid
+from runner import ResultStore
 from runner.store.parts import DamagedPartWarning
 from runner.store.txn import QUARANTINE_DIR
-from tests.conftest import CliResult
+from tests.conftest import CliResult, run_cell_by_cell
 
 GRID = {
     "name": "damage",
@@ -44,9 +44,8 @@ def content(root: Path) -> dict[str, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("pristine")
-    # one part per run, so damage hits one run: unbatched (a batch of least_squares runs arrives, and is
-    # flushed, at once)
-    run_grid(GRID, root, "local", progress=False, flush_every=1, batch=False)
+    run_cell_by_cell(GRID, root)  # one part per run, so damage hits one run
+    assert len(list((root / "runs").rglob("*.parquet"))) == 5
     return root
 
 

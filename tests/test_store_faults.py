@@ -23,7 +23,7 @@ from runner.store import txn as txn_module
 from runner.store.files import KILL_ENV
 from runner.store.trials import read_trials
 from runner.store.txn import PHASES, STAGING_DIR, TXN_DIR, Transaction
-from tests.conftest import REPO, CliResult
+from tests.conftest import REPO, CliResult, run_cell_by_cell
 
 GRID = {
     "name": "faults",
@@ -81,7 +81,7 @@ def messy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("messy")
     # unbatched: one record per executor yield, so flush_every=1 makes many parts (a batch arrives at once)
     one_by_one = {"progress": False, "flush_every": 1, "batch": False}
-    run_grid(GRID, root, "local", **one_by_one)
+    run_cell_by_cell(GRID, root, flush_every=1, batch=False)  # a part per run, whatever the timing
     run_grid(GRID, root, "local", retry_failed=True, **one_by_one)
     store = ResultStore(root)
     run_grid(GRID, root, "local", only=sorted(store.done_ids("least_squares"))[:2], **one_by_one)
