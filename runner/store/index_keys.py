@@ -3,12 +3,14 @@
 Sorted arrays of keys are how the driver holds sets of runs (the settled index, the claims' grid key,
 a grid's distinct cells): 8 bytes a run and membership by one vectorised search, where a Python string
 and set slot cost ~150 bytes. Two different run ids share a key with probability about n^2 / 2^65
-(3e-8 for a million runs). A leaf module: the claims and the index both use it.
+(3e-8 for a million runs). A leaf module: the claims, the settled index and the store's flush index
+(`PartKeys`, the run ids of one runs part) use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -78,3 +80,32 @@ def part_batches(fs: pafs.FileSystem, path: str, wanted: Sequence[str]) -> Itera
     )
     columns = [c for c in wanted if c in reader.schema_arrow.names]
     return reader.iter_batches(batch_size=READ_ROWS, columns=columns, use_threads=False)
+
+
+@dataclass(frozen=True)
+class PartKeys:
+    """The run ids of a runs part: sorted 64-bit keys of the 32-hex ones (runner.store.index_keys),
+    and, as strings, any others (a legacy or hand-written store's)."""
+
+    keys: np.ndarray
+    others: frozenset[str]
+
+    @classmethod
+    def of(cls, ids: pa.Array | pa.ChunkedArray) -> PartKeys:
+        odd = pc.invert(pc.fill_null(pc.match_substring_regex(ids, RUN_ID), False))
+        others = frozenset(ids.filter(odd).to_pylist()) if pc.any(odd).as_py() else frozenset()
+        return cls(np.sort(stored_keys(ids)), others)
+
+    @classmethod
+    def join(cls, pieces: Sequence[PartKeys]) -> PartKeys:
+        keys = np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(p.keys for p in pieces)]))
+        return cls(keys, frozenset().union(*(p.others for p in pieces)))
+
+    def meets(self, other: PartKeys) -> bool:
+        """Whether the two share a run id (or, rarely, only a key: the caller's read filters by id)."""
+        if self.others & other.others:
+            return True
+        if not len(self.keys) or not len(other.keys):
+            return False
+        at = np.searchsorted(self.keys, other.keys).clip(max=len(self.keys) - 1)
+        return bool((self.keys[at] == other.keys).any())

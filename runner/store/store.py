@@ -26,7 +26,6 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -41,7 +40,7 @@ from runner.store.claims import LEASE_S, Claims, grid_key
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
 from runner.store.exclusive import S3IfNoneMatch, for_root
 from runner.store.files import WriterLock, is_local
-from runner.store.index_keys import RUN_ID, part_batches, stored_keys
+from runner.store.index_keys import PartKeys, part_batches
 from runner.store.lease_lock import LOCK_LEASE_S, LeaseLock
 from runner.store.parts import PartReader
 from runner.store.records import RunRecord
@@ -383,35 +382,6 @@ class ResultStore:
         cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
         expr = None if run_ids is None else pc.field("run_id").isin(pa.array(list(run_ids), pa.string()))
         return self.read_table(ATTEMPT_CURVES, task, cols, expr)
-
-
-@dataclass(frozen=True)
-class PartKeys:
-    """The run ids of a runs part: sorted 64-bit keys of the 32-hex ones (runner.store.index_keys),
-    and, as strings, any others (a legacy or hand-written store's)."""
-
-    keys: np.ndarray
-    others: frozenset[str]
-
-    @classmethod
-    def of(cls, ids: pa.Array | pa.ChunkedArray) -> PartKeys:
-        odd = pc.invert(pc.fill_null(pc.match_substring_regex(ids, RUN_ID), False))
-        others = frozenset(ids.filter(odd).to_pylist()) if pc.any(odd).as_py() else frozenset()
-        return cls(np.sort(stored_keys(ids)), others)
-
-    @classmethod
-    def join(cls, pieces: Sequence[PartKeys]) -> PartKeys:
-        keys = np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(p.keys for p in pieces)]))
-        return cls(keys, frozenset().union(*(p.others for p in pieces)))
-
-    def meets(self, other: PartKeys) -> bool:
-        """Whether the two share a run id (or, rarely, only a key: the caller's read filters by id)."""
-        if self.others & other.others:
-            return True
-        if not len(self.keys) or not len(other.keys):
-            return False
-        at = np.searchsorted(self.keys, other.keys).clip(max=len(self.keys) - 1)
-        return bool((self.keys[at] == other.keys).any())
 
 
 def micros(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
