@@ -107,14 +107,15 @@ def _merge_folder(store: ResultStore, folder: str, max_parts: int, budget: int, 
         if len(parts) <= max_parts:
             return
         sizes = [(part, size) for part in parts if (size := _uncompressed_bytes(store, part)) is not None]
-        schema = store.reader.unified_schema([part for part, _ in sizes])
     report.damaged.extend(part for part in parts if part in store.reader.damaged)
     for group in plan_groups(sizes, budget):
         # the lock is taken per group, so a driver's flush waits for one group at most
         with store.writing():
-            if not set(group) <= set(store.parts(folder)):
+            visible = store.parts(folder)
+            if not set(group) <= set(visible):
                 continue  # a flush rewrote one of them meanwhile (a retry): the next merge sees the new ones
-            _merge_group(store, folder, group, schema, report)
+            # the folder's schema now (a flush may have added a column since the plan)
+            _merge_group(store, folder, group, store.reader.unified_schema(visible), report)
 
 
 def _uncompressed_bytes(store: ResultStore, part: str) -> int | None:
