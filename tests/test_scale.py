@@ -455,3 +455,19 @@ def test_status_counts_retries_and_legacy_ids_as_the_stores_reader_sees_them(tmp
     assert report.errors == sorted(
         [("faulty", ids[0], "boom one"), ("faulty", "R-other", "too slow")], key=lambda e: e[1]
     )
+
+
+def test_a_run_asked_for_by_two_blocks_is_one_cell_at_its_first_position() -> None:
+    grid = load_grid(
+        {
+            "blocks": [
+                {"task": "least_squares", "product": {"lr": [0.1, 0.2]}},
+                {"task": "least_squares", "params": {"lr": 0.2}},  # the second cell of block 0 again
+                {"task": "least_squares", "params": {"lr": 0.3}},
+            ]
+        }
+    )
+    assert grid.positions.tolist() == [0, 1, 3] and len(set(grid.ids.tolist())) == len(grid) == 3
+    assert [c.params.lr for c in grid.cells_at([0, 1, 2])] == [0.1, 0.2, 0.3]  # type: ignore[attr-defined]
+    single = load_grid({"blocks": [{"task": "least_squares", "product": {"lr": [0.1, 0.2]}}]})
+    assert single.positions.tolist() == [0, 1]

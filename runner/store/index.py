@@ -54,6 +54,9 @@ class SettledIndex:
 
 
 def _sorted(parts: list[np.ndarray]) -> np.ndarray:
+    """One sorted array of the parts, each sorted already (one task's: no copy)."""
+    if len(parts) == 1:
+        return parts[0]
     return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.uint64)
 
 
@@ -95,10 +98,17 @@ def newest_rows(store: ResultStore, task: str, every_id: bool = False) -> Newest
             codes.append(c)
     key, when, code = np.concatenate(keys), np.concatenate(finished), np.concatenate(codes)
     del keys, finished, codes
-    order = np.lexsort((np.arange(len(key)), -when, key))  # by key, newest first, then in read order
-    key, when, code = key[order], when[order], code[order]
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    if (ordered[1:] == ordered[:-1]).any():  # runs stored more than once (retries): the newest first
+        order = np.lexsort((np.arange(len(key)), -when, key))  # by key, newest first, then in read order
+        ordered = key[order]
+    key, when, code = ordered, when[order], code[order]
+    del order, ordered
     first = np.ones(len(key), dtype=bool)
     first[1:] = key[1:] != key[:-1]
+    if first.all():
+        return NewestRows(key, when, code, names)
     return NewestRows(key[first], when[first], code[first], names)
 
 
