@@ -12,20 +12,13 @@ from pathlib import Path
 from runner import RayExecutor, ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
-from tests.test_tune import LS_PARAMS, enqueue, ls_study
+from tests.test_tune import prune_study
 
 
 def test_a_study_moves_to_ray_with_its_pruner_when_ray_is_up(tmp_path: Path, ray_local: object) -> None:
     from tests.test_warm_start import warm_executor
 
-    raw = ls_study(
-        "warm_ray_prune",
-        params={**LS_PARAMS, "n_iters": 3000, "log_every": 5},
-        pruner={"name": "median", "metric": "err", "options": {"n_startup_trials": 2, "n_warmup_steps": 20}},
-        n_trials=3,
-        parallel=1,
-    )
-    enqueue(tmp_path, raw, [{"lr": 0.45}, {"lr": 0.4}, {"lr": 0.06}])
+    raw = prune_study(tmp_path, "warm_ray_prune", n_iters=3000, log_every=5)
     # the first trial runs in process, then the stand-in start says Ray is up: the others, the pruned one
     # among them, run on the module's Ray and report through the pool's channel actor
     executor, starts = warm_executor(after=2, pool=RayExecutor(workers=1))

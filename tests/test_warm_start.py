@@ -99,16 +99,9 @@ def test_a_failing_cell_run_while_ray_starts_is_a_recorded_failure(tmp_path: Pat
 
 def test_a_study_with_a_pruner_prunes_in_process_while_ray_starts(tmp_path: Path) -> None:
     from runner.tune.driver import tune
-    from tests.test_tune import LS_PARAMS, enqueue, ls_study
+    from tests.test_tune import prune_study
 
-    raw = ls_study(
-        "warm_prune",
-        params={**LS_PARAMS, "n_iters": 400},
-        pruner={"name": "median", "metric": "err", "options": {"n_startup_trials": 2, "n_warmup_steps": 20}},
-        n_trials=3,
-        parallel=1,
-    )
-    enqueue(tmp_path, raw, [{"lr": 0.45}, {"lr": 0.4}, {"lr": 0.06}])  # two good steps, then a slow one
+    raw = prune_study(tmp_path, "warm_prune", n_iters=400)
     executor, starts = warm_executor(after=None)  # Ray never comes up: the study must not wait for it
     (report,) = tune(raw, tmp_path, executor, progress=False)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1} and executor.ran_locally == 3
