@@ -38,14 +38,16 @@ PY = sys.executable
 LRS = [0.001 * (i + 1) for i in range(10)]
 
 
-def grid_text(size: int, edited: bool = False) -> str:
+def grid_text(size: int, edited: bool = False, second: bool = False) -> str:
+    """The grid of `size` + 1 cells; `second`: as many other cells (other step sizes), another grid."""
     one = 0.78 if edited else 0.77
+    lrs = [lr + 0.0005 for lr in LRS] if second else LRS
     return (
-        f"name: scale{size}\n"
+        f"name: scale{size}{'-second' if second else ''}\n"
         "blocks:\n"
         "  - task: least_squares\n"
         "    params: {d_in: 1, d_out: 1, m: 1, n_iters: 1}\n"
-        f"    product: {{lr: {LRS}}}\n"
+        f"    product: {{lr: {lrs}}}\n"
         f"    repeat: {size // 10}\n"
         "  - task: least_squares\n"
         f"    params: {{d_in: 1, d_out: 1, m: 1, n_iters: 1, lr: {one}, seed: 7}}\n"
@@ -105,6 +107,9 @@ def main() -> None:
     ap.add_argument("--run-max", type=int, default=100_000, help="run the cells only for sizes up to this")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--against", type=Path, help="another source tree whose cold dry-run joins every round")
+    ap.add_argument(
+        "--second-run", action="store_true", help="last, run as many other cells into the same store (twice the runs)"
+    )
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; times in s (spawn to exit), memory in MB")
     baseline = [PY, "-c", "import runner.api"]
@@ -163,6 +168,11 @@ def main() -> None:
             edited_run = convgrid("run", edited, "--results", results, "--executor", "local", "--no-progress")
             wall, mb, last = timed(edited_run, env)
             print(f"{'re-submit, one edited':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
+            if ran and args.second_run:  # the run's peak where the store already holds a run of this size
+                (root / "second.yaml").write_text(grid_text(size, second=True))
+                second = convgrid("run", str(root / "second.yaml"), "--results", results, "--executor", "local")
+                wall, mb, last = timed([*second, "--no-progress"], env)
+                print(f"{'run into that store':<24} {wall:8.2f} s {mb:7.0f} MB   {last}")
 
 
 if __name__ == "__main__":

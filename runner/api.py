@@ -34,7 +34,6 @@ from runner.store.claims import Claims
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.group_commit import GroupCommit
 from runner.store.index import SettledIndex, member_keys, run_keys
-from runner.store.store import TASK_KINDS, task_dir
 
 
 @dataclass
@@ -372,19 +371,19 @@ DEFAULT_COMPACT_PARTS = 64
 
 
 def compact_when_fragmented(store: ResultStore, max_parts: int | None = None) -> str | None:
-    """Compact the store when a folder (a task's runs, curves or attempts; members) holds more than
-    `max_parts` part files (default CONVGRID_COMPACT_PARTS or 64; 0 never compacts): reads slow down
-    with the number of parts, and each flush adds some. Compaction is one transaction under the writer
-    lock (docs/store.md), safe beside other drivers; it returns its report line, or None."""
+    """Merge the small parts of every folder (a task's runs, curves, attempts, attempt_curves; members,
+    trials) holding more than `max_parts` part files (default CONVGRID_COMPACT_PARTS or 64; 0 never):
+    reads slow down with the number of parts, and each flush adds some. A bounded merge
+    (runner.store.merge): one group of parts at a time, streamed, each group one transaction under the
+    writer lock, so it is safe beside other drivers and the driver's memory does not grow with the
+    store (`convgrid compact` rewrites whole tasks). Returns its report line, or None."""
     limit = max_parts if max_parts is not None else int(os.environ.get(COMPACT_PARTS_ENV, DEFAULT_COMPACT_PARTS))
     if limit <= 0:
         return None
-    folders = ["members"] + [task_dir(kind, task) for task in store.tasks() for kind in TASK_KINDS]
-    if max(len(store.parts(folder)) for folder in folders) <= limit:
-        return None
-    from runner.store.compact import compact
+    from runner.store.merge import merge_parts
 
-    return compact(store).line()
+    report = merge_parts(store, limit)
+    return report.line() if report.parts_in or report.damaged else None
 
 
 def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:

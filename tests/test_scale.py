@@ -207,7 +207,7 @@ def test_a_fragmented_store_is_compacted_after_a_run_and_reads_the_same(
     assert len(ResultStore(tmp_path / "ref").parts("runs/task=least_squares")) > 1
     monkeypatch.setenv(COMPACT_PARTS_ENV, "1")
     report = run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False, flush_every=1)
-    assert report.compacted is not None and "compacted" in report.line()
+    assert report.compacted is not None and report.compacted.startswith("merged ") and report.compacted in report.line()
     store = ResultStore(tmp_path / "auto")
     assert len(store.parts("runs/task=least_squares")) == 1 and len(store.parts("curves/task=least_squares")) == 1
     assert stored(tmp_path / "auto") == stored(tmp_path / "ref")

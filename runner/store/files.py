@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,24 +47,30 @@ def fsync_dir(fs: pafs.FileSystem, path: str) -> None:
 
 
 def write_parquet(fs: pafs.FileSystem, table: pa.Table, path: str) -> None:
-    """Write one Parquet file durably, with page checksums so flipped bytes are detected on read.
+    """Write one Parquet file durably, with page checksums so flipped bytes are detected on read
+    (the options: `write_parquet_tables`)."""
+    write_parquet_tables(fs, table.schema, [table], path)
+
+
+def write_parquet_tables(fs: pafs.FileSystem, schema: pa.Schema, tables: Iterable[pa.Table], path: str) -> None:
+    """Write `tables` (each of `schema`, each at least one row group) as one Parquet file, durably, with
+    page checksums; only one of them need be in memory at a time (a merge streams its parts through).
 
     Dictionary encoding only for string columns (ids, names, statuses: few distinct values): on the
     float columns of curves it is tried and abandoned, which was two thirds of encoding a curve part.
     Locally the file is written by pyarrow's own file (a Python file object takes the GIL for each
     write, which stalls the thread that builds the next tables) and fsynced through a second
     descriptor (Linux syncs the file's data whichever descriptor asks)."""
-    strings = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    options = {"write_page_checksum": True, "use_dictionary": strings}
+    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    with pq.ParquetWriter(path, schema, filesystem=fs, write_page_checksum=True, use_dictionary=strings) as writer:
+        for table in tables:
+            writer.write_table(table)
     if is_local(fs):
-        pq.write_table(table, path, **options)
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    else:
-        pq.write_table(table, path, filesystem=fs, **options)
 
 
 def write_bytes(fs: pafs.FileSystem, path: str, data: bytes) -> None:

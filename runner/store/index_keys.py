@@ -89,14 +89,16 @@ def id_array(ids: Iterable[str]) -> np.ndarray:
 READ_ROWS = 65_536  # rows decoded at a time: a part of a million runs is never one table in memory
 
 
-def part_batches(fs: pafs.FileSystem, path: str, wanted: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """The rows of one part file, READ_ROWS at a time, with those of the `wanted` columns it has: pages
+def part_batches(
+    fs: pafs.FileSystem, path: str, wanted: Sequence[str], rows: int = READ_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one part file, `rows` at a time, with those of the `wanted` columns it has: pages
     decoded as they are read (no pre-buffering), their checksums verified as every reader does."""
     reader = pq.ParquetFile(
         fs.open_input_file(path), pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True
     )
     columns = [c for c in wanted if c in reader.schema_arrow.names]
-    return reader.iter_batches(batch_size=READ_ROWS, columns=columns, use_threads=False)
+    return reader.iter_batches(batch_size=rows, columns=columns, use_threads=False)
 
 
 @dataclass(frozen=True)

@@ -184,15 +184,33 @@ class Transaction:
 
     def add(self, table: pa.Table, directory: str) -> str:
         """Stage `table` as a new part of `directory`; returns its final relative path."""
+        staged, final = self._names(directory)
+        # parts are written and fsynced in parallel (pyarrow and fsync release the GIL); `commit`
+        # waits for all of them before the marker
+        self._writes.append(_POOL.submit(write_parquet, self.root.fs, table, self.root.abs(staged)))
+        return self._added(staged, final)
+
+    def add_written(self, directory: str, write: Callable[[pafs.FileSystem, str], None]) -> str:
+        """Stage a new part of `directory` that `write(fs, path)` writes, in this thread (a merge streams
+        rows into it, so the part never stands in memory whole); returns its final relative path. If
+        `write` raises, its partial file is deleted and nothing is added."""
+        staged, final = self._names(directory)
+        try:
+            write(self.root.fs, self.root.abs(staged))
+        except BaseException:
+            delete_quietly(self.root.fs, self.root.abs(staged))
+            raise
+        return self._added(staged, final)
+
+    def _names(self, directory: str) -> tuple[str, str]:
         if not self.marker.adds:
             ensure_dir(self.root.fs, self.root.abs(STAGING_DIR))
         name = part_name()
         # one flat staging folder, files prefixed by their transaction: no folder to create (and
         # fsync) per transaction, which is most of a small flush's cost
-        staged, final = f"{STAGING_DIR}/{self.marker.txn}.{name}", f"{directory}/{name}"
-        # parts are written and fsynced in parallel (pyarrow and fsync release the GIL); `commit`
-        # waits for all of them before the marker
-        self._writes.append(_POOL.submit(write_parquet, self.root.fs, table, self.root.abs(staged)))
+        return f"{STAGING_DIR}/{self.marker.txn}.{name}", f"{directory}/{name}"
+
+    def _added(self, staged: str, final: str) -> str:
         self.marker.adds.append((staged, final))
         kill_point("staging", self.label)
         return final
