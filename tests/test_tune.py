@@ -97,15 +97,22 @@ def enqueue(root: Path, raw: dict[str, Any], points: list[dict[str, Any]]) -> No
         study.enqueue_trial(point)
 
 
-def test_pruner_stops_a_bad_trial_early_and_records_it(tmp_path: Path) -> None:
+def prune_study(root: Path, name: str, **params: Any) -> dict[str, Any]:
+    """A median-pruned study of three trials enqueued in `root`'s journal: two good steps, then a slow one
+    (lr 0.06) that the pruner stops once it has two finished trials to compare with."""
     raw = ls_study(
-        "ls_prune",
-        params={**LS_PARAMS, "n_iters": 400},
+        name,
+        params={**LS_PARAMS, **params},
         pruner={"name": "median", "metric": "err", "options": {"n_startup_trials": 2, "n_warmup_steps": 20}},
         n_trials=3,
         parallel=1,
     )
-    enqueue(tmp_path, raw, [{"lr": 0.45}, {"lr": 0.4}, {"lr": 0.06}])  # two good steps, then a slow one
+    enqueue(root, raw, [{"lr": 0.45}, {"lr": 0.4}, {"lr": 0.06}])
+    return raw
+
+
+def test_pruner_stops_a_bad_trial_early_and_records_it(tmp_path: Path) -> None:
+    raw = prune_study(tmp_path, "ls_prune", n_iters=400)
     (report,) = tune(raw, tmp_path, "local", progress=False)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1}
     store = ResultStore(tmp_path)

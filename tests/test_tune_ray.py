@@ -1,5 +1,6 @@
-"""`convgrid tune` on an embedded Ray (loopback, 2 CPUs): intermediate values travel through the
-pruning channel actor and the driver's verdict stops the run; a worker killed mid-trial loses nothing."""
+"""`convgrid tune` on an embedded Ray (loopback, 2 CPUs): a study that starts in process while Ray starts
+moves to Ray with its pruner, whose intermediate values then travel through the pruning channel actor
+and whose verdict stops the run; a worker killed mid-trial loses nothing."""
 
 from __future__ import annotations
 
@@ -11,28 +12,23 @@ from pathlib import Path
 from runner import RayExecutor, ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
-from tests.test_tune import LS_PARAMS, enqueue, ls_study
+from tests.test_tune import prune_study
 
 
-def test_ray_pruning_channel_stops_a_bad_trial(tmp_path: Path, ray_local: object) -> None:
-    raw = ls_study(
-        "ray_prune",
-        params={**LS_PARAMS, "n_iters": 3000, "log_every": 5},
-        pruner={"name": "median", "metric": "err", "options": {"n_startup_trials": 2, "n_warmup_steps": 20}},
-        n_trials=3,
-        parallel=1,
-    )
-    enqueue(tmp_path, raw, [{"lr": 0.45}, {"lr": 0.4}, {"lr": 0.06}])
-    (report,) = tune(raw, tmp_path, RayExecutor(workers=2), progress=False)
+def test_a_study_moves_to_ray_with_its_pruner_when_ray_is_up(tmp_path: Path, ray_local: object) -> None:
+    from tests.test_warm_start import warm_executor
+
+    raw = prune_study(tmp_path, "warm_ray_prune", n_iters=3000, log_every=5)
+    # the first trial runs in process, then the stand-in start says Ray is up: the others, the pruned one
+    # among them, run on the module's Ray and report through the pool's channel actor
+    executor, starts = warm_executor(after=2, pool=RayExecutor(workers=1))
+    (report,) = tune(raw, tmp_path, executor, progress=False)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1}
-    store = ResultStore(tmp_path)
-    trial = read_trials(store, "ray_prune").to_pylist()[2]
-    (bad,) = [
-        r for r in store.read_runs("least_squares", ["status", "n_steps"]).to_pylist() if r["run_id"] == trial["run_id"]
-    ]
-    assert bad["status"] == "pruned"
+    assert (executor.ran_locally, starts[0].warmed, executor.pool.chunks_submitted) == (1, True, 2)
+    runs = ResultStore(tmp_path).read_runs("least_squares", ["status", "n_steps", "lr"]).to_pylist()
+    (bad,) = [r for r in runs if r["lr"] == 0.06]
     # The verdict reaches the worker with its next reports (asynchronous), long before 3000 steps.
-    assert 20 <= bad["n_steps"] < 1500, bad
+    assert bad["status"] == "pruned" and 20 <= bad["n_steps"] < 1500, bad
 
 
 def test_ray_study_with_a_worker_killed_mid_batch(tmp_path: Path, ray_local: object) -> None:

@@ -95,3 +95,19 @@ def test_a_failing_cell_run_while_ray_starts_is_a_recorded_failure(tmp_path: Pat
     rerun, _ = warm_executor(after=None)
     again = run_grid(grid, tmp_path, rerun, progress=False, retry_failed=True)
     assert (again.executed, again.already_done, rerun.ran_locally) == (2, 2, 2)
+
+
+def test_a_study_with_a_pruner_prunes_in_process_while_ray_starts(tmp_path: Path) -> None:
+    from runner.tune.driver import tune
+    from tests.test_tune import prune_study
+
+    raw = prune_study(tmp_path, "warm_prune", n_iters=400)
+    executor, starts = warm_executor(after=None)  # Ray never comes up: the study must not wait for it
+    (report,) = tune(raw, tmp_path, executor, progress=False)
+    assert report.states == {"COMPLETE": 2, "PRUNED": 1} and executor.ran_locally == 3
+    executor.close()  # the caller's executor: the study leaves it open
+    assert not starts[0].warmed and executor._abandoned
+    runs = ResultStore(tmp_path).read_runs("least_squares", ["status", "n_steps", "lr"]).to_pylist()
+    (bad,) = [r for r in runs if r["lr"] == 0.06]
+    # the direct channel stops the run at the first step the pruner judges, as the local executor's does
+    assert bad["status"] == "pruned" and 20 <= bad["n_steps"] <= 30

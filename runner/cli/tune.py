@@ -53,7 +53,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     reports = tune(
         plans,
         args.results,
-        "ray" if args.executor == "auto" else args.executor,  # a study's trials are not known up front: no "small"
+        # auto: the embedded Ray starts in the background while the first trials run here (runner.execute.warm);
+        # the "small work" choice of `run` does not apply, a study's trials are not known up front
+        args.executor,
         storage=args.storage,
         retry_failed=args.retry_failed,
         progress=not args.no_progress,

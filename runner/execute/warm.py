@@ -10,6 +10,10 @@ comes up finishes here, the items after it go to Ray. A source that ends before 
 for it: `close` leaves the start to finish in its thread and stop the actors it made, and a process
 that exits meanwhile takes the half-started Ray with it.
 
+A tuner's pruner follows its runs through `WarmChannel`: the judge is called directly by the runs in
+this process, and through the pool's channel actor (made once Ray is up) by the runs on Ray, so a
+study with a pruner starts at once too.
+
 Only for the embedded Ray, without hard timeouts and GPU actors (`runner.api.make_executor` decides):
 a run here cannot be killed past its deadline, and it computes on the driver's CPU.
 """
@@ -18,12 +22,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runner.execute.base import Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
+from runner.execute.base import Judge, ReportChannel, ReporterFactory, ReportSpec, WorkItem, WorkSource
 from runner.execute.local import LocalExecutor
 from runner.execute.ray_pool import RayExecutor
+from runner.execute.report_channel import LocalChannel
 from runner.store.records import RunRecord
 
 # Cells of one batch key run together in process while Ray starts: a quarter of the pool's default
@@ -62,6 +68,33 @@ class _UntilReady:
             except StopIteration:
                 self.ended = True
                 return
+
+
+class WarmChannel:
+    """The report channel of a warm start: runs in this process call the judge directly (`local`),
+    runs on the pool report through the pool's own channel, made when the runs move to Ray (`on_ray`)."""
+
+    def __init__(self, pool: RayExecutor, judge: Judge, spec: ReportSpec) -> None:
+        self.pool, self.judge, self.spec = pool, judge, spec
+        self.local = LocalChannel(judge, spec)
+        self._on_ray: ReportChannel | None = None
+
+    @property
+    def reporters(self) -> ReporterFactory:
+        return self.local.reporters
+
+    def on_ray(self) -> ReportChannel:
+        if self._on_ray is None:
+            self._on_ray = self.pool.report_channel(self.judge, self.spec)
+        return self._on_ray
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        yield  # the pool's channel opens its own batch around the runs on Ray (WarmStartExecutor.execute)
+
+    def close(self) -> None:
+        if self._on_ray is not None:
+            self._on_ray.close()
 
 
 @dataclass
@@ -106,7 +139,7 @@ class WarmStartExecutor:
         return self.pool
 
     def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
-        if channel is not None:  # its judge follows runs through the pool's channel (a Ray actor)
+        if channel is not None and not isinstance(channel, WarmChannel):  # a channel only the pool can serve
             yield from self._ray().execute(items, channel)
             return
         self.start()
@@ -114,15 +147,21 @@ class WarmStartExecutor:
         source = iter(items)
         if not self._start.ready.is_set():
             gate = _UntilReady(source, self._start.ready)
-            for records in self._local().execute(gate):
+            for records in self._local().execute(gate, channel.local if channel is not None else None):
                 self.ran_locally += len(records)
                 yield records
             if gate.ended:
                 return  # all done before Ray was up: never wait for it
-        yield from self._ray().execute(source)  # what the in-process phase left of it
+        pool = self._ray()  # what the in-process phase left of the source goes there
+        if channel is None:
+            yield from pool.execute(source)
+            return
+        on_ray = channel.on_ray()
+        with on_ray.batch():
+            yield from pool.execute(source, on_ray)
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
-        return self._ray().report_channel(judge, spec)
+        return WarmChannel(self.pool, judge, spec)
 
     def close(self) -> None:
         with self._lock:

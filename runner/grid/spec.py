@@ -349,9 +349,12 @@ def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
     for block in blocks:  # each block's ids put in place: never all blocks twice over
         _block_ids(block, ids[offset : offset + block.size])
         offset += block.size
-    _, first = np.unique(run_keys(ids), return_index=True)
-    if len(first) == len(ids):  # no run asked for twice (the usual grid): no copy of the ids
+    keys = run_keys(ids)
+    keys.sort()  # in place: finding that no run is asked for twice costs the keys and no more
+    if not len(keys) or not (keys[1:] == keys[:-1]).any():  # the usual grid: no copy of the ids
         return ids, np.arange(len(ids), dtype=np.int64)
+    del keys
+    _, first = np.unique(run_keys(ids), return_index=True)
     first.sort()
     return ids[first], first.astype(np.int64)
 

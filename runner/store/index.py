@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runner.store.index_keys import RUN_ID, fixed_width, id_array, part_batches, run_keys, stored_keys
+from runner.store.index_keys import RUN_ID, any_keys, fixed_width, id_array, part_batches, run_keys, stored_keys
 from runner.store.store import RUNS, ResultStore, task_dir
 from tasks.status import FINAL_STATUSES, is_settled
 
@@ -54,6 +54,9 @@ class SettledIndex:
 
 
 def _sorted(parts: list[np.ndarray]) -> np.ndarray:
+    """One sorted array of the parts, each sorted already (one task's: no copy)."""
+    if len(parts) == 1:
+        return parts[0]
     return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.uint64)
 
 
@@ -64,29 +67,56 @@ def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
     return np.asarray(sorted_keys[at] == keys)
 
 
-def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(keys, status codes, status names) of the newest row of every stored run of `task` (by
-    `finished`, a null one oldest; equal ones: the first read, as `latest_per_run` keeps), keys sorted.
-    The runs parts are read in batches of READ_ROWS rows, three columns, each batch turned at once into
-    18 bytes a row (key, finished, status code): read as one table (`read_runs`), a million runs cost
-    ~180 MB more. A part that fails to read is marked damaged and left out (`per_part`)."""
+@dataclass(frozen=True)
+class NewestRows:
+    """The newest row of every stored run of a task: keys (sorted), when it finished (float
+    microseconds, a null as -inf), and its status as a code into `names` (-1: a null status)."""
+
+    keys: np.ndarray
+    finished: np.ndarray
+    codes: np.ndarray
+    names: list[str]
+
+
+def newest_rows(store: ResultStore, task: str, every_id: bool = False) -> NewestRows:
+    """The newest row (by `finished`, a null one oldest; equal ones: the first read, as
+    `latest_per_run` keeps) of every stored run of `task`. The runs parts are read in batches of
+    READ_ROWS rows, three columns, each batch turned at once into 18 bytes a row (key, finished,
+    status code): read as one table (`read_runs`), a million runs cost ~180 MB more. A part that fails
+    to read is marked damaged and left out (`per_part`). Rows whose id is not a run id (a legacy
+    store's) are left out, unless `every_id` (then keyed by `index_keys.any_keys`)."""
     names: list[str] = []
     keys: list[np.ndarray] = [np.empty(0, dtype=np.uint64)]
     finished: list[np.ndarray] = [np.empty(0, dtype=np.float64)]
     codes: list[np.ndarray] = [np.empty(0, dtype=np.int16)]
     columns = ["run_id", "status", "finished"]
-    for rows in per_part(store, store.parts(task_dir(RUNS, task)), columns, partial(_status_rows, names=names)):
+    convert = partial(_status_rows, names=names, every_id=every_id)
+    for rows in per_part(store, store.parts(task_dir(RUNS, task)), columns, convert):
         for k, f, c in rows:
             keys.append(k)
             finished.append(f)
             codes.append(c)
     key, when, code = np.concatenate(keys), np.concatenate(finished), np.concatenate(codes)
     del keys, finished, codes
-    order = np.lexsort((np.arange(len(key)), -when, key))  # by key, newest first, then in read order
-    key, code = key[order], code[order]
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    if (ordered[1:] == ordered[:-1]).any():  # runs stored more than once (retries): the newest first
+        order = np.lexsort((np.arange(len(key)), -when, key))  # by key, newest first, then in read order
+        ordered = key[order]
+    key, when, code = ordered, when[order], code[order]
+    del order, ordered
     first = np.ones(len(key), dtype=bool)
     first[1:] = key[1:] != key[:-1]
-    return key[first], code[first], names
+    if first.all():
+        return NewestRows(key, when, code, names)
+    return NewestRows(key[first], when[first], code[first], names)
+
+
+def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(keys, status codes, status names) of the newest row of every stored run of `task` whose id is a
+    run id (`newest_rows`), keys sorted."""
+    newest = newest_rows(store, task)
+    return newest.keys, newest.codes, newest.names
 
 
 def per_part(
@@ -115,10 +145,14 @@ def member_keys(store: ResultStore, grid: str) -> np.ndarray:
     return np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(k for part in parts for k in part)]))
 
 
-def _status_rows(batch: pa.RecordBatch, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _status_rows(
+    batch: pa.RecordBatch, names: list[str], every_id: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(keys, finished as float microseconds with nulls as -inf, status codes into `names`, which grows)
-    of a batch of a runs part; rows whose id is not a run id (a legacy store's) are left out."""
-    batch = batch.filter(pc.fill_null(pc.match_substring_regex(batch.column("run_id"), RUN_ID), False))
+    of a batch of a runs part; rows whose id is not a run id (a legacy store's) are left out, unless
+    `every_id`."""
+    if not every_id:
+        batch = batch.filter(pc.fill_null(pc.match_substring_regex(batch.column("run_id"), RUN_ID), False))
     if "finished" in batch.schema.names:
         micros = pc.cast(pc.cast(batch.column("finished"), pa.timestamp("us", "UTC")), pa.int64())
         when = pc.fill_null(pc.cast(micros, pa.float64()), -np.inf).to_numpy()
@@ -130,4 +164,6 @@ def _status_rows(batch: pa.RecordBatch, names: list[str]) -> tuple[np.ndarray, n
             names.append(name)
     lookup = np.array([names.index(n) for n in status.dictionary.to_pylist()] + [-1], dtype=np.int16)
     indices = pc.fill_null(status.indices, -1).to_numpy(zero_copy_only=False)
-    return run_keys(fixed_width(batch.column("run_id"))), np.asarray(when, dtype=np.float64), lookup[indices]
+    ids = batch.column("run_id")
+    keys = any_keys(ids) if every_id else run_keys(fixed_width(ids))
+    return keys, np.asarray(when, dtype=np.float64), lookup[indices]

@@ -23,6 +23,9 @@ PARQUET = ds.ParquetFileFormat(
 )
 
 
+VERIFY_ROWS = 65_536
+
+
 class DamagedPartWarning(UserWarning):
     """A part file could not be read and was skipped (see `convgrid status`, `convgrid compact --repair`)."""
 
@@ -115,12 +118,15 @@ class PartReader:
         if self.schema(rel) is None:
             return False
         try:
-            part = pq.ParquetFile(self.root.fs.open_input_file(self.root.abs(rel)), page_checksum_verification=True)
-            # one column of one row group at a time: every page is decoded and checked, and a part of a
-            # million rows never stands in memory whole (`status` verifies every part)
-            for group in range(part.num_row_groups):
-                for column in part.schema_arrow.names:
-                    part.read_row_group(group, columns=[column])
+            part = pq.ParquetFile(
+                self.root.fs.open_input_file(self.root.abs(rel)), page_checksum_verification=True, pre_buffer=False
+            )
+            # one column at a time, VERIFY_ROWS rows at a time: every page is decoded and checked, and
+            # neither a part nor one column of a row group of a million rows stands in memory whole
+            # (`status` verifies every part; a million runs' params_json alone decode to ~200 MB)
+            for column in part.schema_arrow.names:
+                for _ in part.iter_batches(batch_size=VERIFY_ROWS, columns=[column], use_threads=False):
+                    pass
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as exc:

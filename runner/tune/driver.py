@@ -304,9 +304,9 @@ def tune(
     plans = source if isinstance(source, list) else load_plans(source)
     plans = [with_overrides(p, n_trials, parallel, deterministic) for p in plans]
     shared = None
-    if executor == "ray" and len(plans) > 1:
+    if executor in ("ray", "auto") and len(plans) > 1:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in EXECUTOR_OPTIONS}
-        executor = shared = make_executor("ray", **options)
+        executor = shared = make_executor(executor, **options)
     try:
         return [run_study(p, results, executor, **kwargs) for p in plans]
     finally:
