@@ -56,6 +56,7 @@ import pyarrow.fs as pafs
 from runner.store.exclusive import ExclusiveCreate
 from runner.store.files import delete_quietly, read_bytes, write_bytes
 from runner.store.index_keys import run_keys
+from runner.store.spill import KeySpill, matched
 from runner.store.txn import INTERNAL, Root
 
 CLAIMS_DIR = f"{INTERNAL}/claims"
@@ -67,26 +68,33 @@ KEY_CHUNK = 65_536  # ids hashed this many at a time: one chunk's bytes, never t
 
 
 def grid_key(run_ids: Iterable[str] | np.ndarray) -> str:
-    """The hash of the grid's sorted distinct run ids, joined by newlines. Given a numpy array of ids
-    (dtype S32, as `CellSource.ids`) it is computed in chunks from a sort of their 64-bit keys, with
-    no Python string per id; the same ids give the same key either way."""
+    """The hash of the grid's sorted distinct run ids, joined by newlines (for a numpy array of ids,
+    dtype S32, see `grid_key_of`: the same ids give the same key either way)."""
     if not isinstance(run_ids, np.ndarray):
         return hashlib.sha256("\n".join(sorted(set(run_ids))).encode()).hexdigest()[:16]
-    ids = np.ascontiguousarray(run_ids, dtype="S32")
-    keys = run_keys(ids)
-    order = np.argsort(keys, kind="stable")
-    ranked = keys[order]
-    if len(ids) > 1 and bool((ranked[1:] == ranked[:-1]).any()):  # equal keys: sort (and dedup) the ids themselves
-        ids = np.unique(ids)
-        order = np.arange(len(ids))
-    del keys, ranked
+    return grid_key_of([run_ids])
+
+
+def grid_key_of(chunks: Iterable[np.ndarray]) -> str:
+    """`grid_key` of the ids in `chunks` (S32 arrays, any order): the ids are gathered by key range
+    (runner.store.spill) and each range sorted in turn, ranges in key order (a key is an id's first 16
+    hex digits, so key order is the ids' order), with no Python string per id; a million-cell grid's
+    key holds about 1/64 of its ids at once."""
     digest = hashlib.sha256()
-    for start in range(0, len(ids), KEY_CHUNK):
-        chunk = ids[order[start : start + KEY_CHUNK]]
-        lines = np.full((len(chunk), 33), ord("\n"), dtype=np.uint8)
-        lines[:, :32] = chunk.view(np.uint8).reshape(len(chunk), 32)
-        data = lines.tobytes()
-        digest.update(data if start + KEY_CHUNK < len(ids) else data[:-1])  # no newline after the last
+    first = True
+    with KeySpill({"id": "S32"}) as spill:
+        for chunk in chunks:
+            chunk = np.ascontiguousarray(chunk, dtype="S32")
+            spill.add(run_keys(chunk), id=chunk)
+        for (rows,) in matched(spill):
+            ids = np.unique(rows["id"])
+            for start in range(0, len(ids), KEY_CHUNK):
+                part = ids[start : start + KEY_CHUNK]
+                lines = np.full((len(part), 33), ord("\n"), dtype=np.uint8)  # a newline before each id
+                lines[:, 1:] = part.view(np.uint8).reshape(len(part), 32)
+                data = lines.tobytes()
+                digest.update(data[1:] if first else data)  # none before the first
+                first = False
     return digest.hexdigest()[:16]
 
 

@@ -1,148 +1,142 @@
-"""A compact index of the runs a store has settled, for planning a grid without holding its cells.
+"""The runs a store holds, matched against a grid's cells in bounded memory.
 
 A run is keyed by the first 16 hex digits of its id as an unsigned 64-bit integer
-(runner.store.index_keys): a sorted array of them is 8 bytes per run, and membership for a whole grid
-is one vectorised search (numpy), so a re-submitted million-cell grid is answered without a Python
-object per stored run. Where two ids shared a key (about n^2 / 2^65), the younger cell would be taken
-for done.
+(runner.store.index_keys). Planning a grid is a join of its cells with the store's runs on that key:
+each side streams into a KeySpill (runner.store.spill), 16-18 bytes a row, and the two are matched
+range of keys by range, so neither the grid nor the store is ever in memory whole once either passes
+the spill limit (a re-submitted million-cell grid against a million stored runs holds ~1/64 of each).
+Where two ids shared a key (about n^2 / 2^65), the younger cell would be taken for done.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import DTypeLike
 
 from runner.store.index_keys import RUN_ID, any_keys, fixed_width, id_array, part_batches, run_keys, stored_keys
+from runner.store.parts import ReadAgain
+from runner.store.spill import KeySpill, matched
 from runner.store.store import RUNS, ResultStore, task_dir
 from tasks.status import FINAL_STATUSES, is_settled
 
-__all__ = ["SettledIndex", "id_array", "run_keys", "stored_keys"]
+__all__ = ["id_array", "run_keys", "stored_keys"]
 T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class SettledIndex:
-    """Sorted keys of the runs not to run again: `final` (ok, diverged) and `skipped` (failed or timed
-    out, settled unless retry_failed); see tasks.status.is_settled."""
-
-    final: np.ndarray
-    skipped: np.ndarray
-
-    @classmethod
-    def read(cls, store: ResultStore, tasks: Iterable[str], retry_failed: bool = False) -> SettledIndex:
-        """Read the newest status of every run of the given tasks (see `newest_statuses`)."""
-        final: list[np.ndarray] = []
-        skipped: list[np.ndarray] = []
-        for task in sorted(set(tasks)):
-            keys, codes, names = store.retrying(partial(newest_statuses, store, task))
-            for settled, out in (
-                ([s in FINAL_STATUSES for s in names], final),
-                ([s not in FINAL_STATUSES and is_settled(s, retry_failed) for s in names], skipped),
-            ):
-                out.append(keys[np.array(settled + [False], dtype=bool)[codes]])  # code -1 (a null status): no
-        return cls(_sorted(final), _sorted(skipped))
-
-    def classify(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(is final, is skipped) masks for the given keys."""
-        return _member(keys, self.final), _member(keys, self.skipped)
+RUN_ROW = {"finished": np.float64, "code": np.int16, "task": np.int16}  # a stored run's row in a spill, with its key
+CELL_ROW = {"index": np.int64}  # a grid's cell in a spill: its key and index into the grid
 
 
-def _sorted(parts: list[np.ndarray]) -> np.ndarray:
-    """One sorted array of the parts, each sorted already (one task's: no copy)."""
-    if len(parts) == 1:
-        return parts[0]
-    return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.uint64)
-
-
-def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    if len(sorted_keys) == 0:
-        return np.zeros(len(keys), dtype=bool)
-    at = np.searchsorted(sorted_keys, keys).clip(max=len(sorted_keys) - 1)
-    return np.asarray(sorted_keys[at] == keys)
-
-
-@dataclass(frozen=True)
-class NewestRows:
-    """The newest row of every stored run of a task: keys (sorted), when it finished (float
-    microseconds, a null as -inf), and its status as a code into `names` (-1: a null status)."""
-
-    keys: np.ndarray
-    finished: np.ndarray
-    codes: np.ndarray
-    names: list[str]
-
-
-def newest_rows(store: ResultStore, task: str, every_id: bool = False) -> NewestRows:
-    """The newest row (by `finished`, a null one oldest; equal ones: the first read, as
-    `latest_per_run` keeps) of every stored run of `task`. The runs parts are read in batches of
-    READ_ROWS rows, three columns, each batch turned at once into 18 bytes a row (key, finished,
-    status code): read as one table (`read_runs`), a million runs cost ~180 MB more. A part that fails
-    to read is marked damaged and left out (`per_part`). Rows whose id is not a run id (a legacy
-    store's) are left out, unless `every_id` (then keyed by `index_keys.any_keys`)."""
-    names: list[str] = []
-    keys: list[np.ndarray] = [np.empty(0, dtype=np.uint64)]
-    finished: list[np.ndarray] = [np.empty(0, dtype=np.float64)]
-    codes: list[np.ndarray] = [np.empty(0, dtype=np.int16)]
-    columns = ["run_id", "status", "finished"]
-    convert = partial(_status_rows, names=names, every_id=every_id)
-    for rows in per_part(store, store.parts(task_dir(RUNS, task)), columns, convert):
-        for k, f, c in rows:
-            keys.append(k)
-            finished.append(f)
-            codes.append(c)
-    key, when, code = np.concatenate(keys), np.concatenate(finished), np.concatenate(codes)
-    del keys, finished, codes
-    order = np.argsort(key, kind="stable")
-    ordered = key[order]
-    if (ordered[1:] == ordered[:-1]).any():  # runs stored more than once (retries): the newest first
-        order = np.lexsort((np.arange(len(key)), -when, key))  # by key, newest first, then in read order
-        ordered = key[order]
-    key, when, code = ordered, when[order], code[order]
-    del order, ordered
-    first = np.ones(len(key), dtype=bool)
-    first[1:] = key[1:] != key[:-1]
-    if first.all():
-        return NewestRows(key, when, code, names)
-    return NewestRows(key[first], when[first], code[first], names)
-
-
-def newest_statuses(store: ResultStore, task: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(keys, status codes, status names) of the newest row of every stored run of `task` whose id is a
-    run id (`newest_rows`), keys sorted."""
-    newest = newest_rows(store, task)
-    return newest.keys, newest.codes, newest.names
-
-
-def per_part(
+def stream_parts(
     store: ResultStore, parts: Sequence[str], wanted: Sequence[str], convert: Callable[[pa.RecordBatch], T]
-) -> Iterator[list[T]]:
-    """`convert` of each batch of each readable part, a list per part: a part that fails to read midway
-    is marked damaged and left out whole, as every reader does, and only the converted (compact) form
-    of a part is held until it is read to its end. A FileNotFoundError (a transaction replaced the
-    part) is the caller's to retry."""
+) -> Iterator[T]:
+    """`convert` of each batch of each readable part, as read. A part that fails to read midway is
+    marked damaged and ReadAgain raised: the caller's `store.retrying` starts over without it (the
+    rows it gave are in the caller's hands, so only starting over leaves it out whole, as every
+    reader does). A FileNotFoundError (a transaction replaced the part) is retried the same way."""
     for part in store.reader.readable(parts):
         try:
-            yield [convert(batch) for batch in part_batches(store.fs, store.files.abs(part), wanted)]
+            for batch in part_batches(store.fs, store.files.abs(part), wanted):
+                yield convert(batch)
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as exc:
             store.reader.mark_damaged(part, exc)
+            raise ReadAgain(part) from exc
 
 
-def member_keys(store: ResultStore, grid: str) -> np.ndarray:
-    """Sorted keys of the run ids members/ links to `grid`, read in batches (two columns)."""
+def spill_from(store: ResultStore, columns: Mapping[str, DTypeLike], fill: Callable[[KeySpill], None]) -> KeySpill:
+    """A KeySpill of `columns` filled by `fill`, a fresh one each time the read starts over."""
+
+    def attempt() -> KeySpill:
+        spill = KeySpill(columns)
+        try:
+            fill(spill)
+        except BaseException:
+            spill.close()
+            raise
+        return spill
+
+    return store.retrying(attempt)
+
+
+def spill_runs(store: ResultStore, tasks: Iterable[str], names: list[str], every_id: bool = False) -> KeySpill:
+    """Every stored row of the runs of `tasks`: (key, finished as float microseconds with a null as
+    -inf, status code into `names`, -1 for a null, the task's place in sorted `tasks`). Rows whose id
+    is not a run id (a legacy store's) are left out, unless `every_id` (then keyed by
+    `index_keys.any_keys`)."""
+
+    def fill(spill: KeySpill) -> None:
+        names.clear()
+        for number, task in enumerate(sorted(set(tasks))):
+            parts = store.parts(task_dir(RUNS, task))
+            for keys, when, codes in stream_parts(store, parts, ["run_id", "status", "finished"], convert):
+                spill.add(keys, finished=when, code=codes, task=np.full(len(keys), number, dtype=np.int16))
+
+    def convert(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return _status_rows(batch, names, every_id)
+
+    return spill_from(store, RUN_ROW, fill)
+
+
+def newest_of(rows: np.ndarray) -> np.ndarray:
+    """The newest row of each run of each task (spilled RUN_ROW rows in read order), sorted by key: the
+    latest `finished` (a null oldest), equal ones the first read, as the store's reader
+    (`latest_per_run`) keeps. (A run id names its task, so only a legacy id is in two tasks.)"""
+    keys = rows["key"]
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    if first.all():
+        return rows[order]
+    # runs stored more than once (retries): by key and task, the newest first, then in read order
+    order = np.lexsort((np.arange(len(keys)), -rows["finished"], rows["task"], keys))
+    ordered, tasks = keys[order], rows["task"][order]
+    first[1:] = (ordered[1:] != ordered[:-1]) | (tasks[1:] != tasks[:-1])
+    return rows[order[first]]
+
+
+def lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each of `keys` is in `sorted_keys`, whether it is there at all)."""
+    if not len(sorted_keys):
+        return np.zeros(len(keys), dtype=np.intp), np.zeros(len(keys), dtype=bool)
+    at = np.searchsorted(sorted_keys, keys).clip(max=len(sorted_keys) - 1)
+    return at, sorted_keys[at] == keys
+
+
+def settled_cells(
+    store: ResultStore, tasks: Iterable[str], cells: KeySpill, retry_failed: bool = False
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For each range of keys: (the cells' rows, which are final, which are skipped): final, a run
+    whose newest row is ok or diverged; skipped, failed or timed out unless `retry_failed` (see
+    tasks.status.is_settled). `cells` holds CELL_ROW rows; the store's runs are streamed into a spill."""
+    names: list[str] = []
+    with spill_runs(store, tasks, names) as runs:
+        final = np.array([n in FINAL_STATUSES for n in names] + [False])  # code -1 (a null status): no
+        skipped = np.array([n not in FINAL_STATUSES and is_settled(n, retry_failed) for n in names] + [False])
+        for cell_rows, run_rows in matched(cells, runs):
+            newest = newest_of(run_rows)
+            at, found = lookup(newest["key"], cell_rows["key"])
+            codes = np.where(found, newest["code"][at] if len(newest) else -1, -1)
+            yield cell_rows, final[codes], skipped[codes]
+
+
+def member_spill(store: ResultStore, grid: str) -> KeySpill:
+    """Keys of the run ids members/ links to `grid`, read in batches (two columns)."""
 
     def keys_of(batch: pa.RecordBatch) -> np.ndarray:
         return stored_keys(batch.filter(pc.equal(batch.column("grid"), grid)).column("run_id"))
 
-    parts = per_part(store, store.parts("members"), ["grid", "run_id"], keys_of)
-    return np.sort(np.concatenate([np.empty(0, dtype=np.uint64), *(k for part in parts for k in part)]))
+    def fill(spill: KeySpill) -> None:
+        for keys in stream_parts(store, store.parts("members"), ["grid", "run_id"], keys_of):
+            spill.add(keys)
+
+    return spill_from(store, {}, fill)
 
 
 def _status_rows(

@@ -19,21 +19,21 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-_NIBBLE = np.full(256, 255, dtype=np.uint64)
-_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint64)
+_HEX = np.full(256, 255, dtype=np.uint8)  # a hex digit's value; 255: not a lower-case hex digit
+_HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
+KEY_ROWS = 65_536  # ids keyed at a time: their 16 digits as bytes are 1 MB, whatever the number of ids
 
 
 def run_keys(ids: np.ndarray) -> np.ndarray:
-    """uint64 keys of run ids given as a numpy bytes array (dtype S32, lower-case hex). One hex digit
-    at a time: a (n, 16) table of nibbles would be 128 bytes a run, four times the ids themselves."""
+    """uint64 keys of run ids given as a numpy bytes array (dtype S32, lower-case hex): the first 16
+    digits, two to a byte, read as one big-endian integer."""
     digits = np.ascontiguousarray(ids, dtype="S32").view(np.uint8).reshape(len(ids), 32)
-    keys = np.zeros(len(ids), dtype=np.uint64)
-    for column in range(16):
-        nibble = _NIBBLE[digits[:, column]]
-        if (nibble == 255).any():
+    keys = np.empty(len(ids), dtype=np.uint64)
+    for start in range(0, len(ids), KEY_ROWS):
+        nibbles = _HEX[digits[start : start + KEY_ROWS, :16]]
+        if (nibbles == 255).any():
             raise ValueError("run ids must be lower-case hexadecimal")
-        keys <<= np.uint64(4)
-        keys |= nibble
+        keys[start : start + KEY_ROWS] = ((nibbles[:, 0::2] << 4) | nibbles[:, 1::2]).view(">u8").ravel()
     return keys
 
 
@@ -90,15 +90,16 @@ READ_ROWS = 65_536  # rows decoded at a time: a part of a million runs is never 
 
 
 def part_batches(
-    fs: pafs.FileSystem, path: str, wanted: Sequence[str], rows: int = READ_ROWS
+    fs: pafs.FileSystem, path: str, wanted: Sequence[str], rows: int | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one part file, `rows` at a time, with those of the `wanted` columns it has: pages
-    decoded as they are read (no pre-buffering), their checksums verified as every reader does."""
+    """The rows of one part file, `rows` (default READ_ROWS) at a time, with those of the `wanted`
+    columns it has: pages decoded as they are read (no pre-buffering), their checksums verified as
+    every reader does."""
     reader = pq.ParquetFile(
         fs.open_input_file(path), pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True
     )
     columns = [c for c in wanted if c in reader.schema_arrow.names]
-    return reader.iter_batches(batch_size=rows, columns=columns, use_threads=False)
+    return reader.iter_batches(batch_size=rows or READ_ROWS, columns=columns, use_threads=False)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,12 @@ PARQUET = ds.ParquetFileFormat(
 )
 
 
-VERIFY_ROWS = 65_536
+VERIFY_ROWS = 8_192  # decoded at a time: a batch of long strings (params_json) is MBs, and malloc keeps what it held
+
+
+class ReadAgain(Exception):
+    """A streamed read met a damaged part midway, after using some of its rows: the part is marked
+    damaged, and the reader starts over without it (`ResultStore.retrying`)."""
 
 
 class DamagedPartWarning(UserWarning):
@@ -50,11 +55,12 @@ class PartReader:
             )
 
     def schema(self, rel: str) -> pa.Schema | None:
-        """The part's schema from its footer; None (and a warning) when the part is damaged."""
-        if rel in self._schemas:
-            return self._schemas[rel]
+        """The part's schema from its footer; None (and a warning) when the part is damaged (also one
+        whose footer was read before a page of it failed)."""
         if rel in self.damaged:
             return None
+        if rel in self._schemas:
+            return self._schemas[rel]
         try:
             schema = pq.read_schema(self.root.abs(rel), filesystem=self.root.fs)
         except FileNotFoundError:
@@ -119,7 +125,10 @@ class PartReader:
             return False
         try:
             part = pq.ParquetFile(
-                self.root.fs.open_input_file(self.root.abs(rel)), page_checksum_verification=True, pre_buffer=False
+                self.root.fs.open_input_file(self.root.abs(rel)),
+                page_checksum_verification=True,
+                pre_buffer=False,
+                buffer_size=1 << 20,  # the column chunk streamed through a 1 MB buffer, not read whole
             )
             # one column at a time, VERIFY_ROWS rows at a time: every page is decoded and checked, and
             # neither a part nor one column of a row group of a million rows stands in memory whole

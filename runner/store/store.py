@@ -30,19 +30,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from runner.store.claims import LEASE_S, Claims, grid_key
+from runner.store.claims import LEASE_S, Claims
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
 from runner.store.exclusive import S3IfNoneMatch, for_root
 from runner.store.files import WriterLock, is_local
 from runner.store.index_keys import PartKeys, part_batches
 from runner.store.lease_lock import LOCK_LEASE_S, LeaseLock
-from runner.store.parts import PartReader
+from runner.store.parts import PartReader, ReadAgain
 from runner.store.records import RunRecord
 from runner.store.txn import INTERNAL, Root, Transaction, View, recover
 from tasks.status import FINAL_STATUSES
@@ -152,22 +151,29 @@ class ResultStore:
         return [self.files.abs(r) for r in self.parts(*directory)]
 
     def retrying(self, read: Callable[[], T]) -> T:
-        """A transaction may publish or delete a part between our listing and our read: list again."""
-        for _ in range(5):
+        """A transaction may publish or delete a part between our listing and our read: list again. A
+        streamed read that met a damaged part (ReadAgain) starts over; each time one more part is known
+        damaged and left out, so it ends."""
+        missing = 0
+        while True:
             try:
                 return read()
             except FileNotFoundError:
+                missing += 1
+                if missing > 5:
+                    raise
+            except ReadAgain:
                 continue
-        return read()
 
-    def claims(self, run_ids: Iterable[str] | np.ndarray, lease_s: float | None = None) -> Claims | None:
-        """This driver's share of the claims on the grid of `run_ids` (runner.store.claims), or None
-        where the root has no create-if-absent (then drivers do not share work)."""
+    def claims(self, grid_key: str, lease_s: float | None = None) -> Claims | None:
+        """This driver's share of the claims on the grid whose `claims.grid_key` is `grid_key`
+        (runner.store.claims), or None where the root has no create-if-absent (then drivers do not
+        share work)."""
         exclusive = for_root(self.root, self.fs)
         if exclusive is None:
             return None
         lease = lease_s if lease_s is not None else float(os.environ.get("CONVGRID_LEASE_S", LEASE_S))
-        return Claims(self.files, exclusive, grid_key(run_ids), lease)
+        return Claims(self.files, exclusive, grid_key, lease)
 
     # ---- writing -------------------------------------------------------------------------------
     def write_part(self, table: pa.Table, *directory: str) -> str:
