@@ -27,13 +27,16 @@ from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.progress import Progress
 from runner.execute.unwritable import write_isolated
 from runner.execute.waves import WaveSource
+from runner.grid import cells as grid_cells
+from runner.grid.cells import Cell, CellSource, Grid, GridFile
 from runner.grid.schema import task_schemas
-from runner.grid.spec import Cell, CellSource, Grid, GridFile, load_grid
+from runner.grid.spec import load_grid
 from runner.store import ResultStore, RunRecord
-from runner.store.claims import Claims
+from runner.store.claims import Claims, grid_key_of
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.group_commit import GroupCommit
-from runner.store.index import SettledIndex, member_keys, run_keys
+from runner.store.index import CELL_ROW, lookup, member_spill, run_keys, settled_cells
+from runner.store.spill import KeySpill, matched
 
 
 @dataclass
@@ -134,33 +137,64 @@ class GridPlan:
     skipped: int
 
 
-def plan_grid(grid: CellSource, store: ResultStore, retry_failed: bool = False) -> GridPlan:
-    """Plan from the store's index of settled runs: vectorised over the grid's run ids, no cell built."""
-    final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(grid.ids))
-    return GridPlan(np.flatnonzero(~(final | skipped)), int(final.sum()), int(skipped.sum()))
+def cell_keys(grid: CellSource, indices: np.ndarray | None = None) -> KeySpill:
+    """The cells' keys and indices (all of the grid's, or those at `indices`), in a KeySpill: ids read
+    a chunk at a time, never the grid's at once."""
+    spill = KeySpill(CELL_ROW)
+    if indices is not None:
+        for start in range(0, len(indices), grid_cells.ID_ROWS):
+            at = indices[start : start + grid_cells.ID_ROWS]
+            spill.add(run_keys(grid.ids_at(at)), index=at)
+        return spill
+    start = 0
+    for ids in grid.id_chunks():
+        spill.add(run_keys(ids), index=np.arange(start, start + len(ids), dtype=np.int64))
+        start += len(ids)
+    return spill
+
+
+def plan_grid(
+    grid: CellSource, store: ResultStore, retry_failed: bool = False, indices: np.ndarray | None = None
+) -> GridPlan:
+    """Plan from the store's runs: the grid's cells (or those at `indices`) matched with every stored
+    run of its tasks on their keys, range by range (runner.store.index.settled_cells), no cell built:
+    the driver's memory does not grow with the grid or the store."""
+    todo = np.zeros(len(grid), dtype=bool)
+    done = skipped = 0
+    with cell_keys(grid, indices) as cells:
+        for rows, final, skip in settled_cells(store, grid.tasks(), cells, retry_failed):
+            todo[rows["index"][~(final | skip)]] = True
+            done += int(final.sum())
+            skipped += int(skip.sum())
+    return GridPlan(np.flatnonzero(todo), done, skipped)
 
 
 def only_indices(grid: CellSource, wanted: Iterable[str]) -> np.ndarray:
     """Indices of the grid's cells whose run id is, or starts with, one of `wanted`."""
-    mask = np.zeros(len(grid.ids), dtype=bool)
-    for prefix in wanted:
-        mask |= np.char.startswith(grid.ids, prefix.encode())
-    return np.flatnonzero(mask)
+    found, start = [np.empty(0, dtype=np.int64)], 0
+    for ids in grid.id_chunks():
+        mask = np.zeros(len(ids), dtype=bool)
+        for prefix in wanted:
+            mask |= np.char.startswith(ids, prefix.encode())
+        found.append(np.flatnonzero(mask) + start)
+        start += len(ids)
+    return np.concatenate(found)
 
 
 MEMBER_PART_ROWS = 262_144  # members rows per part file: a million-cell grid writes four, never holds all
 
 
 def write_grid_members(store: ResultStore, grid: CellSource, kind: str = "grid") -> int:
-    """Link every cell of `grid` to it in members/, the rows not already there, written in parts of
-    MEMBER_PART_ROWS rows built column-wise from the run ids (no row dict per cell). Returns how many."""
-    have = member_keys(store, grid.name)
-    keys = run_keys(grid.ids)
-    if len(have):
-        at = np.searchsorted(have, keys).clip(max=len(have) - 1)
-        new = np.flatnonzero(have[at] != keys)
-    else:
-        new = np.arange(len(keys))
+    """Link every cell of `grid` to it in members/, the rows not already there (matched on keys range by
+    range, as `plan_grid`), written in parts of MEMBER_PART_ROWS rows built column-wise from the run
+    ids (no row dict per cell). Returns how many."""
+    missing = np.zeros(len(grid), dtype=bool)
+    with cell_keys(grid) as cells, member_spill(store, grid.name) as have:
+        for rows, members in matched(cells, have):
+            _, found = lookup(np.sort(members["key"]), rows["key"])
+            missing[rows["index"][~found]] = True
+    new = np.flatnonzero(missing)
+    del missing
     added = pa.scalar(datetime.now(UTC), pa.timestamp("us", tz="UTC"))
     for start in range(0, len(new), MEMBER_PART_ROWS):
         rows = new[start : start + MEMBER_PART_ROWS]
@@ -168,7 +202,7 @@ def write_grid_members(store: ResultStore, grid: CellSource, kind: str = "grid")
         n = len(rows)
         table = pa.table(
             {
-                "run_id": pa.array(grid.ids[rows].astype(str), pa.string()),
+                "run_id": pa.array(grid.ids_at(rows).astype(str), pa.string()),
                 "task": pa.array(tasks, pa.string()),
                 "grid": pa.repeat(pa.scalar(grid.name), n),
                 "kind": pa.repeat(pa.scalar(kind), n),
@@ -292,8 +326,7 @@ def execute_shared(
     its cells, and take over those of a dead one. `todo` indexes the grid's cells."""
 
     def still_todo(positions: np.ndarray) -> np.ndarray:
-        final, skipped = SettledIndex.read(store, grid.tasks(), retry_failed).classify(run_keys(grid.ids[positions]))
-        return positions[~(final | skipped)]
+        return plan_grid(grid, store, retry_failed, positions).todo
 
     claims.start()
     try:
@@ -332,7 +365,7 @@ def run_grid(
     else:
         planned = plan_grid(grid, store, retry_failed)
         todo, done, skipped = planned.todo, planned.done, planned.skipped
-    cells = len(todo) if only is not None else len(grid.ids)
+    cells = len(todo) if only is not None else len(grid)
     report = RunReport(grid.name, store.root, cells, done, skipped, len(todo))
     if executor == "auto" and not executor_options.get("address") and small_work(grid, todo, store):
         executor = "local"  # the in-process executor takes only these of the Ray executor's options
@@ -347,7 +380,7 @@ def run_grid(
         return report
     report.executor = runner.name
     t0 = time.monotonic()
-    claims = store.claims(grid.ids, lease_s) if share and only is None else None
+    claims = store.claims(grid_key_of(grid.id_chunks()), lease_s) if share and only is None else None
     flush_options: dict[str, Any] = {"progress": progress, "flush_every": flush_every, "flush_s": flush_s}
     try:
         if claims is None:

@@ -26,11 +26,12 @@ from pydantic import (
 )
 
 from runner.errors import ConfigError
-from runner.grid import identity, spec
+from runner.grid import block_ids, identity, spec
 from runner.grid import product_ids as product_ids_module
+from runner.grid.block_ids import per_cell_ids
 from runner.grid.identity import canonical_params, run_id, validate_params
 from runner.grid.product_ids import branch_keys, product_ids
-from runner.grid.spec import Block, GridSpec, check_block, load_grid, per_cell_ids
+from runner.grid.spec import Block, GridSpec, check_block, load_grid
 from runner.grid.yaml_source import read_yaml
 from tasks import TaskParams, get_spec, get_task, task_names
 from tasks.base import tagged_union
@@ -339,7 +340,7 @@ def test_an_invalid_cell_is_refused_as_the_per_cell_path_refuses_it(
     grid = {"blocks": [{"task": "least_squares", "params": {"m": 4}}, {"task": "least_squares", **block}]}
     with pytest.raises(ConfigError) as fast:
         load_grid(grid)
-    monkeypatch.setattr(spec, "product_ids", lambda *args: None)
+    monkeypatch.setattr(block_ids, "product_id_chunks", lambda *args: None)
     with pytest.raises(ConfigError) as slow:
         load_grid(grid)
     assert str(fast.value) == str(slow.value) and f"block 1: key '{key}'" in str(fast.value)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from runner.grid.spec import Cell, CellSource
+from runner.grid.cells import Cell, CellSource
 from runner.store.claims import Blocks, Claims
 from runner.store.records import RunRecord
 
@@ -41,7 +41,7 @@ class WaveSource:
         still_todo: Callable[[np.ndarray], np.ndarray],
     ) -> None:
         self.claims, self.grid, self.todo, self.still_todo = claims, grid, todo, still_todo
-        self.blocks = Blocks.of(len(grid.ids))
+        self.blocks = Blocks.of(len(grid))
         self.settle: Callable[[], None] = lambda: None  # bound by execute_cells: flush, wait for the commit
         self._lock = threading.Lock()  # `committed` runs in the commit thread
         self._uncommitted: dict[int, int] = {}  # block -> how many of its claimed cells are not committed

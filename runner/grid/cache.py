@@ -17,7 +17,7 @@ import hashlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 
@@ -29,7 +29,14 @@ from runner.grid.identity import canonical_json, variants
 from tasks.base import TaskIdentity
 
 CACHE_ENV = "CONVGRID_CACHE"
-_CODE = ("tasks.base", "runner.grid.identity", "runner.grid.product_ids", "runner.grid.spec", "runner.grid.cache")
+_CODE = (
+    "tasks.base",
+    "runner.grid.identity",
+    "runner.grid.product_ids",
+    "runner.grid.spec",
+    "runner.grid.block_ids",
+    "runner.grid.cache",
+)
 
 
 def cache_dir() -> Path | None:
@@ -65,29 +72,66 @@ def entry(task: TaskIdentity, block: object) -> Path | None:
     return folder / f"{hashlib.sha256(text.encode()).hexdigest()}.npy"
 
 
-def load_into(path: Path | None, out: np.ndarray) -> bool:
-    """Read a block's cached ids straight into `out` (its contiguous slice of the grid's S32 array):
-    no array of its own and then a copy, which for a million-cell block was 32 MB twice. False (and
-    `out` left to be overwritten) when there is no entry or it is not exactly such an array."""
+_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+ID = np.dtype("S32")
+
+
+def entry_offset(path: Path | None, rows: int) -> int | None:
+    """Where the ids start in a block's entry that holds exactly `rows` run ids (an .npy file of dtype
+    S32), else None (no entry, or one cut short or of another shape: it is computed again)."""
     if path is None:
-        return False
-    headers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        return None
     try:
         with path.open("rb") as file:
-            read_header = headers.get(np.lib.format.read_magic(file))
+            read_header = _HEADERS.get(np.lib.format.read_magic(file))
             if read_header is None:
-                return False
+                return None
             shape, fortran, dtype = read_header(file)
-            if dtype != np.dtype("S32") or shape != out.shape or fortran:
-                return False
-            return file.readinto(out.view(np.uint8).data) == out.nbytes
+            offset = file.tell()
+            size = os.fstat(file.fileno()).st_size
+            if dtype != ID or shape != (rows,) or fortran or size != offset + ID.itemsize * rows:
+                return None
+            return offset
     except (OSError, ValueError):
-        return False
+        return None
 
 
-def store(path: Path | None, ids: np.ndarray) -> None:
-    if path is not None:
-        _write(path, lambda temp: np.save(temp, ids, allow_pickle=False))
+def read_ids(path: Path, offset: int, start: int, stop: int) -> np.ndarray | None:
+    """Ids `start:stop` of an entry whose ids begin at `offset`; None if they cannot all be read."""
+    out = np.empty(stop - start, dtype=ID)
+    try:
+        with path.open("rb") as file:
+            file.seek(offset + ID.itemsize * start)
+            return out if file.readinto(out.view(np.uint8).data) == out.nbytes else None
+    except OSError:
+        return None
+
+
+def write_ids(path: Path | None, rows: int, chunks: Iterable[np.ndarray]) -> int | None:
+    """Write a block's ids into its entry as they are computed, never all in memory; returns where they
+    start, or None where the entry cannot be written (no cache folder, or an OSError: the caller then
+    computes them again and holds them). The entry is published (atomically) only once all `rows` are
+    written; an exception from `chunks` (an invalid cell) removes the partial file and propagates."""
+    if path is None:
+        return None
+    temp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    header = {"descr": np.lib.format.dtype_to_descr(ID), "fortran_order": False, "shape": (rows,)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with temp.open("wb") as file:
+            np.lib.format.write_array_header_1_0(file, header)
+            offset, written = file.tell(), 0
+            for chunk in chunks:
+                file.write(np.ascontiguousarray(chunk, dtype=ID).tobytes())
+                written += len(chunk)
+        if written != rows:
+            raise ValueError(f"a block of {rows} cells gave {written} ids")
+        os.replace(temp, path)  # atomic: a reader sees the whole entry or none
+        return offset
+    except OSError:
+        return None
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def _write(path: Path, write: Callable[[Path], object]) -> None:

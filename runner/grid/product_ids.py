@@ -136,9 +136,16 @@ def _probe(task: TaskIdentity, raw: dict[str, Any]) -> tuple[type[BaseModel], di
 
 
 def product_ids(task: TaskIdentity, base: dict[str, Any], axes: list[Axis]) -> np.ndarray | None:
-    """The run ids (S32) of every cell of `base` times `axes` (last axis fastest), or None where the
-    fast path does not apply: a model whose fields are not checked on their own, a varied union tag, a
-    key the model does not have, or an invalid cell among the probes."""
+    """`product_id_chunks` as one array."""
+    chunks = product_id_chunks(task, base, axes)
+    return None if chunks is None else np.concatenate([np.empty(0, dtype="S32"), *chunks])
+
+
+def product_id_chunks(task: TaskIdentity, base: dict[str, Any], axes: list[Axis]) -> Iterator[np.ndarray] | None:
+    """The run ids (S32) of every cell of `base` times `axes` (last axis fastest), CHUNK at a time, or
+    None where the fast path does not apply: a model whose fields are not checked on their own, a
+    varied union tag, a key the model does not have, or an invalid cell among the probes (all decided
+    before the first chunk)."""
     tags = branch_keys(task)
     varied: set[str] = set().union(*(part for axis in axes for part in axis))
     if tags is None or not all(axes) or tags & varied:
@@ -173,11 +180,12 @@ def product_ids(task: TaskIdentity, base: dict[str, Any], axes: list[Axis]) -> n
     empty = f"{canonical_json('params')}:{{}}"
     cut = text.index(empty) + len(empty) - 1
     slots = [(g, i) for _, g, i in sorted((name, g, i) for g, mine in enumerate(names) for i, name in enumerate(mine))]
-    digests = _digests(text[:cut], text[cut:], slots, groups)
-    chunks = []
+    return _chunks(_digests(text[:cut], text[cut:], slots, groups))
+
+
+def _chunks(digests: Iterator[bytes]) -> Iterator[np.ndarray]:
     while chunk := b"".join(itertools.islice(digests, CHUNK)):
-        chunks.append(np.frombuffer(chunk.hex().encode(), dtype="S32"))  # first 16 bytes, as hex: the id
-    return np.concatenate([np.empty(0, dtype="S32"), *chunks])
+        yield np.frombuffer(chunk.hex().encode(), dtype="S32")  # first 16 bytes, as hex: the id
 
 
 def _digests(

@@ -7,24 +7,25 @@ work starts; the first problem becomes a ConfigError that names the file, the bl
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol, overload
+from typing import Any, overload
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.errors import ConfigError, did_you_mean
-from runner.grid import cache as block_cache
+from runner.grid.block_ids import block_ids
+from runner.grid.cells import Cell, GridFile
 from runner.grid.identity import ParamValueError, discriminators, run_id, tag_value, validate_params, variants
-from runner.grid.product_ids import CHUNK, product_ids
 from runner.grid.yaml_source import read_yaml
-from runner.store.index import run_keys
+from runner.store.index_keys import run_keys
+from runner.store.spill import KeySpill, matched
 from tasks import TaskIdentity, UnknownTaskError, get_spec, task_names
 
 
@@ -46,43 +47,6 @@ class GridSpec(BaseModel):
     name: str | None = None
     description: str = ""
     blocks: list[BlockSpec] = Field(min_length=1)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One run a grid asks for."""
-
-    run_id: str
-    task: str
-    params: BaseModel
-    block: int
-
-    def params_json(self) -> dict[str, Any]:
-        return self.params.model_dump(mode="json")
-
-
-@dataclass(frozen=True)
-class Grid:
-    """An explicit list of cells (reruns from the store, a study's baselines): a CellSource in memory."""
-
-    name: str
-    source: str
-    description: str
-    cells: list[Cell]  # unique by run_id, in file order
-
-    def tasks(self) -> list[str]:
-        return sorted({c.task for c in self.cells})
-
-    @cached_property
-    def ids(self) -> np.ndarray:
-        return np.array([c.run_id.encode() for c in self.cells], dtype="S32")
-
-    def cells_at(self, indices: Sequence[int] | np.ndarray) -> Iterator[Cell]:
-        return (self.cells[i] for i in np.asarray(indices, dtype=np.int64).tolist())
-
-    def task_and_block(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        cells = [self.cells[i] for i in indices.tolist()]
-        return np.array([c.task for c in cells], dtype=str), np.array([c.block for c in cells], dtype=np.int64)
 
 
 def read_source(source: str | Path | Mapping[str, Any], kind: str, name: str | None = None) -> tuple[str, Any, str]:
@@ -336,113 +300,21 @@ def load_grid(
             key="blocks",
         )
     blocks = [check_block(b, file, i) for i, b in enumerate(spec.blocks)]
-    ids, positions = _unique_ids(blocks)
-    return GridFile(spec.name or default_name, file, spec.description, blocks, ids, positions)
+    every = GridFile(spec.name or default_name, file, spec.description, blocks, [block_ids(b) for b in blocks])
+    return dataclasses.replace(every, dropped=_repeated(every))
 
 
-def _unique_ids(blocks: list[Block]) -> tuple[np.ndarray, np.ndarray]:
-    """(run ids, positions) of the grid's distinct cells in file order: every cell validated (or its
-    block found in the cache of validated blocks), each id kept as 32 bytes. Two blocks asking for the
-    same run share it (its first position is kept)."""
-    ids = np.empty(sum(b.size for b in blocks), dtype="S32")
-    offset = 0
-    for block in blocks:  # each block's ids put in place: never all blocks twice over
-        _block_ids(block, ids[offset : offset + block.size])
-        offset += block.size
-    keys = run_keys(ids)
-    keys.sort()  # in place: finding that no run is asked for twice costs the keys and no more
-    if not len(keys) or not (keys[1:] == keys[:-1]).any():  # the usual grid: no copy of the ids
-        return ids, np.arange(len(ids), dtype=np.int64)
-    del keys
-    _, first = np.unique(run_keys(ids), return_index=True)
-    first.sort()
-    return ids[first], first.astype(np.int64)
-
-
-def _block_ids(block: Block, out: np.ndarray) -> None:
-    """Fill `out` with the block's run ids: read from the cache of validated blocks, else computed."""
-    path = block_cache.entry(block.task, block.spec.model_dump())  # python values: NaN is refused, not nulled
-    if block_cache.load_into(path, out):
-        return
-    ids = product_ids(block.task, block.spec.params, block.all_axes)
-    # The first and last cells cross-checked against the per-cell path, a guard against a pydantic whose
-    # schemas the fast path misreads; per cell, every invalid cell is refused with its key as always.
-    if ids is None or any(ids[p] != block.cell(block.raw_at(p)).run_id.encode() for p in {0, len(ids) - 1}):
-        ids = per_cell_ids(block)
-    block_cache.store(path, ids)
-    out[:] = ids
-
-
-def per_cell_ids(block: Block) -> np.ndarray:
-    chunks: list[np.ndarray] = []
-    pending: list[bytes] = []
-    for raw in block.raws():
-        pending.append(block.cell(raw).run_id.encode())
-        if len(pending) == CHUNK:
-            chunks.append(np.array(pending, dtype="S32"))
-            pending.clear()
-    return np.concatenate([*chunks, np.array(pending, dtype="S32")])
-
-
-class CellSource(Protocol):
-    """What the driver plans and runs from: a grid file expanded on demand, or an explicit list of cells."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def source(self) -> str: ...
-
-    @property
-    def description(self) -> str: ...
-
-    @property
-    def ids(self) -> np.ndarray: ...  # the distinct run ids (dtype S32), in order
-
-    def tasks(self) -> list[str]: ...
-
-    def cells_at(self, indices: Sequence[int] | np.ndarray) -> Iterator[Cell]: ...
-
-    def task_and_block(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-@dataclass(frozen=True, eq=False)
-class GridFile:
-    """A validated grid file: its blocks and the run id of each distinct cell, never the cells' params."""
-
-    name: str
-    source: str
-    description: str
-    blocks: list[Block]
-    ids: np.ndarray  # S32 run ids of the distinct cells, in file order
-    positions: np.ndarray  # each one's position among all the blocks' cells (blocks one after another)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @cached_property
-    def _offsets(self) -> np.ndarray:
-        return np.cumsum([0] + [b.size for b in self.blocks])
-
-    def _blocks_of(self, positions: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self._offsets, positions, side="right") - 1
-
-    def tasks(self) -> list[str]:
-        return sorted({b.task.name for b in self.blocks if b.size})
-
-    def cells_at(self, indices: Sequence[int] | np.ndarray) -> Iterator[Cell]:
-        """The cells at these indices (into `ids`), rebuilt from their positions and validated again."""
-        positions = self.positions[np.asarray(indices, dtype=np.int64)]
-        for position, b in zip(positions.tolist(), self._blocks_of(positions).tolist(), strict=True):
-            block = self.blocks[b]
-            yield block.cell(block.raw_at(position - int(self._offsets[b])))
-
-    def task_and_block(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(task, block) of each cell at `indices`: what its members/ row says."""
-        blocks = self._blocks_of(self.positions[indices])
-        return np.array([b.task.name for b in self.blocks])[blocks], blocks
-
-    @property
-    def cells(self) -> list[Cell]:
-        """Every cell, in memory: for small grids and tests; the driver streams through cells_at."""
-        return list(self.cells_at(np.arange(len(self.ids))))
+def _repeated(grid: GridFile) -> np.ndarray:
+    """Sorted positions of the cells that ask for a run an earlier cell asks for (two blocks may), found
+    range of keys by range (runner.store.spill), so a million-cell grid never holds its keys at once."""
+    with KeySpill({"position": np.int64}) as spill:
+        start = 0
+        for ids in grid.id_chunks():
+            spill.add(run_keys(ids), position=np.arange(start, start + len(ids), dtype=np.int64))
+            start += len(ids)
+        repeated = [np.empty(0, dtype=np.int64)]
+        for (rows,) in matched(spill):
+            order = np.argsort(rows["key"], kind="stable")  # a range's positions ascend: equal keys, first cell first
+            keys = rows["key"][order]
+            repeated.append(rows["position"][order[1:][keys[1:] == keys[:-1]]])
+    return np.sort(np.concatenate(repeated))

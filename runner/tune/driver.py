@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from runner.api import execute_cells, make_executor, member_row, plan
 from runner.execute.base import Executor, ReportChannel, ReportSpec
 from runner.execute.progress import Progress
-from runner.grid.spec import Cell
+from runner.grid.cells import Cell
 from runner.store import ResultStore
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.trials import write_trials

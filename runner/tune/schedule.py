@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from runner.grid.spec import Cell
+from runner.grid.cells import Cell
 from runner.store import RunRecord
 from runner.tune.optuna_adapter import grid_size, tell, trial_states
 from runner.tune.trials import trial_row, verdict

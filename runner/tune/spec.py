@@ -19,8 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from runner.errors import ConfigError, did_you_mean
+from runner.grid.cells import Cell
 from runner.grid.identity import ParamValueError, run_id, validate_params
-from runner.grid.spec import Cell, params_error, read_source
+from runner.grid.spec import params_error, read_source
 from runner.tune.space import (
     MAX_GRID_POINTS,
     AnySpaceParam,
