@@ -6,8 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runner import ResultStore, run_grid
 from runner.grid.spec import load_grid
+from runner.store.spill import SPILL_ROWS_ENV
+
+
+@pytest.fixture(autouse=True, params=["held", "spilled"])
+def spill_limit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every count twice: the runs and members in memory, and spilled to range files past 2 rows."""
+    monkeypatch.setenv(SPILL_ROWS_ENV, "1000000" if request.param == "held" else "2")
 
 
 def test_status_counts_as_an_independent_count_of_the_stored_rows(tmp_path: Path) -> None:
