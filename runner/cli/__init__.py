@@ -24,7 +24,7 @@ from runner.cli.options import (
 from runner.errors import ConfigError, Terminated, raise_terminated, redact
 
 if TYPE_CHECKING:
-    from runner.grid.spec import CellSource
+    from runner.grid.cells import CellSource
     from runner.store import ResultStore
 
 
@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.api import cells_from_store, run_grid
-    from runner.grid.spec import Grid, load_grid
+    from runner.grid.cells import Grid
+    from runner.grid.spec import load_grid
     from runner.store import ResultStore
 
     if args.grid is None and not args.only:
@@ -127,7 +128,7 @@ def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool) -> int:
 
     planned = plan_grid(grid, store, retry_failed)
     todo = planned.todo
-    print(f"{grid.name} ({grid.source}): {len(grid.ids)} cells over tasks {', '.join(grid.tasks())}")
+    print(f"{grid.name} ({grid.source}): {len(grid)} cells over tasks {', '.join(grid.tasks())}")
     print(f"  done: {planned.done}   failed/timeout skipped: {planned.skipped}   to run: {len(todo)}")
     for cell in grid.cells_at(todo[:5]):
         print(f"  {cell.run_id[:12]} {cell.task} {json.dumps(cell.params_json(), sort_keys=True)}")
@@ -215,8 +216,35 @@ COMMANDS = {
 }
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt(3) parameter
+MMAP_THRESHOLD = 256 * 1024
+
+
+def driver_allocators() -> None:
+    """How the driver's memory is allocated, so that reading a store in batches does not keep what a
+    batch held (measured planning a million cells against a million stored runs, peak RSS):
+    - Arrow's buffers come from malloc, not from Arrow's bundled mimalloc, which kept tens of MB more
+      resident than it had ever allocated (Arrow's own count, `max_memory`, was 13 MB): 193 -> 171 MB.
+      (Arrow tracks mimalloc 2.2's peak memory in apache/arrow#47266 and microsoft/mimalloc#1111.)
+    - glibc's malloc serves blocks of 256 KB and more by mmap, and gives them back when freed. By
+      default it raises that threshold to the largest block freed so far (up to 32 MB), after which
+      batches of a few MB come from the heap, which fragments and is not given back: 171 -> 160 MB,
+      against 153 MB at 100,000 cells (mallopt(3); no effect, and skipped, where libc has no mallopt).
+    The driver reads streamed batches, where both are as fast."""
+    import contextlib
+    import ctypes
+
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "tasks":
+        driver_allocators()
     # SIGTERM (schedulers, `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C: flush, stop workers.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, raise_terminated)
