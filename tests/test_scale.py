@@ -19,7 +19,7 @@ from runner.errors import ConfigError
 from runner.execute.base import WorkItem
 from runner.grid.spec import GridSpec, expand_block, load_grid
 from runner.store import RunRecord
-from runner.store.index import SettledIndex, id_array, run_keys
+from runner.store.index import id_array, run_keys
 
 PARAMS = {"d_in": 4, "m": 10, "n_iters": 5}
 
@@ -119,8 +119,6 @@ def test_the_index_skips_failed_runs_unless_retried(tmp_path: Path) -> None:
     }
     run_grid(grid, tmp_path, "local", progress=False)
     store, cells = ResultStore(tmp_path), load_grid(grid)
-    index = SettledIndex.read(store, ["faulty"])
-    assert (len(index.final), len(index.skipped)) == (2, 1)
     planned = plan_grid(cells, store)
     assert (planned.done, planned.skipped, planned.todo.tolist()) == (2, 1, [])
     retry = plan_grid(cells, store, retry_failed=True)
@@ -310,7 +308,7 @@ def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_
 
     import pyarrow as pa
 
-    from runner.store import index, index_keys
+    from runner.store import index, index_keys, spill
 
     ids = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(5)]
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -336,14 +334,22 @@ def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_
     store.write_part(part([(ids[4], "diverged", 4), (ids[0], "timeout", 2)]), "runs/task=t")
     expected = store.read_runs("t", ["status"]).to_pylist()
     monkeypatch.setattr(index_keys, "READ_ROWS", 2)
-    keys, codes, names = index.newest_statuses(store, "t")
-    settled = SettledIndex.read(store, ["t"])
     newest = {int(r["run_id"][:16], 16): r["status"] for r in expected if r["run_id"] != "r-legacy"}
-    assert dict(zip(keys.tolist(), [names[c] for c in codes.tolist()], strict=True)) == newest
     assert newest[run_keys(id_array(ids[:1]))[0]] == "ok"  # finished 2 twice: the first read wins, as there
-    final = sorted(k for k, s in newest.items() if s in ("ok", "diverged"))
-    # ids[2]: a timeout beats an ok with no finished time; ids[3] pruned runs again
-    assert settled.final.tolist() == final and settled.skipped.tolist() == run_keys(id_array(ids[2:3])).tolist()
+    for limit in ("1000", "3"):  # held in memory, and spilled to range files past 3 rows
+        monkeypatch.setenv(spill.SPILL_ROWS_ENV, limit)
+        names: list[str] = []
+        with index.spill_runs(store, ["t"], names) as runs:
+            assert runs.spilled == (limit == "3")
+            rows = np.concatenate([index.newest_of(r) for (r,) in spill.matched(runs)])
+        assert dict(zip(rows["key"].tolist(), [names[c] for c in rows["code"].tolist()], strict=True)) == newest
+        with spill.KeySpill(index.CELL_ROW) as cells:
+            cells.add(run_keys(id_array(ids)), index=np.arange(5))
+            classified = [(r["index"], f, s) for r, f, s in index.settled_cells(store, ["t"], cells)]
+        final = sorted(np.concatenate([i[f] for i, f, _ in classified]).tolist())
+        skipped = sorted(np.concatenate([i[s] for i, _, s in classified]).tolist())
+        # ids[2]: a timeout beats an ok with no finished time; ids[3] pruned runs again
+        assert (final, skipped) == ([0, 1, 4], [2])
 
 
 def test_a_cache_entry_cut_short_or_of_another_shape_is_computed_again(
@@ -373,7 +379,7 @@ def test_a_run_asked_for_by_two_blocks_is_one_cell_at_its_first_position() -> No
             ]
         }
     )
-    assert grid.positions.tolist() == [0, 1, 3] and len(set(grid.ids.tolist())) == len(grid) == 3
+    assert grid.positions_of(np.arange(3)).tolist() == [0, 1, 3] and len(set(grid.ids.tolist())) == len(grid) == 3
     assert [c.params.lr for c in grid.cells_at([0, 1, 2])] == [0.1, 0.2, 0.3]  # type: ignore[attr-defined]
     single = load_grid({"blocks": [{"task": "least_squares", "product": {"lr": [0.1, 0.2]}}]})
-    assert single.positions.tolist() == [0, 1]
+    assert single.positions_of(np.arange(2)).tolist() == [0, 1] and not len(single.dropped)
