@@ -132,7 +132,7 @@ class GridFile:
         rows = ID_ROWS
         pending: list[np.ndarray] = []
         count = 0
-        for ids_of, offset in zip(self.sources, self._offsets.tolist(), strict=False):
+        for ids_of, offset in zip(self.sources, self._offsets[:-1].tolist(), strict=True):
             for start in range(0, ids_of.size, rows):
                 stop = min(start + rows, ids_of.size)
                 ids = ids_of.read(start, stop)
