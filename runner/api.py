@@ -189,7 +189,7 @@ def write_grid_members(store: ResultStore, grid: CellSource, kind: str = "grid")
     range, as `plan_grid`), written in parts of MEMBER_PART_ROWS rows built column-wise from the run
     ids (no row dict per cell). Returns how many."""
     missing = np.zeros(len(grid), dtype=bool)
-    with cell_keys(grid) as cells, member_spill(store, grid.name) as have:
+    with cell_keys(grid) as cells, member_spill(store, grid.name, cells.held_keys()) as have:
         for rows, members in matched(cells, have):
             _, found = lookup(np.sort(members["key"]), rows["key"])
             missing[rows["index"][~found]] = True

@@ -178,3 +178,31 @@ def test_a_part_that_fails_midway_is_left_out_whole_and_the_plan_read_again(
     assert (planned.done, planned.todo.tolist()) == (2, [2, 3])  # both of the bad part's runs to run again
     assert bad in store.damaged and any(issubclass(w.category, DamagedPartWarning) for w in caught)
     assert run_keys(grid.ids_at(planned.todo)).tolist() == run_keys(grid.ids[2:]).tolist()
+
+
+def test_a_small_grid_against_a_large_store_keeps_only_its_own_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store side of a match keeps only the rows of the grid's runs while the grid is held in
+    memory: planning 2 cells against 40 stored runs holds 1 row, spills nothing; a grid past the spill
+    limit is matched against every stored run, spilled."""
+    monkeypatch.setenv(SPILL_ROWS_ENV, "4")
+    xs = [float(x) for x in range(40)]
+    run_grid({"name": "big", "blocks": [{"task": "faulty", "product": {"x": xs}}]}, tmp_path, "local", progress=False)
+    store = ResultStore(tmp_path)
+    seen: list[tuple[int, bool]] = []
+    real = index.spill_runs
+
+    def spy(*args: Any, **kwargs: Any) -> KeySpill:
+        spill = real(*args, **kwargs)
+        seen.append((spill.rows, spill.spilled))
+        return spill
+
+    monkeypatch.setattr(index, "spill_runs", spy)
+    small = load_grid({"name": "small", "blocks": [{"task": "faulty", "product": {"x": [1.0, 99.0]}}]})
+    planned = plan_grid(small, store)
+    assert (planned.done, planned.todo.tolist(), seen) == (1, [1], [(1, False)])
+    assert write_grid_members(store, small) == 2
+    larger = load_grid({"name": "larger", "blocks": [{"task": "faulty", "product": {"x": [*xs, 99.0]}}]})
+    planned = plan_grid(larger, store)
+    assert (planned.done, planned.todo.tolist(), seen[-1]) == (40, [40], (40, True))

@@ -64,18 +64,26 @@ def spill_from(store: ResultStore, columns: Mapping[str, DTypeLike], fill: Calla
     return store.retrying(attempt)
 
 
-def spill_runs(store: ResultStore, tasks: Iterable[str], names: list[str], every_id: bool = False) -> KeySpill:
+def spill_runs(
+    store: ResultStore,
+    tasks: Iterable[str],
+    names: list[str],
+    every_id: bool = False,
+    wanted: np.ndarray | None = None,
+) -> KeySpill:
     """Every stored row of the runs of `tasks`: (key, finished as float microseconds with a null as
     -inf, status code into `names`, -1 for a null, the task's place in sorted `tasks`). Rows whose id
     is not a run id (a legacy store's) are left out, unless `every_id` (then keyed by
-    `index_keys.any_keys`)."""
+    `index_keys.any_keys`); with `wanted` (sorted keys), so are the rows of other runs: a small grid
+    planned against a large store holds its own runs' rows, not the store's."""
 
     def fill(spill: KeySpill) -> None:
         names.clear()
         for number, task in enumerate(sorted(set(tasks))):
             parts = store.parts(task_dir(RUNS, task))
             for keys, when, codes in stream_parts(store, parts, ["run_id", "status", "finished"], convert):
-                spill.add(keys, finished=when, code=codes, task=np.full(len(keys), number, dtype=np.int16))
+                keep = slice(None) if wanted is None else lookup(wanted, keys)[1]
+                spill.add(keys[keep], finished=when[keep], code=codes[keep], task=np.full(len(keys), number)[keep])
 
     def convert(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return _status_rows(batch, names, every_id)
@@ -116,7 +124,7 @@ def settled_cells(
     whose newest row is ok or diverged; skipped, failed or timed out unless `retry_failed` (see
     tasks.status.is_settled). `cells` holds CELL_ROW rows; the store's runs are streamed into a spill."""
     names: list[str] = []
-    with spill_runs(store, tasks, names) as runs:
+    with spill_runs(store, tasks, names, wanted=cells.held_keys()) as runs:
         final = np.array([n in FINAL_STATUSES for n in names] + [False])  # code -1 (a null status): no
         skipped = np.array([n not in FINAL_STATUSES and is_settled(n, retry_failed) for n in names] + [False])
         for cell_rows, run_rows in matched(cells, runs):
@@ -126,11 +134,13 @@ def settled_cells(
             yield cell_rows, final[codes], skipped[codes]
 
 
-def member_spill(store: ResultStore, grid: str) -> KeySpill:
-    """Keys of the run ids members/ links to `grid`, read in batches (two columns)."""
+def member_spill(store: ResultStore, grid: str, wanted: np.ndarray | None = None) -> KeySpill:
+    """Keys of the run ids members/ links to `grid` (of those in `wanted`, sorted keys, if given), read
+    in batches (two columns)."""
 
     def keys_of(batch: pa.RecordBatch) -> np.ndarray:
-        return stored_keys(batch.filter(pc.equal(batch.column("grid"), grid)).column("run_id"))
+        keys = stored_keys(batch.filter(pc.equal(batch.column("grid"), grid)).column("run_id"))
+        return keys if wanted is None else keys[lookup(wanted, keys)[1]]
 
     def fill(spill: KeySpill) -> None:
         for keys in stream_parts(store, store.parts("members"), ["grid", "run_id"], keys_of):

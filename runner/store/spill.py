@@ -81,6 +81,11 @@ class KeySpill:
         for p in np.flatnonzero(np.diff(bounds)).tolist():
             self._files[p].write(rows[bounds[p] : bounds[p + 1]].tobytes())
 
+    def held_keys(self) -> np.ndarray | None:
+        """Every row's key, sorted, while the rows are held in memory; None once spilled. A small side
+        of a match: the other side need keep only the rows with these keys (runner.store.index)."""
+        return None if self.spilled else np.sort(self._all_held()["key"])
+
     def _all_held(self) -> np.ndarray:
         if len(self._held) != 1:
             self._held = [np.concatenate([np.empty(0, dtype=self.dtype), *self._held])]
