@@ -2,7 +2,7 @@
 
 A run is keyed by the first 16 hex digits of its id as an unsigned 64-bit integer
 (runner.store.index_keys). Planning a grid is a join of its cells with the store's runs on that key:
-each side streams into a KeySpill (runner.store.spill), 16-18 bytes a row, and the two are matched
+each side streams into a KeySpill (runner.store.spill), 16 and 20 bytes a row, and the two are matched
 range of keys by range, so neither the grid nor the store is ever in memory whole once either passes
 the spill limit (a re-submitted million-cell grid against a million stored runs holds ~1/64 of each).
 Where two ids shared a key (about n^2 / 2^65), the younger cell would be taken for done.
