@@ -14,8 +14,10 @@ there 12 s after such an exit, gone 32 s after).
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from cluster.connect import connect, on_shutdown, starting
 
@@ -39,6 +41,9 @@ class BackgroundStart:
         self._then = then
         self._num_cpus = num_cpus
         self._released = threading.Event()
+        # ray.init in this thread cannot restore the command line's handlers (only the main thread
+        # may set them), and Ray's C++ handler takes SIGTERM first meanwhile; `check` puts them back.
+        self._handlers = _main_thread_handlers()
         logging.getLogger("ray._private.worker").addFilter(_DropNoSigtermWarning())
         self._thread = threading.Thread(target=self._run, name="convgrid-ray-start", daemon=True)
         starting(+1)
@@ -58,7 +63,12 @@ class BackgroundStart:
         self._released.wait()  # see the module's docstring: Ray's head lives as long as this thread
 
     def check(self) -> None:
-        """Raise what made the start fail, if it did (call once `ready` is set)."""
+        """Raise what made the start fail, if it did (call once `ready` is set). Called in the main
+        thread, it first puts back the signal handlers that were there when the start began."""
+        if threading.current_thread() is threading.main_thread():
+            handlers, self._handlers = self._handlers, {}
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
         if self.error is not None:
             raise self.error
 
@@ -66,3 +76,11 @@ class BackgroundStart:
         """Block until the start has finished; raise what made it fail."""
         self.ready.wait()
         self.check()
+
+
+def _main_thread_handlers() -> dict[signal.Signals, Any]:
+    """The Python handlers of SIGTERM, SIGHUP and SIGINT, when called in the main thread (else none)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    wanted = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    return {s: h for s in wanted if (h := signal.getsignal(s)) is not None}

@@ -76,5 +76,11 @@ received: list[int] = []
 
 
 def raise_terminated(signum: int, _frame: object) -> None:
+    # Ray's C++ failure-signal handler (abseil's), which a Ray started outside the main thread leaves
+    # in front of ours, arms a 3-second SIGALRM abort before handing SIGTERM on (ray-project/ray#64830):
+    # an unwinding that flushes and stops workers for longer than that died with SIGABRT (-6, seen
+    # in CI) instead of exiting 143. The unwinding is ours to finish: disarm it.
+    if hasattr(signal, "alarm"):
+        signal.alarm(0)
     received.append(signum)
     raise Terminated(signum)

@@ -55,3 +55,46 @@ def test_a_signal_flushes_finished_runs_and_exits_cleanly(tmp_path: Path, signum
     assert f"{len(set(ids))} were already done" in rerun.stdout
     final = _stored(root)
     assert len(set(final)) == 24 and len(final) == len(set(final))
+
+
+def test_the_handler_disarms_the_abort_timer_ray_arms_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's C++ failure-signal handler arms alarm(3), then hands SIGTERM on (ray-project/ray#64830): a
+    flush and a workers' stop slower than that died with SIGABRT in CI. The command line's handler
+    disarms the timer before it unwinds."""
+    from runner import errors
+
+    monkeypatch.setattr(errors, "received", [])
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    try:
+        signal.alarm(30)
+        with pytest.raises(errors.Terminated):
+            errors.raise_terminated(signal.SIGTERM, None)
+        assert signal.alarm(0) == 0  # nothing was left pending
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+SIGTERM_AFTER_A_BACKGROUND_START = """
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+from cluster.background import BackgroundStart
+from cluster.connect import shutdown_if_owned
+start = BackgroundStart()
+start.wait()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(4)  # past the 3 s after which Ray's handler, were it still in front, would abort
+print("got", got, flush=True)
+shutdown_if_owned()
+"""
+
+
+def test_after_a_start_in_a_thread_sigterm_reaches_the_command_line_s_handler_alone() -> None:
+    """ray.init in a thread cannot restore the main thread's handlers; once the start is waited for,
+    they are put back, so Ray's handler (which logs and arms an abort) no longer sees SIGTERM."""
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGTERM_AFTER_A_BACKGROUND_START], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "got [15]" in proc.stdout and "SIGTERM received" not in proc.stderr
