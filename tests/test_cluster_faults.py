@@ -8,6 +8,8 @@ some work is stored and the rest is in flight on every node when the node goes.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -50,6 +52,43 @@ def _victim(cluster: Any) -> Any:
     return next(n for n in _alive_workers(cluster) if n._raylet_socket_name != mine)
 
 
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """Every process under `pid` (from /proc), each with its start time so that a reused pid is not hit."""
+    parents: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue  # self, thread-self, and the kernel's files
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError, ValueError):
+            continue  # not a process, or gone
+        parents.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
+    found: list[tuple[int, str]] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def _lose(cluster: Any, node: Any) -> None:
+    """The node goes as a machine goes: its raylet is SIGKILLed (remove_node) and so are the worker
+    processes it started. remove_node alone leaves them running until they notice their raylet is gone,
+    and meanwhile an orphaned actor still answers and finishes chunks, as no lost machine would."""
+    from ray._private import ray_constants
+
+    (raylet,) = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
+    workers = _descendants(raylet.process.pid)
+    cluster.remove_node(node, allow_graceful=False)
+    for pid, started in workers:
+        try:
+            if (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19] == started:
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, IndexError):
+            pass  # exited already with its raylet
+
+
 def _ensure_three(cluster: Any) -> None:
     while len(_alive_workers(cluster)) < 2:
         cluster.add_node(num_cpus=1)
@@ -64,7 +103,7 @@ def _remove_node_once_stored(cluster: Any, root: Path, done: threading.Event) ->
             if done.is_set():
                 return
             time.sleep(0.05)
-        cluster.remove_node(_victim(cluster), allow_graceful=False)  # SIGKILL: a lost machine
+        _lose(cluster, _victim(cluster))
 
     thread = threading.Thread(target=remove, daemon=True)
     thread.start()
@@ -111,7 +150,7 @@ def test_a_node_lost_while_its_actor_is_idle_gets_it_no_work(three_nodes: Any) -
 
     try:
         assert sum(len(r) for r in executor.execute(items(3, 0))) == 3  # every actor has run and is idle
-        three_nodes.remove_node(_victim(three_nodes), allow_graceful=False)
+        _lose(three_nodes, _victim(three_nodes))
         records = [r for batch in executor.execute(items(9, 100)) for r in batch]
         assert sorted(r.row["x"] for r in records) == [float(100 + i) for i in range(9)]
         assert executor.down  # the lost node's actor was noticed before it was given work
