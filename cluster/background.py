@@ -79,8 +79,7 @@ class BackgroundStart:
 
 
 def _main_thread_handlers() -> dict[signal.Signals, Any]:
-    """The Python handlers of SIGTERM, SIGHUP and SIGINT, when called in the main thread (else none)."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
+    """The Python handlers of SIGTERM, SIGHUP and SIGINT. They are the main thread's whichever thread
+    asks (a deferred start begins in a watcher thread: runner.execute.warm)."""
     wanted = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     return {s: h for s in wanted if (h := signal.getsignal(s)) is not None}

@@ -22,6 +22,7 @@ def test_a_study_moves_to_ray_with_its_pruner_when_ray_is_up(tmp_path: Path, ray
     # the first trial runs in process, then the stand-in start says Ray is up: the others, the pruned one
     # among them, run on the module's Ray and report through the pool's channel actor
     executor, starts = warm_executor(after=2, pool=RayExecutor(workers=1))
+    executor.defer = False  # the start begins with the study (a study this short would not start Ray)
     (report,) = tune(raw, tmp_path, executor, progress=False)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1}
     assert (executor.ran_locally, starts[0].warmed, executor.pool.chunks_submitted) == (1, True, 2)

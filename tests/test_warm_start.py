@@ -7,15 +7,18 @@ start no Ray; the handover to a real Ray pool is in tests/test_ray_executor.py (
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pyarrow.dataset as ds
 
 from runner import ResultStore, run_grid
 from runner.api import make_executor
+from runner.execute.base import WorkItem
 from runner.execute.ray_pool import RayExecutor
 from runner.execute.warm import WarmStartExecutor
+from runner.store.records import RunRecord
 
 
 class ReadyAfter(threading.Event):
@@ -103,6 +106,7 @@ def test_a_study_with_a_pruner_prunes_in_process_while_ray_starts(tmp_path: Path
 
     raw = prune_study(tmp_path, "warm_prune", n_iters=400)
     executor, starts = warm_executor(after=None)  # Ray never comes up: the study must not wait for it
+    executor.defer = False  # the start begins with the study (a study this short would not start Ray)
     (report,) = tune(raw, tmp_path, executor, progress=False)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1} and executor.ran_locally == 3
     executor.close()  # the caller's executor: the study leaves it open
@@ -111,3 +115,88 @@ def test_a_study_with_a_pruner_prunes_in_process_while_ray_starts(tmp_path: Path
     (bad,) = [r for r in runs if r["lr"] == 0.06]
     # the direct channel stops the run at the first step the pruner judges, as the local executor's does
     assert bad["status"] == "pruned" and 20 <= bad["n_steps"] <= 30
+
+
+def test_a_study_too_short_to_pay_for_ray_never_starts_it(tmp_path: Path) -> None:
+    from runner.tune.driver import tune
+    from tests.test_tune import prune_study
+
+    raw = prune_study(tmp_path, "short", n_iters=400)
+    executor, starts = warm_executor(after=None)
+    (report,) = tune(raw, tmp_path, executor, progress=False)
+    assert report.states == {"COMPLETE": 2, "PRUNED": 1} and executor.ran_locally == 3
+    assert starts == []  # three fast trials, forecast far under Ray's cost: no start at all
+    executor.close()
+
+
+def faulty_items(n: int, sleep_s: float) -> list[WorkItem]:
+    return [WorkItem(f"f{i:03d}", "faulty", {"x": float(i), "sleep_s": sleep_s, "seed": 0}) for i in range(n)]
+
+
+def run_expecting(executor: WarmStartExecutor, items: list[WorkItem], left: int) -> int:
+    """Execute `items` with `left` announced as the items to come (fixed); how many records came back."""
+    executor.expect_items(lambda: left)
+    try:
+        return sum(len(r) for r in executor.execute(items))
+    finally:
+        executor.expect_items(None)
+
+
+def test_ray_starts_once_the_timed_pace_forecasts_more_work_than_it_costs() -> None:
+    # 20 ms an item, 2 workers: 1,000 items to come would save ~10 s on Ray; 10 items ~0.1 s
+    long_work, starts = warm_executor(after=None, pool=RayExecutor(workers=2))
+    long_work.cost_s = 1.0
+    assert run_expecting(long_work, faulty_items(12, 0.02), left=1000) == 12
+    assert len(starts) == 1 and not starts[0].warmed  # started once it paid, never waited for
+    short_work, starts = warm_executor(after=None, pool=RayExecutor(workers=2))
+    short_work.cost_s = 1.0
+    assert run_expecting(short_work, faulty_items(12, 0.02), left=10) == 12
+    assert starts == []
+    for executor in (long_work, short_work):
+        executor.close()
+
+
+def test_a_first_run_longer_than_ray_costs_starts_ray_before_it_ends() -> None:
+    # nothing timed yet: a run under way past cost / (1 - 1/workers) = 0.2 s is long work
+    executor, starts = warm_executor(after=None, pool=RayExecutor(workers=2))
+    executor.cost_s = 0.1
+    assert run_expecting(executor, faulty_items(1, 1.0), left=1) == 1
+    assert len(starts) == 1
+    one_worker, starts = warm_executor(after=None, pool=RayExecutor(workers=1))
+    one_worker.cost_s = 0.1
+    assert run_expecting(one_worker, faulty_items(1, 0.5), left=1000) == 1
+    assert starts == []  # one worker on Ray divides nothing: in process is as fast, without the cost
+    for e in (executor, one_worker):
+        e.close()
+
+
+class StandInPool(RayExecutor):
+    """A pool that starts nothing and records the items handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(workers=2)
+        self.handed: list[str] = []
+
+    def start(self) -> None:
+        pass
+
+    def worker_pids(self) -> list[int]:
+        return []
+
+    def execute(self, items: object, channel: object = None) -> Iterator[list[RunRecord]]:
+        self.handed += [item.run_id for item in cast(Iterable[WorkItem], items)]
+        yield []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_deferred_start_hands_the_rest_to_the_pool_once_up() -> None:
+    pool = StandInPool()
+    executor, starts = warm_executor(after=1, pool=pool)  # up at its second question after the start
+    executor.cost_s = 0.0  # starts at the first record
+    items = faulty_items(30, 0.02)  # 0.6 s in all: the watcher (every 0.1 s) starts Ray meanwhile
+    ran = run_expecting(executor, items, left=30)
+    assert len(starts) == 1 and starts[0].warmed
+    assert ran == executor.ran_locally >= 1 and pool.handed == [i.run_id for i in items[ran:]]
+    executor.close()

@@ -42,8 +42,8 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
         choices=["auto", "ray", "local"],
         help="ray, local (in-process), or auto (default): local for work the stored run times say takes under "
         "CONVGRID_SMALL_WORK_S (3 s), less than starting Ray; else the embedded Ray, with cells run in process "
-        "while it starts (a grid that ends first never waits for it); ray with --address, --timeout or "
-        "--gpus-per-worker",
+        "while it starts (a grid that ends first never waits for it; a study starts Ray only once its timed trials "
+        "say Ray saves more than CONVGRID_RAY_COST_S, 5 s); ray with --address, --timeout or --gpus-per-worker",
     )
     p.add_argument(
         "--address", default=None, help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: embedded)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from runner.store.records import RunRecord
 
@@ -64,6 +64,15 @@ class ReportSpec:
     metric: str
     log: bool = False
     every: int = 1
+
+
+@runtime_checkable
+class ForecastsWork(Protocol):
+    """An executor that can use what a caller knows of the work ahead: `expect_items(left)` hands it a
+    count of the items still to come (called as it runs; None: unknown again). The warm start
+    (runner.execute.warm) then starts Ray only once the work is forecast to outlast Ray's cost."""
+
+    def expect_items(self, left: Callable[[], int] | None) -> None: ...
 
 
 class ReportChannel(Protocol):

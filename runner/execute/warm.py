@@ -14,14 +14,25 @@ A tuner's pruner follows its runs through `WarmChannel`: the judge is called dir
 this process, and through the pool's channel actor (made once Ray is up) by the runs on Ray, so a
 study with a pruner starts at once too.
 
+Where the caller says how many items are still to come (`expect_items`, a study's trials left), Ray is
+not even started until it pays: a watcher times the items in process, runs and the driver's work around
+them apart, and starts Ray once what Ray would save on the items left exceeds what it costs
+(`ray_pays`: the runs divided among its workers, overlapping the driver's own work, which is not). A
+short study then ends without ever starting Ray, as `--executor local` would, and a long one, or one
+with slow trials, moves to Ray after a few trials. Ray's cost (`CONVGRID_RAY_COST_S`, 5 s) is what
+starting the embedded Ray, warming its actors and stopping it added to a study on a 2-core machine
+(docs/performance_log.md).
+
 Only for the embedded Ray, without hard timeouts and GPU actors (`runner.api.make_executor` decides):
 a run here cannot be killed past its deadline, and it computes on the driver's CPU.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -35,6 +46,19 @@ from runner.store.records import RunRecord
 # Cells of one batch key run together in process while Ray starts: a quarter of the pool's default
 # batch keeps most of batching's gain and bounds what the driver still owes when the actors are ready.
 WARM_MAX_BATCH = 16
+
+RAY_COST_ENV = "CONVGRID_RAY_COST_S"
+DEFAULT_RAY_COST_S = 5.0  # start, actors' imports and teardown of the embedded Ray, measured on 2 cores
+WATCH_S = 0.1  # how often the watcher of a deferred start checks its forecast
+
+
+def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float) -> bool:
+    """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`,
+    of which `run_s` is its run and the rest the driver's own work around it (a tuner's ask and tell).
+    On Ray, at best, the runs are divided among the workers and overlap the driver's part, which is not
+    divided: an item costs the larger of the two. What that saves must exceed Ray's cost."""
+    on_ray = max(item_s - run_s, run_s / workers)
+    return left * (item_s - on_ray) > cost_s
 
 
 class Starter(Protocol):
@@ -53,16 +77,53 @@ def background_start(then: Callable[[], None]) -> Starter:
     return BackgroundStart(then)
 
 
+class _Pace:
+    """How long an item takes in process, from its records: the mean interval between their arrivals
+    (the driver's own work around each run included) and the mean of their runs' `wall_s`, trusted once
+    they cover `TRUSTED` items or a second. Means start at the first record: the first run carries
+    first-call costs."""
+
+    TRUSTED = 4
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.first: float | None = None
+        self.last = self.began
+        self.items = 0  # records after the first arrival, and the sum of their runs' seconds
+        self.run_s = 0.0
+
+    def arrived(self, records: list[RunRecord]) -> None:
+        self.last = time.monotonic()
+        if self.first is None:
+            self.first = self.last
+            return
+        self.items += len(records)
+        self.run_s += sum(float(r.row.get("wall_s") or 0.0) for r in records)
+
+    def means(self) -> tuple[float, float] | None:
+        """(seconds an item takes in process, seconds of it its run takes), None until trusted."""
+        if self.first is None or not self.items:
+            return None
+        span = self.last - self.first
+        if self.items < self.TRUSTED and span < 1.0:
+            return None
+        return span / self.items, self.run_s / self.items
+
+    def since_last_s(self) -> float:
+        """How long the item under way has run (since the last record; before any, since the start)."""
+        return time.monotonic() - self.last
+
+
 class _UntilReady:
     """The items of `source` for as long as `ready` is not set; asked before every pull, so that no item
     is taken from the source and then left behind. `ended`: the source itself ran out."""
 
-    def __init__(self, source: Iterator[WorkItem | list[WorkItem] | None], ready: threading.Event) -> None:
+    def __init__(self, source: Iterator[WorkItem | list[WorkItem] | None], ready: Callable[[], bool]) -> None:
         self.source, self.ready = source, ready
         self.ended = False
 
     def __iter__(self) -> Iterator[WorkItem | list[WorkItem] | None]:
-        while not self.ready.is_set():
+        while not self.ready():
             try:
                 yield next(self.source)
             except StopIteration:
@@ -105,15 +166,43 @@ class WarmStartExecutor:
     starter: Callable[[Callable[[], None]], Starter] = background_start
     name: str = "warm"
     ran_locally: int = field(default=0, init=False)  # records of cells run in process while Ray started
+    cost_s: float = field(default_factory=lambda: float(os.environ.get(RAY_COST_ENV, DEFAULT_RAY_COST_S)))
+    defer: bool = True  # False: start Ray at once even where the work ahead is known (expect_items)
+    _left: Callable[[], int] | None = field(default=None, init=False, repr=False)  # see expect_items
     _start: Starter | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _warmed: bool = field(default=False, init=False)  # the pool's actors all answered, and close did not come first
     _abandoned: bool = field(default=False, init=False)  # closed before the pool was warm
 
     def start(self) -> None:
-        """Start Ray and the pool in the background; return at once."""
-        if self._start is None:
-            self._start = self.starter(self._warm)
+        """Start Ray and the pool in the background; return at once (not once closed)."""
+        with self._lock:
+            if self._start is None and not self._abandoned:
+                self._start = self.starter(self._warm)
+
+    def expect_items(self, left: Callable[[], int] | None) -> None:
+        """How many items are still to come, asked as the work goes on: while set, `execute` defers
+        Ray's start until `ray_pays` (see the module's docstring); None starts Ray at once again."""
+        self._left = left
+
+    def _workers(self) -> int:
+        if self.pool.workers is not None:
+            return self.pool.workers
+        return max(1, (os.cpu_count() or 1) // self.pool.threads)  # what the embedded pool will make
+
+    def _watch(self, pace: _Pace, stop: threading.Event) -> None:
+        """The deferred start's watcher thread: start Ray once the forecast says it pays."""
+        left, workers = self._left, self._workers()
+        while left is not None and not stop.wait(WATCH_S):
+            # the items left at the pace timed so far, or the item under way alone: one run that has
+            # taken longer already than Ray's cost over its workers is long work (a first run too)
+            since = pace.since_last_s()
+            means = pace.means()
+            pays = ray_pays(1, since, since, workers, self.cost_s)
+            pays = pays or (means is not None and ray_pays(left(), *means, workers, self.cost_s))
+            if pays:
+                self.start()
+                return
 
     def _warm(self) -> None:
         """In the starter's thread: make the actors and wait until each has answered (imported the
@@ -142,16 +231,27 @@ class WarmStartExecutor:
         if channel is not None and not isinstance(channel, WarmChannel):  # a channel only the pool can serve
             yield from self._ray().execute(items, channel)
             return
-        self.start()
-        assert self._start is not None
         source = iter(items)
-        if not self._start.ready.is_set():
-            gate = _UntilReady(source, self._start.ready)
-            for records in self._local().execute(gate, channel.local if channel is not None else None):
-                self.ran_locally += len(records)
-                yield records
-            if gate.ended:
-                return  # all done before Ray was up: never wait for it
+        if self._left is None or not self.defer or self._start is not None:
+            self.start()
+            assert self._start is not None
+            if not self._start.ready.is_set():
+                ended = yield from self._in_process(source, self._start.ready.is_set, channel)
+                if ended:
+                    return  # all done before Ray was up: never wait for it
+        else:
+            import runner.execute.worker  # noqa: F401 - the tasks' imports (torch) are not a run's pace
+
+            pace, stop = _Pace(), threading.Event()
+            watcher = threading.Thread(target=self._watch, args=(pace, stop), name="convgrid-ray-forecast", daemon=True)
+            watcher.start()
+            try:
+                ended = yield from self._in_process(source, self._up, channel, pace)
+            finally:
+                stop.set()
+                watcher.join()
+            if ended:
+                return  # the work ended before it paid to start Ray, or before Ray was up
         pool = self._ray()  # what the in-process phase left of the source goes there
         if channel is None:
             yield from pool.execute(source)
@@ -159,6 +259,26 @@ class WarmStartExecutor:
         on_ray = channel.on_ray()
         with on_ray.batch():
             yield from pool.execute(source, on_ray)
+
+    def _up(self) -> bool:
+        return self._start is not None and self._start.ready.is_set()
+
+    def _in_process(
+        self,
+        source: Iterator[WorkItem | list[WorkItem] | None],
+        ready: Callable[[], bool],
+        channel: ReportChannel | None,
+        pace: _Pace | None = None,
+    ) -> Generator[list[RunRecord], None, bool]:
+        """Run the source here until `ready()`; returns whether the source ended meanwhile."""
+        gate = _UntilReady(source, ready)
+        local = channel.local if isinstance(channel, WarmChannel) else None
+        for records in self._local().execute(gate, local):
+            self.ran_locally += len(records)
+            if pace is not None and records:
+                pace.arrived(records)
+            yield records
+        return gate.ended
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
         return WarmChannel(self.pool, judge, spec)

@@ -35,7 +35,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from runner.api import execute_cells, make_executor, member_row, plan
-from runner.execute.base import Executor, ReportChannel, ReportSpec
+from runner.execute.base import Executor, ForecastsWork, ReportChannel, ReportSpec
 from runner.execute.progress import Progress
 from runner.grid.cells import Cell
 from runner.store import ResultStore
@@ -179,6 +179,10 @@ class StudyDriver:
         self.known = self.known_runs()
         schedule = TrialSchedule(self)
         self.bar = Progress(max(p.n_trials - schedule.done, 0), p.name, enabled=progress)
+        # The warm start: a study too short to pay for Ray's start never starts it.
+        forecasting = self.executor if isinstance(self.executor, ForecastsWork) else None
+        if forecasting is not None:
+            forecasting.expect_items(schedule.left)
         try:
             with self.channel.batch() if self.channel is not None else nullcontext():
                 execute_cells(
@@ -197,6 +201,8 @@ class StudyDriver:
             self.report.recovered += recover(self.study)  # leave nothing RUNNING
             raise
         finally:
+            if forecasting is not None:
+                forecasting.expect_items(None)
             schedule.close()
             self.bar.close()
 

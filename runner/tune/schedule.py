@@ -96,6 +96,10 @@ class TrialSchedule:
                 yield group
             self._settle_batch()  # a batch wholly answered from the store is told at once
 
+    def left(self) -> int:
+        """Trials still to run or finish (asked or not): what the executor's forecast counts."""
+        return max(self.d.p.n_trials - self.done - self.failed, 0)
+
     def finished(self, records: list[RunRecord]) -> None:
         """The executor's finished records (the `execute_cells` sink): tell their trials."""
         for record in records:
