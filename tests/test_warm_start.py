@@ -129,6 +129,18 @@ def test_a_study_too_short_to_pay_for_ray_never_starts_it(tmp_path: Path) -> Non
     executor.close()
 
 
+def test_a_short_study_with_baselines_never_starts_ray_either(tmp_path: Path) -> None:
+    from runner.tune.driver import tune
+    from tests.test_tune import ls_study
+
+    raw = ls_study("short_base", n_trials=2, parallel=2, baselines=[{"params": {"lr_rule": "optimal", "lr": None}}])
+    executor, starts = warm_executor(after=None)
+    (report,) = tune(raw, tmp_path, executor, progress=False)
+    assert report.states == {"COMPLETE": 2} and report.baselines[0]["status"] == "ok"
+    assert starts == [] and executor.ran_locally == 3  # the baseline, as the trials, ran in process
+    executor.close()
+
+
 def faulty_items(n: int, sleep_s: float) -> list[WorkItem]:
     return [WorkItem(f"f{i:03d}", "faulty", {"x": float(i), "sleep_s": sleep_s, "seed": 0}) for i in range(n)]
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,12 +124,27 @@ class StudyDriver:
         if time.monotonic() - self.last_flush >= self.flush_s:
             self.flush()
 
+    @contextmanager
+    def expecting(self, left: Callable[[], int]) -> Iterator[None]:
+        """While the executor runs, it may know how many runs are still to come (`left`): a warm start
+        then starts Ray only once that pays, so a short study never starts it (runner.execute.warm)."""
+        forecasting = self.executor if isinstance(self.executor, ForecastsWork) else None
+        if forecasting is not None:
+            forecasting.expect_items(left)
+        try:
+            yield
+        finally:
+            if forecasting is not None:
+                forecasting.expect_items(None)
+
     def run_baselines(self, progress: bool) -> None:
         for c in self.p.baselines:
             self.member(c)
         todo, _, _ = plan(self.p.baselines, self.store, self.retry_failed)
         if todo:
-            execute_cells(todo, self.store, self.executor, f"{self.p.name} baselines", progress=progress)
+            # the baselines, then the trials: an upper bound of what is left is good enough to decide on
+            with self.expecting(lambda: len(todo) + self.p.n_trials):
+                execute_cells(todo, self.store, self.executor, f"{self.p.name} baselines", progress=progress)
 
     def known_runs(self) -> dict[str, dict[str, Any]]:
         metrics = list(dict.fromkeys([o.metric for o in self.p.objectives] + self.p.report))
@@ -179,12 +195,8 @@ class StudyDriver:
         self.known = self.known_runs()
         schedule = TrialSchedule(self)
         self.bar = Progress(max(p.n_trials - schedule.done, 0), p.name, enabled=progress)
-        # The warm start: a study too short to pay for Ray's start never starts it.
-        forecasting = self.executor if isinstance(self.executor, ForecastsWork) else None
-        if forecasting is not None:
-            forecasting.expect_items(schedule.left)
         try:
-            with self.channel.batch() if self.channel is not None else nullcontext():
+            with self.expecting(schedule.left), self.channel.batch() if self.channel is not None else nullcontext():
                 execute_cells(
                     schedule.cells(),
                     self.store,
@@ -201,8 +213,6 @@ class StudyDriver:
             self.report.recovered += recover(self.study)  # leave nothing RUNNING
             raise
         finally:
-            if forecasting is not None:
-                forecasting.expect_items(None)
             schedule.close()
             self.bar.close()
 
