@@ -76,10 +76,7 @@ def _lose(cluster: Any, node: Any) -> None:
     """The node goes as a machine goes: its raylet is SIGKILLed (remove_node) and so are the worker
     processes it started. remove_node alone leaves them running until they notice their raylet is gone,
     and meanwhile an orphaned actor still answers and finishes chunks, as no lost machine would."""
-    from ray._private import ray_constants
-
-    (raylet,) = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
-    workers = _descendants(raylet.process.pid)
+    workers = _descendants(_raylet_pid(node))
     cluster.remove_node(node, allow_graceful=False)
     for pid, started in workers:
         try:
@@ -95,15 +92,46 @@ def _ensure_three(cluster: Any) -> None:
     cluster.wait_for_nodes()
 
 
-def _remove_node_once_stored(cluster: Any, root: Path, done: threading.Event) -> threading.Thread:
-    """A thread that removes one worker node as soon as a runs part file exists under root."""
+def _raylet_pid(node: Any) -> int:
+    from ray._private import ray_constants
+
+    (raylet,) = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
+    return int(raylet.process.pid)
+
+
+def _busy_node(cluster: Any, executor: RayExecutor) -> Any | None:
+    """A worker node (not the driver's) whose actor is running a chunk right now, if there is one."""
+    import ray
+
+    pids = ray.get([actor.pid.remote() for actor in executor.actors], timeout=10)  # answered while busy
+    mine = ray._private.worker.global_worker.node._raylet_socket_name
+    for node in _alive_workers(cluster):
+        if node._raylet_socket_name == mine:
+            continue
+        on_node = {pid for pid, _ in _descendants(_raylet_pid(node))}
+        for actor, pid in zip(executor.actors, pids, strict=True):
+            if pid in on_node and ray.get(actor.current.remote(), timeout=10) is not None:
+                return node
+    return None
+
+
+def _remove_node_once_stored(
+    cluster: Any, executor: RayExecutor, root: Path, done: threading.Event
+) -> threading.Thread:
+    """A thread that, once a runs part file exists under root, removes a worker node whose actor is in
+    the middle of a chunk (so that the chunk is lost with it, whatever the chunk sizes and timing)."""
 
     def remove() -> None:
         while not list((root / "runs").rglob("part-*.parquet")):
             if done.is_set():
                 return
             time.sleep(0.05)
-        _lose(cluster, _victim(cluster))
+        while not done.is_set():
+            node = _busy_node(cluster, executor)
+            if node is not None:
+                _lose(cluster, node)
+                return
+            time.sleep(0.02)
 
     thread = threading.Thread(target=remove, daemon=True)
     thread.start()
@@ -123,7 +151,7 @@ def test_worker_node_removed_mid_grid_every_run_stored_once(tmp_path: Path, thre
     }
     executor = RayExecutor(address=three_nodes.address, workers=3)
     done = threading.Event()
-    remover = _remove_node_once_stored(three_nodes, tmp_path, done)
+    remover = _remove_node_once_stored(three_nodes, executor, tmp_path, done)
     try:
         report = run_grid(grid, tmp_path, executor, progress=False, flush_s=0.5)
     finally:
@@ -172,7 +200,7 @@ def test_worker_node_removed_mid_study_the_study_completes(tmp_path: Path, three
     }
     executor = RayExecutor(address=three_nodes.address, workers=3)
     done = threading.Event()
-    remover = _remove_node_once_stored(three_nodes, tmp_path, done)
+    remover = _remove_node_once_stored(three_nodes, executor, tmp_path, done)
     try:
         (report,) = tune(study, tmp_path, executor, progress=False)
     finally:
