@@ -212,3 +212,15 @@ def test_a_deferred_start_hands_the_rest_to_the_pool_once_up() -> None:
     assert len(starts) == 1 and starts[0].warmed
     assert ran == executor.ran_locally >= 1 and pool.handed == [i.run_id for i in items[ran:]]
     executor.close()
+
+
+def test_ray_pays_only_for_the_runs_share_it_can_divide() -> None:
+    from runner.execute.warm import ray_pays
+
+    # 1,000 items of 20 ms on 2 workers: with 19 ms of run, Ray at best takes 9.5 ms an item (10.5 s saved);
+    # with 2 ms of run the driver's 18 ms stay serial, so 2 s at most is saved, under a 5 s cost
+    assert ray_pays(1000, 0.020, 0.019, 2, 5.0)
+    assert not ray_pays(1000, 0.020, 0.002, 2, 5.0)
+    # more workers divide the runs further: of 300 such items 8 workers save 5.3 s, 2 workers 3.2 s
+    assert ray_pays(300, 0.020, 0.019, 8, 4.9) and not ray_pays(300, 0.020, 0.019, 2, 4.9)
+    assert not ray_pays(1000, 0.5, 0.5, 1, 5.0)  # one worker overlaps nothing when the run is everything
