@@ -220,6 +220,9 @@ def main() -> int:
         print(json.dumps(child(args.child, args.objective, args.trials, args.root)))
         return 0
 
+    from benchmarks.machine import header, load
+
+    print(header(), flush=True)
     trials = {"fast": args.fast_trials, "slow": args.slow_trials}
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
@@ -235,10 +238,12 @@ def main() -> int:
                         f"round {rnd} {objective} {contender:17s} {trials[objective] / out['study_s']:7.1f} trials/s "
                         f"(study {out['study_s']:6.2f} s, process {out['process_s']:6.2f} s, objective "
                         f"{out['objective_ms']:.2f} ms, {out['trials_with_stored_run']} trials with a stored run "
-                        f"in {out['run_parts']} parts)" + (" Ray started" if out.get("ray_started") else ""),
+                        f"in {out['run_parts']} parts)"
+                        + (" Ray started" if out.get("ray_started") else "")
+                        + f" [{load()}]",
                         flush=True,
                     )
-    print(f"\n{os.cpu_count()} CPUs; ratios of trials/s within a round, min / median / max over {args.repeats} rounds")
+    print(f"\n{header()}; ratios of trials/s within a round, min / median / max over {args.repeats} rounds")
     for objective in OBJECTIVES:
         for clock in ("study_s", "process_s"):
             for ours in CONTENDERS[:OURS]:

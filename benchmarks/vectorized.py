@@ -198,6 +198,9 @@ def main() -> None:
     from runner.execute.worker import configure_threads
 
     configure_threads(1)
+    from benchmarks.machine import header
+
+    print(header(), flush=True)
     if args.part in ("configs", "all"):
         part_configs(args.configs, args.repeats, args.only, args.device, args.max_batch, args.single_sample)
     if args.part in ("grid", "all"):

@@ -11,6 +11,9 @@ Contenders, run in a rotating order within each round:
   convgrid       `convgrid run GRID --results FRESH_DIR` (embedded Ray, Parquet store, progress off;
                  the default executor, auto: cells run in the driver while Ray starts)
   convgrid-ray   the same with `--executor ray` (every cell on Ray: the driver waits for Ray to start)
+  local-1        `convgrid run --executor local --workers 1`: every cell in the driver, one at a time
+  local-2        `convgrid run --executor local --workers 2`: in the driver, two runs at once in threads
+                 (the learner is thread-safe), one torch thread each
   tune-reuse     Ray Tune over the same configs, `reuse_actors=True`, a function trainable reporting
                  the final error (storage in a fresh folder)
   tune-default   Ray Tune with its defaults, capped at `--tune-default-trials` configs and
@@ -118,11 +121,21 @@ def convgrid_ray(runs: int, cap: int, tmp: Path) -> None:
     convgrid(runs, cap, tmp, "--executor", "ray")
 
 
+def local_1(runs: int, cap: int, tmp: Path) -> None:
+    convgrid(runs, cap, tmp, "--executor", "local", "--workers", "1")
+
+
+def local_2(runs: int, cap: int, tmp: Path) -> None:
+    convgrid(runs, cap, tmp, "--executor", "local", "--workers", "2")
+
+
 CONTENDERS = {
     "sequential": sequential,
     "chunked-ray": chunked_ray,
     "convgrid": convgrid,
     "convgrid-ray": convgrid_ray,
+    "local-1": local_1,
+    "local-2": local_2,
     "tune-reuse": tune_reuse,
     "tune-default": tune_default,
 }
@@ -159,7 +172,10 @@ def main() -> None:
         CONTENDERS[args.contender](args.runs, args.tune_default_trials, Path(args.tmp))
         return
     names = ["sequential", *(n for n in args.only.split(",") if n != "sequential")]
-    print(f"{args.runs} least_squares runs {PARAMS}; {os.cpu_count()} CPUs; {args.rounds} rounds")
+    sys.path.insert(0, str(REPO))
+    from benchmarks.machine import header, load
+
+    print(f"{header()}\n{args.runs} least_squares runs {PARAMS}; {args.rounds} rounds")
     seconds: dict[str, list[float]] = {n: [] for n in names}
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
@@ -168,7 +184,8 @@ def main() -> None:
         for name in names:
             seconds[name].append(walls[name])
             ratios[name].append(walls[name] / walls["sequential"])
-        print(f"round {r + 1}: " + ", ".join(f"{n} {walls[n]:.1f}s" for n in names), flush=True)
+        line = ", ".join(f"{n} {walls[n]:.1f}s" for n in names)
+        print(f"round {r + 1}: {line} ({load()}, {time.strftime('%H:%M UTC', time.gmtime())})", flush=True)
     print(f"\n{'contender':<14} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}")
     for name in names:
         note = f"  (extrapolated from {args.tune_default_trials} trials)" if name == "tune-default" else ""

@@ -2,8 +2,9 @@
 
 Starting the embedded Ray and letting its actors import torch takes seconds, during which the driver
 would only wait. `WarmStartExecutor` starts Ray in a thread of its own (cluster.background) and
-meanwhile runs the cells of the same lazy source here, through the in-process executor's code path with
-the actors' thread count. Once every actor has answered, the rest of the source goes to the Ray pool.
+meanwhile runs the cells of the same lazy source here, through the in-process executor with the actors'
+thread count and as many runs at once as the pool has workers (threads, for a thread-safe learner).
+Once every actor has answered, the rest of the source goes to the Ray pool.
 Both phases yield their records to the one caller, so flushes, commits, claims (runner.execute.waves),
 progress and resume see a single stream, and each item is run once: a batch being run here when Ray
 comes up finishes here, the items after it go to Ray. A source that ends before Ray is up never waits
@@ -50,12 +51,14 @@ WARM_MAX_BATCH = 16
 WATCH_S = 0.1  # how often the watcher of a deferred start checks its forecast
 
 
-def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float) -> bool:
-    """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`,
-    of which `run_s` is its run and the rest the driver's own work around it (a tuner's ask and tell).
-    On Ray, at best, the runs are divided among the workers and overlap the driver's part, which is not
+def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float, at_once: int = 1) -> bool:
+    """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`
+    (the interval between records), of which the driver's own work around it (a tuner's ask and tell)
+    is what the runs, `run_s` each, `at_once` at a time in threads (runner.execute.local), leave. On Ray,
+    at best, the runs are divided among the workers and overlap the driver's part, which is not
     divided: an item costs the larger of the two. What that saves must exceed Ray's cost."""
-    on_ray = max(item_s - run_s, run_s / workers)
+    driver_s = max(item_s - run_s / at_once, 0.0)
+    on_ray = max(driver_s, run_s / workers)
     return left * (item_s - on_ray) > cost_s
 
 
@@ -84,6 +87,7 @@ class _Pace:
     TRUSTED = 4
 
     def __init__(self) -> None:
+        self.at_once = 1  # runs at once in process (threads), as the in-process executor reports
         self.began = time.monotonic()
         self.first: float | None = None
         self.last = self.began
@@ -196,7 +200,7 @@ class WarmStartExecutor:
             since = pace.since_last_s()
             means = pace.means()
             pays = ray_pays(1, since, since, workers, self.cost_s)
-            pays = pays or (means is not None and ray_pays(left(), *means, workers, self.cost_s))
+            pays = pays or (means is not None and ray_pays(left(), *means, workers, self.cost_s, pace.at_once))
             if pays:
                 self.start()
                 return
@@ -215,8 +219,9 @@ class WarmStartExecutor:
 
     def _local(self) -> LocalExecutor:
         # Smaller batches than the pool's: a batch under way here when Ray comes up is finished here first.
+        # As many runs at once as the pool will have workers (threads, for a thread-safe learner).
         batch = min(self.pool.max_batch, WARM_MAX_BATCH)
-        return LocalExecutor(threads=self.pool.threads, batch=self.pool.batch, max_batch=batch)
+        return LocalExecutor(self.pool.threads, batch=self.pool.batch, max_batch=batch, workers=self._workers())
 
     def _ray(self) -> RayExecutor:
         self.start()
@@ -270,9 +275,11 @@ class WarmStartExecutor:
         """Run the source here until `ready()`; returns whether the source ended meanwhile."""
         gate = _UntilReady(source, ready)
         local = channel.local if isinstance(channel, WarmChannel) else None
-        for records in self._local().execute(gate, local):
+        executor = self._local()
+        for records in executor.execute(gate, local):
             self.ran_locally += len(records)
             if pace is not None and records:
+                pace.at_once = executor.at_once(r.task for r in records)
                 pace.arrived(records)
             yield records
         return gate.ended

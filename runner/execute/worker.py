@@ -30,6 +30,13 @@ def configure_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    set_torch_threads(threads)
+
+
+def set_torch_threads(threads: int) -> None:
+    """torch's thread count for the calling thread (OpenMP's count is a thread's own): what each thread of
+    the in-process executor calls before its first run. The environment is left alone there: setenv
+    beside a getenv in another thread is not safe in C."""
     import torch  # here, not at module level: a driver that only plans or reads never pays for it
 
     if torch.get_num_threads() != threads:

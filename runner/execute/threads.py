@@ -1,0 +1,117 @@
+"""Runs at once in threads of this process: the in-process executor's pool (runner.execute.local).
+
+torch releases the GIL inside its kernels, so runs of a thread-safe learner (tasks.base.is_thread_safe)
+overlap their arithmetic in threads as they would in processes, without starting any: what
+`study.optimize(n_jobs=2)` does, with each run in its own thread and its own torch thread count.
+
+`RunThreads` keeps up to `workers` daemon threads, each running one unit (a list of items, run through
+`run`) at a time; their records come back on one queue, read by the thread that submitted (the
+executor's caller, where records are persisted and trials told). A unit submitted `alone` runs with
+nothing beside it: nothing else is accepted until it is through (a learner that is not thread-safe).
+Threads are daemons and the pool is one `execute` call's: a caller that stops early (Ctrl-C, an error)
+does not wait for the runs under way, whose records are dropped, as a process's exit would drop them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from runner.execute.base import Reporter, ReporterFactory, WorkItem
+from runner.store.records import RunRecord
+
+RunUnit = Callable[[list[WorkItem]], Iterator[RunRecord]]
+
+
+class RunThreads:
+    def __init__(self, workers: int, run: RunUnit, setup: Callable[[], None]) -> None:
+        self.workers, self._run, self._setup = max(1, workers), run, setup
+        self._work: queue.SimpleQueue[tuple[int, list[WorkItem]] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
+        self._left: dict[int, int] = {}  # a unit in flight -> its records still to come
+        self._ids = itertools.count()
+        self._threads = 0
+        self.alone = False  # the unit in flight must run alone
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._left)
+
+    @property
+    def free(self) -> bool:
+        return not self.alone and self.in_flight < self.workers
+
+    def submit(self, unit: list[WorkItem], alone: bool = False) -> None:
+        assert self.free and unit and not (alone and self.in_flight), "no free slot for this unit"
+        if self._threads <= self.in_flight:  # threads start as the work needs them
+            threading.Thread(target=self._worker, name=f"convgrid-run-{self._threads}", daemon=True).start()
+            self._threads += 1
+        uid = next(self._ids)
+        self._left[uid] = len(unit)  # a worker yields one record per item (runner.execute.worker.run_items)
+        self.alone = alone
+        self._work.put((uid, unit))
+
+    def wait(self, timeout: float) -> list[RunRecord]:
+        """The records that arrived within `timeout` (all of them once one has): [] if none did. A unit's
+        slot frees with its last record. An exception raised by `run` is raised here."""
+        try:
+            events = [self._done.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                events.append(self._done.get_nowait())
+            except queue.Empty:
+                break
+        records: list[RunRecord] = []
+        for kind, uid, value in events:
+            if kind == "error":
+                raise value
+            if kind == "end" and uid in self._left:
+                raise RuntimeError(f"a unit of runs ended with {self._left[uid]} of its records missing")
+            if kind == "record":
+                records.append(value)
+                self._left[uid] -= 1
+                if not self._left[uid]:
+                    del self._left[uid]
+                    self.alone = self.alone and bool(self._left)
+        return records
+
+    def close(self) -> None:
+        """Let the threads end once their unit is through (without waiting for them)."""
+        for _ in range(self._threads):
+            self._work.put(None)
+        self._threads = 0
+
+    def _worker(self) -> None:
+        self._setup()
+        while (job := self._work.get()) is not None:
+            uid, unit = job
+            try:
+                for record in self._run(unit):
+                    self._done.put(("record", uid, record))
+            except BaseException as exc:  # noqa: BLE001 - a bug outside the tasks' own (a judge's): the caller's
+                self._done.put(("error", uid, exc))
+            self._done.put(("end", uid, None))
+
+
+class SerializedReporters:
+    """A channel's reporters, each call made under one lock: the judge behind them (a study's pruner)
+    then sees one value at a time, as from the Ray channel's single pump thread."""
+
+    def __init__(self, inner: ReporterFactory) -> None:
+        self.inner, self.lock = inner, threading.Lock()
+
+    def __call__(self, item: WorkItem) -> Reporter | None:
+        reporter = self.inner(item)
+        if reporter is None:
+            return None
+
+        def report(step: int, metrics: Any) -> bool:
+            with self.lock:
+                return reporter(step, metrics)
+
+        return report
