@@ -227,3 +227,14 @@ def test_ray_pays_only_for_the_runs_share_it_can_divide() -> None:
     # more workers divide the runs further: of 300 such items 8 workers save 5.3 s, 2 workers 3.2 s
     assert ray_pays(300, 0.020, 0.019, 8, 4.9) and not ray_pays(300, 0.020, 0.019, 2, 4.9)
     assert not ray_pays(1000, 0.5, 0.5, 1, 5.0)  # one worker overlaps nothing when the run is everything
+
+
+def test_ray_pays_with_runs_in_threads_only_what_the_threads_did_not_overlap() -> None:
+    from runner.execute.warm import ray_pays
+
+    # runs of 19 ms, two at a time in threads: a record every 10 ms is what 2 actors would give at best
+    # (0.5 s saved on 1,000 items); a record every 20 ms (the threads contend) leaves 10.5 s to save
+    assert not ray_pays(1000, 0.010, 0.019, 2, 5.0, at_once=2)
+    assert ray_pays(1000, 0.020, 0.019, 2, 5.0, at_once=2)
+    # one at a time, a 10 ms interval with a 2 ms run is mostly the driver's, whose 8 ms stay serial on Ray
+    assert not ray_pays(1000, 0.010, 0.002, 2, 5.0)

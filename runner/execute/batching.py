@@ -42,15 +42,29 @@ def default_budget(device: str) -> int:
     return CPU_BUDGET_BYTES
 
 
+# What batching knows of an item that may share a batch: its task, its batch key and its validated params.
+Member = tuple[BatchableTask, Hashable, Any]
+
+
 def batch_key(item: WorkItem) -> tuple[str, Hashable] | None:
     """(task, key) of an item that may share a batch, or None when it runs alone."""
-    member = _member(item)
+    member = batch_member(item)
     return None if member is None else (item.task, member[1])
 
 
-def _member(item: WorkItem) -> tuple[BatchableTask, Hashable, Any] | None:
+def batch_member(item: WorkItem, tasks: dict[str, Any] | None = None) -> Member | None:
+    """The item's task, batch key and params, or None when it runs alone. `tasks` (name -> task or the
+    error loading it) spares a caller that keys many items a registry look-up per item."""
     try:
-        task = get_task(item.task)
+        if tasks is None:
+            task = get_task(item.task)
+        else:
+            if item.task not in tasks:
+                try:
+                    tasks[item.task] = get_task(item.task)
+                except Exception as exc:  # noqa: BLE001 - kept, so that every item of this task runs alone
+                    tasks[item.task] = exc
+            task = tasks[item.task]
         if not isinstance(task, BatchableTask):
             return None
         params = validate_params(task, item.params)
@@ -60,18 +74,22 @@ def _member(item: WorkItem) -> tuple[BatchableTask, Hashable, Any] | None:
     return None if key is None else (task, key, params)
 
 
-def plan_groups(items: Sequence[WorkItem], policy: BatchPolicy, device: str) -> Iterator[Group]:
+def plan_groups(
+    items: Sequence[WorkItem], policy: BatchPolicy, device: str, members: Sequence[Member | None] | None = None
+) -> Iterator[Group]:
     """Cut a chunk into groups: items of one task with equal keys form batches (in the order of their
     key's first appearance, wherever in the chunk they are), within the policy's caps; the rest, and
-    everything when batching is off, run alone in their order."""
+    everything when batching is off, run alone in their order. `members`: the items' `batch_member`s,
+    where the caller has them already (the in-process executor keyed them to cut the chunk)."""
     if not policy.enabled:
         for item in items:
             yield Group([item])
         return
     budget = policy.budget_bytes if policy.budget_bytes is not None else default_budget(device)
-    buckets: dict[Any, list[tuple[WorkItem, tuple[BatchableTask, Hashable, Any] | None]]] = {}
+    buckets: dict[Any, list[tuple[WorkItem, Member | None]]] = {}
+    tasks: dict[str, Any] = {}
     for n, item in enumerate(items):
-        member = _member(item)
+        member = members[n] if members is not None else batch_member(item, tasks)
         buckets.setdefault(("alone", n) if member is None else (item.task, member[1]), []).append((item, member))
     for bucket in buckets.values():
         batch: list[tuple[WorkItem, Any]] = []

@@ -23,13 +23,12 @@ from runner.execute.base import (
     ReportChannel,
     ReporterFactory,
     ReportSpec,
-    WorkItem,
     WorkSource,
 )
 from runner.execute.feed import Feed
 from runner.execute.report_channel import LocalChannel
 from runner.execute.threads import RunThreads, SerializedReporters
-from runner.execute.units import Units
+from runner.execute.units import Unit, Units
 from runner.store.records import RunRecord
 
 POLL_S = 0.5  # with runs in threads, an empty list this often while none finishes (the caller's flush clock)
@@ -72,19 +71,21 @@ class LocalExecutor:
         else:
             yield from self._threaded(units, SerializedReporters(reporters) if reporters else None)
 
-    def _run(self, reporters: ReporterFactory | None) -> Callable[[list[WorkItem]], Iterator[RunRecord]]:
-        from runner.execute.worker import run_items
+    def _run(self, reporters: ReporterFactory | None) -> Callable[[Unit], Iterator[RunRecord]]:
+        from runner.execute import worker
 
         policy = BatchPolicy(enabled=self.batch, max_size=self.max_batch)
 
-        def run(unit: list[WorkItem]) -> Iterator[RunRecord]:
-            return run_items(
-                unit,
+        def run(unit: Unit) -> Iterator[RunRecord]:
+            items, members = unit
+            return worker.run_items(
+                items,
                 device=self.device,
                 threads=self.threads,
                 timeout_s=self.timeout_s,
                 reporters=reporters,
                 policy=policy,
+                members=members,
             )
 
         return run
@@ -105,11 +106,11 @@ class LocalExecutor:
         from runner.execute.worker import set_torch_threads
 
         pool = RunThreads(self.slots, self._run(reporters), lambda: set_torch_threads(self.threads))
-        held: list[WorkItem] | None = None  # a unit cut but waiting to run alone
+        held: Unit | None = None  # a unit cut but waiting to run alone
         try:
             while True:
                 while pool.free and (unit := held or units.next(pool.workers)) is not None:
-                    alone = self.at_once(item.task for item in unit) == 1
+                    alone = self.at_once(item.task for item in unit[0]) == 1
                     if alone and pool.in_flight:
                         held = unit
                         break

@@ -21,15 +21,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from runner.execute.base import Reporter, ReporterFactory, WorkItem
+from runner.execute.units import Unit
 from runner.store.records import RunRecord
 
-RunUnit = Callable[[list[WorkItem]], Iterator[RunRecord]]
+RunUnit = Callable[[Unit], Iterator[RunRecord]]
 
 
 class RunThreads:
     def __init__(self, workers: int, run: RunUnit, setup: Callable[[], None]) -> None:
         self.workers, self._run, self._setup = max(1, workers), run, setup
-        self._work: queue.SimpleQueue[tuple[int, list[WorkItem]] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[int, Unit] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
         self._left: dict[int, int] = {}  # a unit in flight -> its records still to come
         self._ids = itertools.count()
@@ -44,13 +45,13 @@ class RunThreads:
     def free(self) -> bool:
         return not self.alone and self.in_flight < self.workers
 
-    def submit(self, unit: list[WorkItem], alone: bool = False) -> None:
-        assert self.free and unit and not (alone and self.in_flight), "no free slot for this unit"
+    def submit(self, unit: Unit, alone: bool = False) -> None:
+        assert self.free and unit[0] and not (alone and self.in_flight), "no free slot for this unit"
         if self._threads <= self.in_flight:  # threads start as the work needs them
             threading.Thread(target=self._worker, name=f"convgrid-run-{self._threads}", daemon=True).start()
             self._threads += 1
         uid = next(self._ids)
-        self._left[uid] = len(unit)  # a worker yields one record per item (runner.execute.worker.run_items)
+        self._left[uid] = len(unit[0])  # a worker yields one record per item (runner.execute.worker.run_items)
         self.alone = alone
         self._work.put((uid, unit))
 

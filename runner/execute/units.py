@@ -17,22 +17,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
 
 from runner.execute.base import WorkItem
 from runner.execute.feed import Feed
+
+if TYPE_CHECKING:
+    from runner.execute.batching import Member
+
+# A unit's items, and their batch members (runner.execute.batching) where batching is on
+Unit = tuple[list[WorkItem], "list[Member | None] | None"]
 
 
 class Units:
     def __init__(self, feed: Feed, batch: bool, max_batch: int) -> None:
         self.feed, self.batch, self.max_batch = feed, batch, max(1, max_batch)
-        self._keys: dict[int, tuple[str, Hashable] | None] = {}  # id of a held item -> its batch key
+        self._members: dict[int, Member | None] = {}  # id of a held item -> its batch member
+        self._tasks: dict[str, Any] = {}  # task name -> the task (or the error loading it)
         self._ask = True  # the source may have something new: pull it even if it last answered None
 
     def arrived(self) -> None:
         """A record reached the caller: a source that waits for runs may have more now."""
         self._ask = True
 
-    def next(self, slots: int) -> list[WorkItem] | None:
+    def next(self, slots: int) -> Unit | None:
         """The next unit, or None when nothing is held and the source has nothing for now (`feed.done`:
         it ended; `feed.waiting`: it waits for runs)."""
         while True:
@@ -48,11 +56,12 @@ class Units:
     def _key(self, item: WorkItem) -> tuple[str, Hashable] | None:
         if not self.batch:
             return None
-        if id(item) not in self._keys:
-            from runner.execute.batching import batch_key  # imports the tasks (torch): worker side
+        if id(item) not in self._members:
+            from runner.execute.batching import batch_member  # imports the tasks (torch): worker side
 
-            self._keys[id(item)] = batch_key(item)
-        return self._keys[id(item)]
+            self._members[id(item)] = batch_member(item, self._tasks)
+        member = self._members[id(item)]
+        return None if member is None else (item.task, member[1])
 
     def _run(self) -> int:
         """How many held items at the front run as one: a run of equal keys (up to a batch), else 1."""
@@ -78,8 +87,10 @@ class Units:
             return run
         return None
 
-    def _take(self, n: int) -> list[WorkItem]:
-        unit = self.feed.take(n)  # whole groups only: a source's group is never split
-        for item in unit:
-            self._keys.pop(id(item), None)
-        return unit
+    def _take(self, n: int) -> Unit:
+        items = self.feed.take(n)  # whole groups only: a source's group is never split
+        if not self.batch:
+            return items, None
+        for item in items:
+            self._key(item)  # a source's group may hold items past the run that was keyed
+        return items, [self._members.pop(id(item)) for item in items]

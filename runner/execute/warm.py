@@ -53,11 +53,12 @@ WATCH_S = 0.1  # how often the watcher of a deferred start checks its forecast
 
 def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float, at_once: int = 1) -> bool:
     """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`
-    (the interval between records), of which the driver's own work around it (a tuner's ask and tell)
-    is what the runs, `run_s` each, `at_once` at a time in threads (runner.execute.local), leave. On Ray,
-    at best, the runs are divided among the workers and overlap the driver's part, which is not
-    divided: an item costs the larger of the two. What that saves must exceed Ray's cost."""
-    driver_s = max(item_s - run_s / at_once, 0.0)
+    (the interval between records), of which `run_s` is its run and, with one run at a time, the rest
+    the driver's own work around it (a tuner's ask and tell). On Ray, at best, the runs are divided among
+    the workers and overlap the driver's part, which is not divided: an item costs the larger of the two.
+    With `at_once` runs in threads (runner.execute.local) the driver's part already overlaps them and the
+    interval cannot tell it apart: Ray, at best, costs the runs' share. What it saves must exceed its cost."""
+    driver_s = item_s - run_s if at_once == 1 else 0.0
     on_ray = max(driver_s, run_s / workers)
     return left * (item_s - on_ray) > cost_s
 
