@@ -4,8 +4,9 @@
 
 Part `configs` (`--device cuda` on a GPU): 64 same-shape configs of each case (deep_linear GD and
 BCGD, depth 10, widths 8, 16, 32, 64; linear_resnet m = 40, depth 10; ldminv 100 x 100, K = 4, L = 4)
-through the real executor path in this process (`run_grid` with the in-process executor, one thread,
-Parquet writes included), batched against `batch=False`, alternating, `--repeats` times each; prints
+through the real executor path in this process (`run_grid` with the in-process executor, one worker
+and one thread, Parquet writes included), batched against `batch=False`, alternating, `--repeats` times
+each (`BENCH_TREE=DIR` times the runner of another source tree instead of this one's); prints
 the fastest and median time per run and `speed-up` = fastest one-at-a-time / fastest batched, per run.
 On a GPU, where a batch of 64 is small, `--configs 1024 --max-batch 1024 --single-sample 64` times one
 at a time on 64 of them. A task without `run_batch` (or whose configs have no batch key) prints that
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, os.environ.get("BENCH_TREE") or str(REPO))  # BENCH_TREE: time another source tree's runner
 
 from runner import ResultStore, run_grid  # noqa: E402 - after the Ray environment and the path are set
 from runner.execute.local import LocalExecutor  # noqa: E402
@@ -45,6 +48,9 @@ from tasks.base import BatchableTask  # noqa: E402
 from tasks.registry import get_task  # noqa: E402
 
 QUIET = ExecutionOptions(progress=False)  # the executor is the benchmark's own; no progress bar
+# One run (or batch) at a time in this thread: what batching is measured against (a tree from before the
+# in-process executor had threads takes no `workers` and ran one at a time)
+ONE = {"workers": 1} if "workers" in {f.name for f in fields(LocalExecutor)} else {}
 
 GRID_FILE = REPO / "grids" / "bench" / "batched_deep_linear.yaml"
 
@@ -96,7 +102,7 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
     )
     with tempfile.TemporaryDirectory() as tmp:
         warm = grid_of("warm", *cases(4)[2][1:])  # imports and first-call costs out of the timings
-        run_grid(warm, Path(tmp, "warm"), QUIET, executor=LocalExecutor(device=device))
+        run_grid(warm, Path(tmp, "warm"), QUIET, executor=LocalExecutor(device=device, **ONE))
         for label, task, fixed, axes in cases(n):
             if only not in label:
                 continue
@@ -114,7 +120,7 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
                     warm_case,
                     Path(tmp, f"{grid['name']}-warm-{batch}"),
                     QUIET,
-                    executor=LocalExecutor(batch=batch, device=device, max_batch=max_batch),
+                    executor=LocalExecutor(batch=batch, device=device, max_batch=max_batch, **ONE),
                 )
             # one at a time on the first k configs only where a sample is asked for (on a GPU a run alone costs
             # the same whatever its seed or step): its time per run is what the batched time per run is held to
@@ -123,7 +129,7 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
             for r in range(repeats):
                 for batch in (r % 2 == 0, r % 2 != 0):  # alternate which goes first
                     root = Path(tmp, f"{grid['name']}-{r}-{batch}")
-                    executor = LocalExecutor(batch=batch, device=device, max_batch=max_batch)
+                    executor = LocalExecutor(batch=batch, device=device, max_batch=max_batch, **ONE)
                     g = grid if batch else single
                     per_run[batch].append(timed(lambda g=g, d=root, e=executor: run_grid(g, d, QUIET, executor=e)))
                     per_run[batch][-1] /= n if batch else k

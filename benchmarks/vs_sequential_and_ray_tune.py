@@ -1,6 +1,7 @@
 """The same grid of ~10 ms runs, five ways, each its own process timed from spawn to exit.
 
     python benchmarks/vs_sequential_and_ray_tune.py [--runs 2000] [--rounds 3] [--tune-default-trials 100]
+                                                    [--only NAME,...] [--against TREE]
 
 The grid: `--runs` least_squares runs (d_in 200, d_out 10, m 100, n_iters 200, seeds 0..runs-1).
 Contenders, run in a rotating order within each round:
@@ -18,6 +19,9 @@ Contenders, run in a rotating order within each round:
                  the final error (storage in a fresh folder)
   tune-default   Ray Tune with its defaults, capped at `--tune-default-trials` configs and
                  extrapolated linearly to `--runs` (it starts a new worker per trial)
+`--against TREE` adds, in every round, each convgrid contender kept (convgrid*, local-*) run from
+another source tree (say, a `git archive` of the commit before a change) with this Python, labelled
+"NAME@against": a before/after measured interleaved on the same shared machine.
 Printed per contender: seconds min/median/max over rounds, and the ratio to `sequential` of the same
 round, min/median/max. The machine may be shared: ratios within a round are the numbers to quote.
 Ray's workers run at niceness 15 by default (Ray's worker_niceness): on a shared machine the runs
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+AGAINST = "@against"  # a contender run from the --against tree
 PARAMS = {"d_in": 200, "d_out": 10, "m": 100, "n_iters": 200}
 
 
@@ -141,11 +146,16 @@ CONTENDERS = {
 }
 
 
-def timed(name: str, runs: int, cap: int) -> float:
-    with tempfile.TemporaryDirectory(prefix=f"vs-{name}-") as tmp:
-        argv = [sys.executable, __file__, "--contender", name, "--runs", str(runs), "--tune-default-trials", str(cap)]
+def timed(name: str, runs: int, cap: int, against: Path | None) -> float:
+    contender, tree = (name.removesuffix(AGAINST), against) if name.endswith(AGAINST) else (name, REPO)
+    assert tree is not None
+    # the tree's runner first, for the contender and for Ray's workers alike
+    env = {**os.environ, "BENCH_TREE": str(tree)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix=f"vs-{contender}-") as tmp:
+        argv = [sys.executable, __file__, "--contender", contender, "--runs", str(runs), "--tune-default-trials"]
         t0 = time.perf_counter()
-        done = subprocess.run([*argv, "--tmp", tmp], cwd=REPO, capture_output=True, text=True)
+        done = subprocess.run([*argv, str(cap), "--tmp", tmp], cwd=tree, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"{name} exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
@@ -162,16 +172,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tune-default-trials", type=int, default=100)
     ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (sequential always)")
+    ap.add_argument("--against", type=Path, default=None, help="another source tree: its convgrid contenders too")
     ap.add_argument("--contender", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.contender:
-        sys.path.insert(0, str(REPO))
+        sys.path.insert(0, os.environ.get("BENCH_TREE") or str(REPO))
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         CONTENDERS[args.contender](args.runs, args.tune_default_trials, Path(args.tmp))
         return
     names = ["sequential", *(n for n in args.only.split(",") if n != "sequential")]
+    if args.against is not None:
+        names += [n + AGAINST for n in names if n.startswith(("convgrid", "local"))]
     sys.path.insert(0, str(REPO))
     from benchmarks.machine import header, load
 
@@ -180,16 +193,16 @@ def main() -> None:
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no contender always goes first
-        walls = {name: timed(name, args.runs, args.tune_default_trials) for name in order}
+        walls = {name: timed(name, args.runs, args.tune_default_trials, args.against) for name in order}
         for name in names:
             seconds[name].append(walls[name])
             ratios[name].append(walls[name] / walls["sequential"])
         line = ", ".join(f"{n} {walls[n]:.1f}s" for n in names)
         print(f"round {r + 1}: {line} ({load()}, {time.strftime('%H:%M UTC', time.gmtime())})", flush=True)
-    print(f"\n{'contender':<14} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}")
+    print(f"\n{'contender':<20} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}")
     for name in names:
         note = f"  (extrapolated from {args.tune_default_trials} trials)" if name == "tune-default" else ""
-        print(f"{name:<14} {spread(seconds[name])}   {spread(ratios[name])}{note}")
+        print(f"{name:<20} {spread(seconds[name])}   {spread(ratios[name])}{note}")
 
 
 if __name__ == "__main__":
