@@ -18,7 +18,14 @@ from runner.grid.identity import validate_params
 from tasks.base import BatchableTask
 from tasks.registry import get_task
 
-CPU_BUDGET_BYTES = 512 * 2**20  # members' working sets summed; far above the small learners' needs, far below RAM
+# Members' working sets summed, on the CPU: what a batch may take before it stops paying. A batch saves
+# the per-operation costs of small products (deep_linear at width 16: GD 63 ms a member alone, 8.9 at 64
+# members), but once the members' data outgrow the caches every product streams it from memory, and a
+# batch of large members is slower than the members alone (least_squares d_in 200, 0.9 MB a member: 27 ms
+# alone, 23 at 4 members, 41 at 64). Measured on the project's 2-core AMD EPYC (1 MB of L2 a core, 32 MB
+# of L3), CPU time per member by batch size (docs/performance_log.md, "Batch sizes on the CPU"): 8 MiB
+# keeps every measured case within 20 % of its best size and none slower than alone.
+CPU_BUDGET_BYTES = 8 * 2**20
 GPU_FREE_FRACTION = 0.5  # of the memory free on the device when the batch is planned (the rest: allocator slack)
 
 
