@@ -19,9 +19,9 @@ Contenders, run in a rotating order within each round:
                  the final error (storage in a fresh folder)
   tune-default   Ray Tune with its defaults, capped at `--tune-default-trials` configs and
                  extrapolated linearly to `--runs` (it starts a new worker per trial)
-`--against TREE` adds, in every round, each convgrid contender kept (convgrid*, local-*) run from
-another source tree (say, a `git archive` of the commit before a change) with this Python, labelled
-"NAME@against": a before/after measured interleaved on the same shared machine.
+`--against TREE` adds, in every round, each convgrid contender kept (convgrid*, local-*; `--against-only`
+narrows them) run from another source tree (say, a `git archive` of the commit before a change) with
+this Python, labelled "NAME@against": a before/after measured interleaved on the same shared machine.
 Printed per contender: seconds min/median/max over rounds, and the ratio to `sequential` of the same
 round, min/median/max. The machine may be shared: ratios within a round are the numbers to quote.
 Ray's workers run at niceness 15 by default (Ray's worker_niceness): on a shared machine the runs
@@ -173,6 +173,7 @@ def main() -> None:
     ap.add_argument("--tune-default-trials", type=int, default=100)
     ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (sequential always)")
     ap.add_argument("--against", type=Path, default=None, help="another source tree: its convgrid contenders too")
+    ap.add_argument("--against-only", default=None, help="with --against: only these contenders run from it too")
     ap.add_argument("--contender", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -184,7 +185,8 @@ def main() -> None:
         return
     names = ["sequential", *(n for n in args.only.split(",") if n != "sequential")]
     if args.against is not None:
-        names += [n + AGAINST for n in names if n.startswith(("convgrid", "local"))]
+        again = args.against_only.split(",") if args.against_only else names
+        names += [n + AGAINST for n in names if n.startswith(("convgrid", "local")) and n in again]
     sys.path.insert(0, str(REPO))
     from benchmarks.machine import header, load
 

@@ -51,14 +51,17 @@ class LocalExecutor:
     batch: bool = True
     max_batch: int = 64
     device: str = "cpu"  # "cuda": tasks that compute on ctx.device use this process's GPU
-    workers: int | None = None  # runs at once; None: one per CPU slot (cpu_slots() // threads)
+    workers: int | None = None  # runs at once; None: one per CPU slot (cpu_slots() // threads), 1 on a GPU
     name: str = "local"
     _safe: dict[str, bool] = field(default_factory=dict, init=False, repr=False)  # task name -> thread-safe
 
     @property
     def slots(self) -> int:
-        """How many runs may run at once (thread-safe learners only)."""
-        return self.workers if self.workers is not None else max(1, cpu_slots() // self.threads)
+        """How many runs may run at once (thread-safe learners only). On a GPU one by default: its
+        kernels queue on one stream, where threads would only interleave their launches (not measured)."""
+        if self.workers is not None:
+            return self.workers
+        return 1 if self.device.startswith("cuda") else max(1, cpu_slots() // self.threads)
 
     def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
         from runner.execute.worker import configure_threads  # imports the tasks (and torch)
