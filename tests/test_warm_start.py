@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import cast
 
 import pyarrow.dataset as ds
+import pytest
 
 from runner import ResultStore, run_grid
 from runner.execute.auto import make_executor
@@ -238,3 +239,25 @@ def test_ray_pays_with_runs_in_threads_only_what_the_threads_did_not_overlap() -
     assert ray_pays(1000, 0.020, 0.019, 2, 5.0, at_once=2)
     # one at a time, a 10 ms interval with a 2 ms run is mostly the driver's, whose 8 ms stay serial on Ray
     assert not ray_pays(1000, 0.010, 0.002, 2, 5.0)
+
+
+def test_the_pace_of_runs_in_threads_takes_their_cpu_time_over_a_wall_time_the_gil_inflated() -> None:
+    """Two runs in threads of a learner that computes in Python each take twice their time (they wait
+    for the GIL): what a run alone would take is its CPU time, when that exceeds its share of the wall."""
+    from runner.execute.warm import _Pace
+
+    def arrive(pace: _Pace, n: int, wall_s: float, cpu_each: float) -> tuple[float, float]:
+        for i in range(n + 1):  # the first record only starts the clock (first-call costs)
+            pace.arrived([RunRecord(f"r{i}", "t", {"wall_s": wall_s}, {})], cpu_s=cpu_each * i)
+        means = pace.means()
+        assert means is not None
+        return means
+
+    gil_bound = _Pace()
+    gil_bound.at_once = 2
+    assert arrive(gil_bound, 4, 0.020, 0.010)[1] == pytest.approx(0.010)  # wall 20 ms, alone it takes its 10 ms
+    overlapped = _Pace()
+    overlapped.at_once = 2
+    assert arrive(overlapped, 4, 0.020, 0.001)[1] == pytest.approx(0.010)  # waits: at least its share of the wall
+    alone = _Pace()
+    assert arrive(alone, 4, 0.020, 0.001)[1] == pytest.approx(0.020)  # one at a time: its wall time

@@ -13,6 +13,7 @@ count is per thread): `workers * threads` should not exceed the CPU slots, which
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ class LocalExecutor:
     device: str = "cpu"  # "cuda": tasks that compute on ctx.device use this process's GPU
     workers: int | None = None  # runs at once; None: one per CPU slot (cpu_slots() // threads), 1 on a GPU
     name: str = "local"
+    cpu_s: float = field(default=0.0, init=False)  # CPU seconds of the runs so far, in the threads that ran them
     _safe: dict[str, bool] = field(default_factory=dict, init=False, repr=False)  # task name -> thread-safe
 
     @property
@@ -97,7 +99,13 @@ class LocalExecutor:
         """One worker: each unit runs in this thread as soon as it is cut."""
         run = self._run(reporters)
         while (unit := units.next(1)) is not None:
-            for record in run(unit):
+            records = run(unit)
+            while True:  # the CPU time of the runs only, not of what the caller does with their records
+                cpu = time.thread_time()
+                record = next(records, None)
+                self.cpu_s += time.thread_time() - cpu
+                if record is None:
+                    break
                 yield [record]
             units.arrived()
         if not units.feed.done:
@@ -124,6 +132,8 @@ class LocalExecutor:
                         return
                     raise FeedStalled()
                 records = pool.wait(POLL_S)
+                self.cpu_s += pool.cpu_s
+                pool.cpu_s = 0.0
                 if records:
                     units.arrived()
                 yield records  # [] when nothing finished for a while: the caller's chance to flush on time

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,6 +37,7 @@ class RunThreads:
         self._ids = itertools.count()
         self._threads = 0
         self.alone = False  # the unit in flight must run alone
+        self.cpu_s = 0.0  # CPU seconds of the threads' units finished so far (thread CPU time)
 
     @property
     def in_flight(self) -> int:
@@ -71,8 +73,10 @@ class RunThreads:
         for kind, uid, value in events:
             if kind == "error":
                 raise value
-            if kind == "end" and uid in self._left:
-                raise RuntimeError(f"a unit of runs ended with {self._left[uid]} of its records missing")
+            if kind == "end":
+                self.cpu_s += value
+                if uid in self._left:
+                    raise RuntimeError(f"a unit of runs ended with {self._left[uid]} of its records missing")
             if kind == "record":
                 records.append(value)
                 self._left[uid] -= 1
@@ -91,12 +95,13 @@ class RunThreads:
         self._setup()
         while (job := self._work.get()) is not None:
             uid, unit = job
+            cpu = time.thread_time()
             try:
                 for record in self._run(unit):
                     self._done.put(("record", uid, record))
             except BaseException as exc:  # noqa: BLE001 - a bug outside the tasks' own (a judge's): the caller's
                 self._done.put(("error", uid, exc))
-            self._done.put(("end", uid, None))
+            self._done.put(("end", uid, time.thread_time() - cpu))
 
 
 class SerializedReporters:

@@ -83,7 +83,12 @@ class _Pace:
     """How long an item takes in process, from its records: the mean interval between their arrivals
     (the driver's own work around each run included) and the mean of their runs' `wall_s`, trusted once
     they cover `TRUSTED` items or a second. Means start at the first record: the first run carries
-    first-call costs."""
+    first-call costs.
+
+    With runs at once in threads (`at_once` > 1) a run's `wall_s` counts the time it waited for the
+    GIL: two runs of a learner that computes in Python take twice as long each and overlap nothing. A
+    run alone would take at least its CPU time (of the thread that ran it, as the in-process executor
+    counts it) and at least its share of the wall time, so the larger of the two stands for it."""
 
     TRUSTED = 4
 
@@ -92,25 +97,30 @@ class _Pace:
         self.began = time.monotonic()
         self.first: float | None = None
         self.last = self.began
-        self.items = 0  # records after the first arrival, and the sum of their runs' seconds
+        self.items = 0  # records after the first arrival, the sum of their runs' seconds, and their CPU seconds
         self.run_s = 0.0
+        self.cpu_at_first = self.cpu_s = 0.0
 
-    def arrived(self, records: list[RunRecord]) -> None:
-        self.last = time.monotonic()
+    def arrived(self, records: list[RunRecord], cpu_s: float = 0.0) -> None:
+        """Records arrived, when the in-process executor's runs had taken `cpu_s` CPU seconds in all."""
+        self.last, self.cpu_s = time.monotonic(), cpu_s
         if self.first is None:
-            self.first = self.last
+            self.first, self.cpu_at_first = self.last, cpu_s
             return
         self.items += len(records)
         self.run_s += sum(float(r.row.get("wall_s") or 0.0) for r in records)
 
     def means(self) -> tuple[float, float] | None:
-        """(seconds an item takes in process, seconds of it its run takes), None until trusted."""
+        """(seconds an item takes in process, seconds its run would take alone), None until trusted."""
         if self.first is None or not self.items:
             return None
         span = self.last - self.first
         if self.items < self.TRUSTED and span < 1.0:
             return None
-        return span / self.items, self.run_s / self.items
+        run_s = self.run_s / self.items
+        if self.at_once > 1:
+            run_s = max((self.cpu_s - self.cpu_at_first) / self.items, run_s / self.at_once)
+        return span / self.items, run_s
 
     def since_last_s(self) -> float:
         """How long the item under way has run (since the last record; before any, since the start)."""
@@ -281,7 +291,7 @@ class WarmStartExecutor:
             self.ran_locally += len(records)
             if pace is not None and records:
                 pace.at_once = executor.at_once(r.task for r in records)
-                pace.arrived(records)
+                pace.arrived(records, executor.cpu_s)
             yield records
         return gate.ended
 
