@@ -14,10 +14,12 @@ step, TPE seeded (constant liar on, as convgrid sets it for parallel > 1), no pr
   slow: d_in 200, d_out 10, m 100, 200 steps (~10 ms)
 Each child prints the objective's measured median time, so the labels can be checked.
 
-Two clocks per contender:
+Two clocks per contender, and its CPU time:
   study: inside the child, from the first ask to the last tell, after start-up (imports; for
          convgrid Ray, its two actors and one warm-up run on each), i.e. trials/s of the tuner;
-  process: from spawning the child to its exit (start-up and teardown included).
+  process: from spawning the child to its exit (start-up and teardown included);
+  cpu: CPU seconds of the child and of what it reaped (Ray's workers mostly not), the work each
+       side does, which other jobs on a shared machine change far less than the clocks.
 
 Contenders (2 in flight each):
   convgrid async       `convgrid tune` (default mode) on Ray, 2 actors, parallel 2, journal file;
@@ -48,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -76,7 +79,7 @@ LOW, HIGH = 0.01, 0.6
 CONTENDERS = ["convgrid async", "convgrid determ.", "convgrid command", "optimize memory", "optimize journal"]
 BASELINES = ["optimize memory", "optimize journal"]
 AGAINST = "@against"  # a contender run from the --against tree
-CLOCKS = ("study_s", "process_s")
+CLOCKS = ("study_s", "process_s", "cpu_s")
 
 
 def study_file(objective: str, trials: int, mode: str) -> dict[str, Any]:
@@ -200,16 +203,18 @@ def spawn(contender: str, objective: str, trials: int, root: Path, against: Path
     name, tree = (contender.removesuffix(AGAINST), against) if contender.endswith(AGAINST) else (contender, REPO)
     assert tree is not None
     cmd = [sys.executable, __file__, "--child", name, "--objective", objective, "--trials", str(trials)]
-    t0 = time.perf_counter()
+    t0, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
     # Ray's workers import the tree's runner too (not an installed copy)
     env = {**os.environ, "PYTHONPATH": path, "BENCH_TREE": str(tree)}
     proc = subprocess.run([*cmd, "--root", str(root)], cwd=tree, env=env, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - t0
+    wall, now = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{contender} {objective} failed:\n{proc.stderr[-3000:]}")
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     out["process_s"] = wall
+    # CPU seconds of the child and what it reaped (Ray's workers mostly not): steadier than wall time when shared
+    out["cpu_s"] = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
     return out
 
 
@@ -254,9 +259,9 @@ def main() -> int:
                     results.append(out)
                     print(
                         f"round {rnd} {objective} {contender:26s} {trials[objective] / out['study_s']:7.1f} trials/s "
-                        f"(study {out['study_s']:6.2f} s, process {out['process_s']:6.2f} s, objective "
-                        f"{out['objective_ms']:.2f} ms, {out['trials_with_stored_run']} trials with a stored run "
-                        f"in {out['run_parts']} parts)"
+                        f"(study {out['study_s']:6.2f} s, process {out['process_s']:6.2f} s, "
+                        f"CPU {out['cpu_s']:6.2f} s, objective {out['objective_ms']:.2f} ms, "
+                        f"{out['trials_with_stored_run']} trials with a stored run in {out['run_parts']} parts)"
                         + (" Ray started" if out.get("ray_started") else "")
                         + f" [{load()}]",
                         flush=True,

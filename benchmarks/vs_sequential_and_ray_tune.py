@@ -23,7 +23,9 @@ Contenders, run in a rotating order within each round:
 narrows them) run from another source tree (say, a `git archive` of the commit before a change) with
 this Python, labelled "NAME@against": a before/after measured interleaved on the same shared machine.
 Printed per contender: seconds min/median/max over rounds, and the ratio to `sequential` of the same
-round, min/median/max. The machine may be shared: ratios within a round are the numbers to quote.
+round, min/median/max, and the median CPU seconds of the processes it waited for (the driver and what
+it spawned and reaped; Ray's workers mostly not). The machine may be shared: ratios within a round
+are the numbers to quote.
 Ray's workers run at niceness 15 by default (Ray's worker_niceness): on a shared machine the runs
 would get the CPU last, behind the sequential loop at the caller's niceness. Every contender here
 starts Ray through `cluster.connect`, which sets RAY_worker_niceness=0 for the embedded Ray (unless the
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -146,7 +149,9 @@ CONTENDERS = {
 }
 
 
-def timed(name: str, runs: int, cap: int, against: Path | None) -> float:
+def timed(name: str, runs: int, cap: int, against: Path | None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one contender's process; the CPU seconds are those of the processes
+    it waited for (Ray's workers mostly not), which other jobs on a shared machine change far less."""
     contender, tree = (name.removesuffix(AGAINST), against) if name.endswith(AGAINST) else (name, REPO)
     assert tree is not None
     # the tree's runner first, for the contender and for Ray's workers alike
@@ -154,12 +159,14 @@ def timed(name: str, runs: int, cap: int, against: Path | None) -> float:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix=f"vs-{contender}-") as tmp:
         argv = [sys.executable, __file__, "--contender", contender, "--runs", str(runs), "--tune-default-trials"]
-        t0 = time.perf_counter()
+        t0, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run([*argv, str(cap), "--tmp", tmp], cwd=tree, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+        wall, now = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{name} exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
-    return wall * (runs / cap if name == "tune-default" else 1.0)
+    cpu = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
+    scale = runs / cap if name == "tune-default" else 1.0
+    return wall * scale, cpu * scale
 
 
 def spread(values: list[float]) -> str:
@@ -192,19 +199,23 @@ def main() -> None:
 
     print(f"{header()}\n{args.runs} least_squares runs {PARAMS}; {args.rounds} rounds")
     seconds: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no contender always goes first
-        walls = {name: timed(name, args.runs, args.tune_default_trials, args.against) for name in order}
+        measured = {name: timed(name, args.runs, args.tune_default_trials, args.against) for name in order}
+        walls = {name: wall for name, (wall, _) in measured.items()}
         for name in names:
             seconds[name].append(walls[name])
+            cpus[name].append(measured[name][1])
             ratios[name].append(walls[name] / walls["sequential"])
-        line = ", ".join(f"{n} {walls[n]:.1f}s" for n in names)
+        line = ", ".join(f"{n} {walls[n]:.1f}s (CPU {measured[n][1]:.1f}s)" for n in names)
         print(f"round {r + 1}: {line} ({load()}, {time.strftime('%H:%M UTC', time.gmtime())})", flush=True)
-    print(f"\n{'contender':<20} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}")
+    print(f"\n{'contender':<20} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}   CPU s (median)")
     for name in names:
         note = f"  (extrapolated from {args.tune_default_trials} trials)" if name == "tune-default" else ""
-        print(f"{name:<20} {spread(seconds[name])}   {spread(ratios[name])}{note}")
+        cpu = statistics.median(cpus[name])
+        print(f"{name:<20} {spread(seconds[name])}   {spread(ratios[name])}   {cpu:8.1f}{note}")
 
 
 if __name__ == "__main__":
