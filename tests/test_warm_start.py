@@ -230,34 +230,27 @@ def test_ray_pays_only_for_the_runs_share_it_can_divide() -> None:
     assert not ray_pays(1000, 0.5, 0.5, 1, 5.0)  # one worker overlaps nothing when the run is everything
 
 
-def test_ray_pays_with_runs_in_threads_only_what_the_threads_did_not_overlap() -> None:
-    from runner.execute.warm import ray_pays
+def test_the_pace_of_runs_in_threads_takes_their_cpu_time_as_what_a_run_takes_alone() -> None:
+    """Runs at once in threads: a run's wall time counts the time it waited for the GIL (or a core), so
+    what it would take alone is its CPU time; one at a time, its wall time. With that, Ray is forecast
+    to gain where the threads serialise and not where they overlap the runs as Ray would."""
+    from runner.execute.warm import _Pace, ray_pays
 
-    # runs of 19 ms, two at a time in threads: a record every 10 ms is what 2 actors would give at best
-    # (0.5 s saved on 1,000 items); a record every 20 ms (the threads contend) leaves 10.5 s to save
-    assert not ray_pays(1000, 0.010, 0.019, 2, 5.0, at_once=2)
-    assert ray_pays(1000, 0.020, 0.019, 2, 5.0, at_once=2)
-    # one at a time, a 10 ms interval with a 2 ms run is mostly the driver's, whose 8 ms stay serial on Ray
-    assert not ray_pays(1000, 0.010, 0.002, 2, 5.0)
+    def means(at_once: int, interval_s: float, wall_s: float, cpu_s: float) -> tuple[float, float]:
+        times = iter(interval_s * i for i in range(6))  # the pace's clock: records `interval_s` apart
+        pace = _Pace(clock=lambda: next(times))
+        pace.at_once = at_once
+        for i in range(5):  # the first record only starts the clock (first-call costs)
+            pace.arrived([RunRecord(f"r{i}", "t", {"wall_s": wall_s}, {})], cpu_s=cpu_s * i)
+        got = pace.means()
+        assert got is not None
+        return got
 
-
-def test_the_pace_of_runs_in_threads_takes_their_cpu_time_over_a_wall_time_the_gil_inflated() -> None:
-    """Two runs in threads of a learner that computes in Python each take twice their time (they wait
-    for the GIL): what a run alone would take is its CPU time, when that exceeds its share of the wall."""
-    from runner.execute.warm import _Pace
-
-    def arrive(pace: _Pace, n: int, wall_s: float, cpu_each: float) -> tuple[float, float]:
-        for i in range(n + 1):  # the first record only starts the clock (first-call costs)
-            pace.arrived([RunRecord(f"r{i}", "t", {"wall_s": wall_s}, {})], cpu_s=cpu_each * i)
-        means = pace.means()
-        assert means is not None
-        return means
-
-    gil_bound = _Pace()
-    gil_bound.at_once = 2
-    assert arrive(gil_bound, 4, 0.020, 0.010)[1] == pytest.approx(0.010)  # wall 20 ms, alone it takes its 10 ms
-    overlapped = _Pace()
-    overlapped.at_once = 2
-    assert arrive(overlapped, 4, 0.020, 0.001)[1] == pytest.approx(0.010)  # waits: at least its share of the wall
-    alone = _Pace()
-    assert arrive(alone, 4, 0.020, 0.001)[1] == pytest.approx(0.020)  # one at a time: its wall time
+    # two runs of 10 ms CPU in two threads that overlap: a record every 5 ms, each run's wall 10 ms
+    item_s, run_s = means(2, 0.005, 0.010, 0.010)
+    assert run_s == pytest.approx(0.010) and not ray_pays(10_000, item_s, run_s, 2, 5.0)
+    # the same runs waiting for the GIL: a record every 10 ms, each run's wall 20 ms; Ray halves it
+    item_s, run_s = means(2, 0.010, 0.020, 0.010)
+    assert run_s == pytest.approx(0.010) and ray_pays(10_000, item_s, run_s, 2, 5.0)
+    # one at a time the run's wall time stands, as before threads
+    assert means(1, 0.012, 0.010, 0.001)[1] == pytest.approx(0.010)

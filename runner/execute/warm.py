@@ -51,15 +51,14 @@ WARM_MAX_BATCH = 16
 WATCH_S = 0.1  # how often the watcher of a deferred start checks its forecast
 
 
-def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float, at_once: int = 1) -> bool:
-    """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`
-    (the interval between records), of which `run_s` is its run and, with one run at a time, the rest
-    the driver's own work around it (a tuner's ask and tell). On Ray, at best, the runs are divided among
-    the workers and overlap the driver's part, which is not divided: an item costs the larger of the two.
-    With `at_once` runs in threads (runner.execute.local) the driver's part already overlaps them and the
-    interval cannot tell it apart: Ray, at best, costs the runs' share. What it saves must exceed its cost."""
-    driver_s = item_s - run_s if at_once == 1 else 0.0
-    on_ray = max(driver_s, run_s / workers)
+def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float) -> bool:
+    """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`,
+    of which `run_s` is its run and the rest the driver's own work around it (a tuner's ask and tell).
+    On Ray, at best, the runs are divided among the workers and overlap the driver's part, which is not
+    divided: an item costs the larger of the two. What that saves must exceed Ray's cost. (With runs at
+    once in threads, `run_s` is what a run takes alone, `_Pace`: the driver's part is then what the
+    interval leaves of it, none where the threads overlap the runs as Ray would.)"""
+    on_ray = max(item_s - run_s, run_s / workers)
     return left * (item_s - on_ray) > cost_s
 
 
@@ -85,16 +84,18 @@ class _Pace:
     they cover `TRUSTED` items or a second. Means start at the first record: the first run carries
     first-call costs.
 
-    With runs at once in threads (`at_once` > 1) a run's `wall_s` counts the time it waited for the
-    GIL: two runs of a learner that computes in Python take twice as long each and overlap nothing. A
-    run alone would take at least its CPU time (of the thread that ran it, as the in-process executor
-    counts it) and at least its share of the wall time, so the larger of the two stands for it."""
+    With runs at once in threads (`at_once` > 1) a run's `wall_s` is not what it would take alone: two
+    runs of a learner that computes in Python each take twice as long, waiting for the GIL, and overlap
+    nothing. A run alone on a free core takes its CPU time (of the thread that ran it, as the in-process
+    executor counts it), which stands for the run there: runs that overlap in threads then leave no
+    driver's part to the interval (nothing for Ray to divide further), runs that wait for the GIL do."""
 
     TRUSTED = 4
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.at_once = 1  # runs at once in process (threads), as the in-process executor reports
-        self.began = time.monotonic()
+        self.began = clock()
         self.first: float | None = None
         self.last = self.began
         self.items = 0  # records after the first arrival, the sum of their runs' seconds, and their CPU seconds
@@ -103,7 +104,7 @@ class _Pace:
 
     def arrived(self, records: list[RunRecord], cpu_s: float = 0.0) -> None:
         """Records arrived, when the in-process executor's runs had taken `cpu_s` CPU seconds in all."""
-        self.last, self.cpu_s = time.monotonic(), cpu_s
+        self.last, self.cpu_s = self.clock(), cpu_s
         if self.first is None:
             self.first, self.cpu_at_first = self.last, cpu_s
             return
@@ -117,14 +118,13 @@ class _Pace:
         span = self.last - self.first
         if self.items < self.TRUSTED and span < 1.0:
             return None
-        run_s = self.run_s / self.items
         if self.at_once > 1:
-            run_s = max((self.cpu_s - self.cpu_at_first) / self.items, run_s / self.at_once)
-        return span / self.items, run_s
+            return span / self.items, (self.cpu_s - self.cpu_at_first) / self.items
+        return span / self.items, self.run_s / self.items
 
     def since_last_s(self) -> float:
         """How long the item under way has run (since the last record; before any, since the start)."""
-        return time.monotonic() - self.last
+        return self.clock() - self.last
 
 
 class _UntilReady:
@@ -211,7 +211,7 @@ class WarmStartExecutor:
             since = pace.since_last_s()
             means = pace.means()
             pays = ray_pays(1, since, since, workers, self.cost_s)
-            pays = pays or (means is not None and ray_pays(left(), *means, workers, self.cost_s, pace.at_once))
+            pays = pays or (means is not None and ray_pays(left(), *means, workers, self.cost_s))
             if pays:
                 self.start()
                 return
