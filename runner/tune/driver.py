@@ -17,13 +17,15 @@ params enqueued, so they are asked again (and told from the store if their run h
 trial is told as soon as its run finishes, before the run's part file is written; a driver killed
 in between leaves finished trials whose run is not in the store, and the next start runs those
 cells again (`repair_runs`: a run is a function of its params). A worker lost while the driver lives
-is handled by the executor, which runs the lost runs again. One driver per study at a time.
+is handled by the executor, which runs the lost runs again. One driver per study at a time: each holds
+the study's lease (runner.coord.study_lease), and a second one stops before it changes anything.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -33,14 +35,17 @@ from typing import Any
 
 import pyarrow as pa
 
+from runner.coord.study_lease import StudyLease
 from runner.execute.auto import make_executor
 from runner.execute.base import Executor, ForecastsWork, ReportChannel, ReportSpec
 from runner.execute.options import ExecutionOptions, ExecutorKind, as_options
 from runner.execute.progress import Progress
+from runner.fs.exclusive import for_root
 from runner.grid.cells import Cell
 from runner.run.members import member_row
 from runner.run.persist import execute_cells
 from runner.run.plan import plan
+from runner.settings import settings
 from runner.store import ResultStore, RunRecord
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.layout import MEMBERS
@@ -53,6 +58,7 @@ from runner.tune.optuna_adapter import (
     load_plans,
     open_storage,
     quiet,
+    storage_label,
 )
 from runner.tune.pruning import PruningHub
 from runner.tune.schedule import TrialSchedule
@@ -60,7 +66,7 @@ from runner.tune.spec import StudyPlan, with_overrides
 from runner.tune.trials import TuneReport, missing_rows, run_status, trial_row, trial_run_id
 from tasks.status import FAILED, PRUNED, is_settled
 
-__all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "tune", "with_overrides"]
+__all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "study_lease", "tune", "with_overrides"]
 
 
 class StudyDriver:
@@ -90,6 +96,7 @@ class StudyDriver:
         self.members = {
             r for g, r in zip(old["grid"].to_pylist(), old["run_id"].to_pylist(), strict=True) if g == p.name
         }
+        self.guard: Callable[[], None] = lambda: None  # raises where this driver lost the study's lease
         self.hub = PruningHub(self.study)
         self.executor = executor
         self.channel: ReportChannel | None = None
@@ -188,6 +195,7 @@ class StudyDriver:
         quiet_options = self.options.with_(progress=False)  # the study's own bar counts trials, not runs
 
         def finished(records: list[RunRecord]) -> None:
+            self.guard()  # still this study's driver (not paused and taken over) before telling anything
             schedule.finished(records)
             self.flush_if_due()
 
@@ -252,6 +260,27 @@ class StudyDriver:
             )
 
 
+@contextmanager
+def study_lease(results: str | Path | ResultStore, study: str, storage: str | None) -> Iterator[StudyLease | None]:
+    """Hold the study's lease (runner.coord.study_lease) for the block: StudyBusy, having changed nothing,
+    where another driver runs it. A root without create-if-absent (neither local nor S3) has no lease:
+    one driver per study is then the user's to keep."""
+    store = results if isinstance(results, ResultStore) else ResultStore(results)
+    exclusive = for_root(store.root, store.fs)
+    if exclusive is None:
+        warnings.warn(
+            f"{store.root}: no create-if-absent here, so nothing stops two drivers of study {study!r}", stacklevel=3
+        )
+        yield None
+        return
+    lease = StudyLease(store.files, exclusive, study, storage_label(storage, store), settings().lease_s)
+    lease.acquire()
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
 def run_study(
     p: StudyPlan,
     results: str | Path,
@@ -261,19 +290,23 @@ def run_study(
     storage: str | None = None,
     retry_failed: bool = False,
 ) -> TuneReport:
-    """Run one study on `executor` until n_trials of its trials are finished (COMPLETE + PRUNED)."""
+    """Run one study on `executor` until n_trials of its trials are finished (COMPLETE + PRUNED), holding
+    its lease throughout: one driver per study."""
     quiet()
     t0 = time.monotonic()
     store = ResultStore(results)
-    driver = StudyDriver(p, store, storage, executor, options, retry_failed)
-    write_trials(store, missing_rows(store, p, driver.label, driver.study.trials()))
-    try:
-        driver.repair_runs()
-        driver.run_baselines()
-        driver.loop()
-    finally:
-        driver.close()
-    driver.summarise()
+    with study_lease(store, p.name, storage) as lease:
+        driver = StudyDriver(p, store, storage, executor, options, retry_failed)
+        if lease is not None:
+            driver.guard = lease.check
+        write_trials(store, missing_rows(store, p, driver.label, driver.study.trials()))
+        try:
+            driver.repair_runs()
+            driver.run_baselines()
+            driver.loop()
+        finally:
+            driver.close()
+        driver.summarise()
     driver.report.wall_s = time.monotonic() - t0
     return driver.report
 
