@@ -186,3 +186,67 @@ def test_tune_of_a_study_another_driver_runs_exits_75_and_writes_nothing(tmp_pat
     assert "study 'guarded'" in second.stderr and f"pid {os.getpid()}" in second.stderr
     assert "Traceback" not in second.stderr and second.stderr.count("\n") == 1
     assert after == before  # the journal, trials/ and runs/ untouched
+
+
+@pytest.mark.faults
+def test_two_tune_processes_on_one_study(tmp_path: Path) -> None:
+    """The issue's case with real processes: a driver whose trial is in flight (it hangs until killed),
+    a second `convgrid tune` of the study refused with exit 75 and nothing changed; once the first is
+    SIGKILLed the second takes the study over at once (its pid is gone on this host), FAILs and asks
+    again the trial left RUNNING, and finishes: no trial RUNNING, one trials/ row per trial."""
+    import signal
+    import time
+
+    import yaml
+
+    from runner.store import ResultStore
+    from runner.store.columns import TRIAL_SCHEMA
+    from runner.store.trials import read_trials
+    from tests.conftest import REPO
+
+    study = {
+        "name": "shared",
+        "task": "faulty",
+        "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
+        "objective": {"metric": "square"},
+        "sampler": {"name": "random", "seed": 0},
+        "n_trials": 4,
+        "parallel": 1,
+    }
+    hanging, quick = tmp_path / "hanging.yaml", tmp_path / "quick.yaml"
+    hanging.write_text(yaml.safe_dump({**study, "params": {"hang_s": 600.0}}))
+    quick.write_text(yaml.safe_dump({**study, "params": {"sleep_s": 0.01}}))
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def tune(path: Path) -> subprocess.Popen[str]:
+        command = [sys.executable, "-m", "runner.cli", "tune", str(path), "--results", str(results)]
+        command += ["--executor", "local", "--no-progress"]
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    first = tune(hanging)
+    journal = results / "optuna.journal"
+    deadline = time.monotonic() + 120
+    while not (journal.is_file() and b'"op_code":4' in journal.read_bytes()):  # its first trial was asked
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.2)
+    before = {p: p.read_bytes() for p in files_under(results) if "_store" not in p.parts}
+    second = tune(quick)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == EXIT_BUSY, err
+    assert f"pid {first.pid}" in err and "study 'shared'" in err
+    assert {p: p.read_bytes() for p in files_under(results) if "_store" not in p.parts} == before
+
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    third = tune(quick)
+    out, err = third.communicate(timeout=300)
+    assert third.returncode == 0, err
+    assert "told FAIL and asked again" in out  # the trial the killed driver left RUNNING
+    store = ResultStore(results)
+    rows = store.reader.read(store.parts("trials"), TRIAL_SCHEMA).to_pylist()  # every row, not the newest
+    numbers = [r["number"] for r in rows if r["study"] == "shared"]
+    assert len(numbers) == len(set(numbers)), sorted(numbers)
+    trials = read_trials(store, "shared", "journal:optuna.journal").to_pylist()
+    assert "RUNNING" not in {t["state"] for t in trials}
+    assert sum(t["state"] == "COMPLETE" for t in trials) == 4

@@ -4,15 +4,19 @@ PyYAML's safe loader keeps the last of two equal keys (`lr` given twice silently
 here a duplicate key is an error. Undecodable bytes and absurd nesting are errors too, not tracebacks.
 
 What a file may cost is bounded before anything is built from it:
-- its size (MAX_FILE_BYTES). The largest shipped grid or study file is 1.7 KB; a grid is a few axes
-  and params, and even a grid listing 100,000 values by hand is about 1 MB. 8 MiB is far above both,
-  and below what made a 50 MB grid take 333 s and 5 GB.
+- its size (MAX_FILE_BYTES, 2 MiB). A 50 MB grid took 333 s and 5 GB to parse. The largest shipped
+  grid or study file is 1.7 KB (a grid names its axes; its cells are their products), and a zip that
+  lists 100,000 six-digit values by hand is 0.8 MB. The densest 2 MiB file (a list of 290,000 integers)
+  parses in 4.4 s with a 154 MB peak on the project's 2-core machine at a load of 8; 4 MiB took 11 s
+  and 290 MB, 8 MiB 31 s and 900 MB.
 - what its aliases expand to (MAX_ALIAS_NODES). An alias is one node in the file and a whole copy of
   its anchor to everything that reads the value: nine aliases of nine aliases, eight levels deep,
   are 364 bytes and 43 million values (a "billion laughs"), which ran a dry-run past 160 s and
-  7.8 GB. The composed document is counted, with each alias counted as the nodes it stands for, and
-  a file whose aliases add more than a million nodes (about what an 8 MiB file can hold written out)
-  is refused with the key under which they expand.
+  7.8 GB. The composed document is counted, each alias as the nodes it stands for, and a file whose
+  aliases add more than a million nodes (what the largest file could hold written out) is refused
+  with the key under which they expand, before anything is constructed.
+
+The parser is libyaml's where PyYAML has it (its wheels do): about 5 times faster than PyYAML's own.
 """
 
 from __future__ import annotations
@@ -24,12 +28,11 @@ import yaml
 
 from runner.errors import ConfigError
 
-MAX_FILE_BYTES = 8 * 1024 * 1024
+MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_ALIAS_NODES = 1_000_000
 
 
-# libyaml's parser where PyYAML was built with it (its wheels are): the pure-Python one takes ~5 times longer
-# on a large file. The constructor, where the checks below live, is Python in both.
+# The constructor, where the checks below live, is Python with either parser.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -82,15 +85,23 @@ def _children(node: yaml.Node) -> list[tuple[str, yaml.Node]]:
     return []
 
 
+def _kids(node: yaml.Node) -> list[yaml.Node]:
+    """A node's children in the order of `_children`, without their labels (the count's hot loop)."""
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
 class _AliasCount:
     """The nodes of a composed document as its readers see them, each alias expanded. PyYAML composes an
     alias as the very node of its anchor: the first place a node is met, in document order, is where it
-    is written, and every other place it is met is an alias."""
+    is written, and every other place it is met is an alias. Only collections are followed: an alias of
+    a scalar stands for one value, as many as the file has bytes for."""
 
     def __init__(self) -> None:
-        self.expanded: dict[int, int] = {}  # id(node) -> the nodes it stands for, aliases expanded
-        self.added: dict[int, int] = {}  # id(node) -> the nodes aliases add inside it, as written
-        self.written: dict[int, tuple[int, int]] = {}  # id(node) -> (id(parent), position) where written
+        self.expanded: dict[int, int] = {}  # id(collection) -> the nodes it stands for, aliases expanded
+        self.added: dict[int, int] = {}  # id(collection) -> the nodes aliases add inside it, as written
+        self.written: dict[int, tuple[int, int]] = {}  # id(collection) -> (id(parent), position) where written
         self.recursive = False  # an alias met inside its own anchor (`&a [*a]`): a value without end
 
     def size(self, node: yaml.Node) -> int:
@@ -98,25 +109,32 @@ class _AliasCount:
         if key in self.expanded:
             return self.expanded[key]
         self.expanded[key] = -1  # being counted
-        total = 0
-        for _, child in _children(node):
-            if self.expanded.get(id(child)) == -1:
+        total = 1
+        for child in _kids(node):
+            if isinstance(child, yaml.ScalarNode):
+                total += 1
+            elif self.expanded.get(id(child)) == -1:
                 self.recursive = True
                 total += MAX_ALIAS_NODES + 1
             else:
                 total += self.size(child)
-        self.expanded[key] = 1 + total
-        return self.expanded[key]
+        self.expanded[key] = total
+        return total
 
     def walk(self, node: yaml.Node) -> int:
         """The nodes aliases add inside `node` (which is where it is written)."""
-        added = sum(self.through(node, i, child) for i, (_, child) in enumerate(_children(node)))
+        added = 0
+        for i, child in enumerate(_kids(node)):
+            if not isinstance(child, yaml.ScalarNode):
+                added += self.through(node, i, child)
         self.added[id(node)] = added
         return added
 
     def through(self, parent: yaml.Node, position: int, child: yaml.Node) -> int:
         """The nodes aliases add through the child at `position` of `parent`: all it stands for where it
         is an alias, else what aliases add inside it."""
+        if isinstance(child, yaml.ScalarNode):
+            return 0
         site = self.written.setdefault(id(child), (id(parent), position))
         if site != (id(parent), position):
             return self.size(child)
@@ -144,7 +162,7 @@ def _check_aliases(root: yaml.Node) -> None:
             break
         label, i, child = over[0]
         path.append(label)
-        if count.written[id(child)] != (id(node), i):
+        if count.written.get(id(child)) != (id(node), i):
             break  # an alias: the place it is used is the one to name
         node = child
     raise AliasBomb(".".join(path), None if count.recursive else total, node.start_mark)
