@@ -133,7 +133,7 @@ def join_cluster(args: argparse.Namespace) -> None:
     then check --threads and --workers against the CPUs there are (this machine's, without --address)."""
     if args.executor == "local" or args.address is None:
         cpus = os.cpu_count() or 1
-        check_sizes(args, cpus, cpus, "this machine", workers=args.executor != "local")
+        check_sizes(args, cpus, f"this machine has {cpus} CPUs", "this machine", workers=args.executor != "local")
         return
     if getattr(args, "dry_run", False):
         return
@@ -142,7 +142,8 @@ def join_cluster(args: argparse.Namespace) -> None:
 
     ray = connect(args.address, runtime_env=runtime_env(), watch_head=True)
     total, largest = cluster_cpus(ray)
-    check_sizes(args, total, largest, f"the cluster at {args.address}", workers=True)
+    where = f"the cluster at {args.address}"
+    check_sizes(args, largest, f"the largest node of {where} has {largest} CPUs", where, cpus=total)
 
 
 def cluster_cpus(ray: Any) -> tuple[int, int]:
@@ -151,22 +152,28 @@ def cluster_cpus(ray: Any) -> tuple[int, int]:
     return int(ray.cluster_resources().get("CPU", 0)), int(max(nodes, default=0))
 
 
-def check_sizes(args: argparse.Namespace, cpus: int, largest: int, where: str, workers: bool) -> None:
-    """--threads within one machine's (or node's) CPUs, --workers within the CPU slots of that many threads:
-    100,000 threads per actor crashed torch's thread pool, and 100,000 actors took the driver and Ray's
-    GCS past 8 GB each. An autoscaling cluster may grow past what it has now: CONVGRID_MAX_WORKERS."""
+def check_sizes(
+    args: argparse.Namespace, largest: int, has: str, where: str, cpus: int | None = None, workers: bool = True
+) -> None:
+    """--threads within the CPUs of the largest machine there is (`has` says so), --workers within the
+    CPU slots of that many threads among `cpus` (default: `largest`): 100,000 threads per actor crashed
+    torch's thread pool, and 100,000 actors took the driver and Ray's GCS past 8 GB each. An
+    autoscaling cluster may grow past what it has now: CONVGRID_MAX_WORKERS."""
+    cpus = largest if cpus is None else cpus
     if args.threads > max(largest, 1):
         raise ConfigError(
-            f"{args.threads} threads per worker, but the largest machine of {where} has {largest} CPUs "
-            f"(valid: 1 to {max(largest, 1)})",
-            key="--threads",
+            f"{args.threads} threads per worker, but {has} (valid: 1 to {max(largest, 1)})", key="--threads"
         )
     ceiling = settings().max_workers or max(1, cpus // args.threads)
     if workers and args.workers is not None and args.workers > ceiling:
         why = (
             f"{env_name('max_workers')} is {ceiling}"
             if settings().max_workers
-            else f"{where} has {cpus} CPUs, {ceiling} slots of --threads {args.threads}; an autoscaling cluster "
-            f"may set {env_name('max_workers')} to its full size"
+            else f"{where} has {cpus} CPUs, {ceiling} slots of --threads {args.threads}"
+            + (
+                f"; an autoscaling cluster may set {env_name('max_workers')} to its full size"
+                if where != "this machine"
+                else ""
+            )
         )
         raise ConfigError(f"{args.workers} workers, but {why} (valid: 1 to {ceiling})", key="--workers")

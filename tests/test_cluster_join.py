@@ -1,4 +1,10 @@
-"""Joining a Ray cluster is bounded and interruptible. Ray 2.60's `ray.init` against an address where no
+"""Joining a Ray cluster: what the command asks of it is checked against what it has, and the join
+itself is bounded and interruptible.
+
+--workers and --threads are checked right after joining, before anything is written: 100,000 workers
+took the driver and Ray's GCS past 8 GB each.
+
+The join is bounded and interruptible. Ray 2.60's `ray.init` against an address where no
 GCS answers retries for about 14 minutes (20 tries of a GCS client that waits ~40 s each), inside C++
 calls that a Python signal handler cannot interrupt, so SIGTERM did nothing. convgrid runs the connect
 in a thread of its own and waits for it where signals are handled: past CONVGRID_CONNECT_TIMEOUT_S it
@@ -22,6 +28,10 @@ from tests.conftest import REPO, files_under
 pytestmark = pytest.mark.ray  # imports Ray in the command (starts none)
 
 GRID = "blocks:\n  - task: least_squares\n    params: {n_iters: 20}\n"
+STUDY = (
+    "task: least_squares\nparams: {n_iters: 20}\nobjective: {metric: err_final}\nn_trials: 2\n"
+    "space:\n  lr: {type: float, low: 0.01, high: 0.5}\n"
+)
 
 
 @pytest.fixture(params=["auto", "listener"])
@@ -80,4 +90,25 @@ def test_sigterm_ends_a_connect_in_progress(tmp_path: Path, silent_address: tupl
     err = "".join(seen) + rest
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "stopped by SIGTERM" in err
+    assert files_under(results) == []
+
+
+def test_workers_and_threads_beyond_a_joined_cluster_are_refused_before_anything_is_written(
+    tmp_path: Path, ray_local: object, cli
+) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address  # the module's Ray: 2 CPUs on one node
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID)
+    results = tmp_path / "results"
+    workers = cli("run", str(grid), "--address", address, "--results", str(results), "--workers", "3")
+    assert workers.returncode == 2, workers.stderr
+    assert "key '--workers'" in workers.stderr and f"the cluster at {address} has 2 CPUs" in workers.stderr
+    assert "valid: 1 to 2" in workers.stderr and "CONVGRID_MAX_WORKERS" in workers.stderr
+    study = tmp_path / "s.yaml"
+    study.write_text(STUDY)
+    threads = cli("tune", str(study), "--address", address, "--results", str(results), "--threads", "3")
+    assert threads.returncode == 2 and "the largest node of the cluster" in threads.stderr, threads.stderr
+    assert "valid: 1 to 2" in threads.stderr
     assert files_under(results) == []
