@@ -171,7 +171,7 @@ STUDY = (
 
 
 def test_tune_of_a_study_another_driver_runs_exits_75_and_writes_nothing(tmp_path: Path, cli) -> None:
-    from runner.tune.driver import study_lease
+    from runner.tune.one_driver import study_lease
 
     study = tmp_path / "guarded.yaml"
     study.write_text(STUDY)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -35,21 +34,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from runner.coord.study_lease import StudyLease
 from runner.execute.auto import make_executor
 from runner.execute.base import Executor, ForecastsWork, ReportChannel, ReportSpec
 from runner.execute.options import ExecutionOptions, ExecutorKind, as_options
 from runner.execute.progress import Progress
-from runner.fs.exclusive import for_root
 from runner.grid.cells import Cell
 from runner.run.members import member_row
 from runner.run.persist import execute_cells
 from runner.run.plan import plan
-from runner.settings import settings
 from runner.store import ResultStore, RunRecord
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.layout import MEMBERS
 from runner.store.trials import write_trials
+from runner.tune.one_driver import study_lease
 from runner.tune.optuna_adapter import (
     JOURNAL_NAME,
     State,
@@ -58,7 +55,6 @@ from runner.tune.optuna_adapter import (
     load_plans,
     open_storage,
     quiet,
-    storage_label,
 )
 from runner.tune.pruning import PruningHub
 from runner.tune.schedule import TrialSchedule
@@ -258,27 +254,6 @@ class StudyDriver:
                     "metrics": {m: run.get(m) for m in metrics},
                 }
             )
-
-
-@contextmanager
-def study_lease(results: str | Path | ResultStore, study: str, storage: str | None) -> Iterator[StudyLease | None]:
-    """Hold the study's lease (runner.coord.study_lease) for the block: StudyBusy, having changed nothing,
-    where another driver runs it. A root without create-if-absent (neither local nor S3) has no lease:
-    one driver per study is then the user's to keep."""
-    store = results if isinstance(results, ResultStore) else ResultStore(results)
-    exclusive = for_root(store.root, store.fs)
-    if exclusive is None:
-        warnings.warn(
-            f"{store.root}: no create-if-absent here, so nothing stops two drivers of study {study!r}", stacklevel=3
-        )
-        yield None
-        return
-    lease = StudyLease(store.files, exclusive, study, storage_label(storage, store), settings().lease_s)
-    lease.acquire()
-    try:
-        yield lease
-    finally:
-        lease.release()
 
 
 def run_study(
