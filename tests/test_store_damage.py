@@ -27,7 +27,7 @@ GRID = {
     ],
 }
 # columns that differ between two attempts of the same cell (when and where it ran)
-VOLATILE = ["batch_id", "started", "finished", "wall_s", "host", "device", "code_version", "packages"]
+VOLATILE = ["batch_id", "commit_seq", "started", "finished", "wall_s", "host", "device", "code_version", "packages"]
 
 
 def content(root: Path) -> dict[str, pd.DataFrame]:

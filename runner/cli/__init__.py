@@ -21,7 +21,7 @@ from runner.cli.options import (
     positive_float,
     positive_int,
 )
-from runner.errors import ConfigError, Terminated, raise_terminated, redact
+from runner.errors import STORE_ERRNOS, ConfigError, StoreIOError, Terminated, raise_terminated, redact
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -252,6 +252,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 3
+    except StoreIOError as exc:
+        print(f"convgrid: error: {exc}", file=sys.stderr)
+        return 4
+    except OSError as exc:
+        if exc.errno not in STORE_ERRNOS:
+            raise
+        # the store's own writes outside a flush (members, trials, compaction): the same one message
+        print(f"convgrid: error: {StoreIOError(getattr(args, 'results', ''), exc)}", file=sys.stderr)
+        return 4
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0

@@ -39,7 +39,7 @@ from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_CO
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, MEMBERS, RUNS, task_dir, without_partition
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
-from runner.store.tables import kept_curves, latest_per_run
+from runner.store.tables import kept_curves, latest_per_run, order_keys
 from runner.store.txn import INTERNAL, Transaction, View, recover
 
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
@@ -207,16 +207,23 @@ class ResultStore:
                 fixed = {f.name: f for f in [*RUN_COLUMNS, pa.field(PARTITION, pa.string())]}
                 return pa.schema([fixed[c] for c in shared]).empty_table()
             return pa.concat_tables(parts, promote_options="permissive")
-        cols = None if columns is None else list(dict.fromkeys(["run_id", "finished", *columns]))
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "commit_seq", "finished", *columns]))
         # In a settled store runs/ holds one row per run already; de-duplicating again is cheap and
         # keeps stores written before the current layout (several attempts in runs/) right.
-        return latest_per_run(self.read_table(RUNS, task, cols, filter))
+        newest = latest_per_run(self.read_table(RUNS, task, cols, filter))
+        if columns is not None and "commit_seq" not in columns:
+            newest = newest.drop_columns(["commit_seq"])  # read to order the rows, not asked for
+        return newest
 
     def read_attempts(self, task: str, columns: list[str] | None = None) -> pa.Table:
-        """Every attempt of every run of the task, oldest first (the history; runs/ keeps the newest)."""
-        table = self.read_table(ATTEMPTS, task, columns)
-        if table.num_rows and "finished" in table.column_names:
-            table = table.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+        """Every attempt of every run of the task, in commit order (runner.store.tables.order_keys; the
+        history: runs/ keeps the newest)."""
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "commit_seq", "finished", *columns]))
+        table = self.read_table(ATTEMPTS, task, cols)
+        if table.num_rows:
+            table = table.sort_by([("run_id", "ascending", "at_end"), *order_keys(table, "ascending")])
+        if columns is not None and "commit_seq" not in columns:
+            table = table.drop_columns(["commit_seq"])  # read to order the rows, not asked for
         return table
 
     def read_curves(
