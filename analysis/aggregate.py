@@ -8,6 +8,10 @@ Two kinds of input and their conventions:
   that it can only make the median worse instead of dropping out; quartiles are inf-safe.
 - curves (one value per run and step): a non-finite value (a diverged step) is missing, so the band
   of a group is drawn from the runs still finite at that step.
+
+Any param may group: list-valued ones (deep_linear's `widths`) are grouped as tuples (`group_keys`),
+and a param named like a curve column (`lr`, `loss`, `flops`) is the run's param in `by` and the
+curve's column in `x` / `y` (`curve_band`).
 """
 
 from __future__ import annotations
@@ -60,11 +64,28 @@ def median(values: Any) -> float:
     return quartiles(values)[1]
 
 
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple | np.ndarray):
+        return tuple(_hashable(v) for v in value)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def group_keys(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """`frame` with its `by` columns groupable: list or array values (a list param, as the store gives
+    it back) become tuples; other columns are left as they are."""
+    listy = [
+        col
+        for col in by
+        if frame[col].dtype == object and frame[col].map(lambda v: isinstance(v, list | np.ndarray)).any()
+    ]
+    return frame.assign(**{col: frame[col].map(_hashable) for col in listy}) if listy else frame
+
+
 def seed_quartiles(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     """Per group of `by` (missing keys kept as a group, sorted): n (non-missing values), q25, median,
     q75 of `value`. Convert sentinels with `never_as_inf` first where unreached must count as worse."""
     rows = []
-    for key, grp in frame.groupby(list(by), dropna=False, sort=True):
+    for key, grp in group_keys(frame, by).groupby(list(by), dropna=False, sort=True):
         keys = key if isinstance(key, tuple) else (key,)
         q25, med, q75 = quartiles(grp[value])
         rows.append((*keys, int(grp[value].notna().sum()), q25, med, q75))
@@ -94,7 +115,7 @@ def median_table(runs: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> 
 def band(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     """Per group of `by`: median, q25, q75 and n (finite values) of `value`, inf counted as missing:
     the band of a curve over seeds at each step (vectorised; curves have many steps)."""
-    finite = frame.assign(**{value: frame[value].astype(float).replace([np.inf, -np.inf], np.nan)})
+    finite = group_keys(frame, by).assign(**{value: frame[value].astype(float).replace([np.inf, -np.inf], np.nan)})
     grouped = finite.groupby(list(by), dropna=False, sort=True)[value]
     out = pd.DataFrame(
         {
@@ -108,9 +129,16 @@ def band(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
 
 
 def curve_band(curves: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str], x: str, y: str) -> pd.DataFrame:
-    """Median and IQR of curve column `y` at each `x`, per group of run params `by` (seeds pooled)."""
-    merged = curves.merge(runs[["run_id", *by]], on="run_id")
-    return band(merged, [*by, x], y)
+    """Median and IQR of curve column `y` at each `x`, per group of run params `by` (seeds pooled).
+
+    `by` names run columns and `x`, `y` curve columns, also where both frames have a column of that
+    name (deep_linear's curve `lr` is the step taken at each iteration, its run `lr` the param)."""
+    if x in by:
+        raise ValueError(f"x {x!r} is also a group key in by={list(by)}: the band's columns would clash")
+    # The curve's columns under names no run column has, so the merge cannot suffix them away.
+    picked = pd.DataFrame({"run_id": curves["run_id"], "__x": curves[x], "__y": curves[y]})
+    merged = picked.merge(runs[["run_id", *by]], on="run_id")
+    return band(merged, [*by, "__x"], "__y").rename(columns={"__x": x})
 
 
 def mean_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -129,6 +157,7 @@ def mean_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, 
 def over_seeds(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95) -> pd.DataFrame:
     """Per group of `by`: n, median, q25, q75, mean and the t-interval of the mean of `value`."""
     out = seed_quartiles(frame, by, value)
-    intervals = [mean_interval(grp[value], confidence) for _, grp in frame.groupby(list(by), dropna=False, sort=True)]
+    groups = group_keys(frame, by).groupby(list(by), dropna=False, sort=True)
+    intervals = [mean_interval(grp[value], confidence) for _, grp in groups]
     out[["mean", "ci_low", "ci_high"]] = pd.DataFrame(intervals, index=out.index)
     return out[[*by, "n", "median", "q25", "q75", "mean", "ci_low", "ci_high"]]
