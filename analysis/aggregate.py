@@ -11,7 +11,8 @@ Two kinds of input and their conventions:
 
 Any param may group: list-valued ones (deep_linear's `widths`) are grouped as tuples (`group_keys`),
 and a param named like a curve column (`lr`, `loss`, `flops`) is the run's param in `by` and the
-curve's column in `x` / `y` (`curve_band`).
+curve's column in `x` / `y` (`curve_band`). A statistic named like a group key gets the suffix
+`_stat` (linear_resnet's param `n`, the number of samples: the count of runs is then `n_stat`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ import pandas as pd
 from scipy import stats
 
 QUARTILES = (0.25, 0.5, 0.75)
+STATISTICS = ("n", "median", "q25", "q75", "mean", "ci_low", "ci_high")
+
+
+def stat_names(by: Sequence[str]) -> dict[str, str]:
+    """The output column of each statistic, `_stat` appended where a group key has its name."""
+    return {s: f"{s}_stat" if s in by else s for s in STATISTICS}
 
 
 def never_as_inf(values: pd.Series, never: float | None = -1) -> pd.Series:
@@ -89,7 +96,8 @@ def seed_quartiles(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.Dat
         keys = key if isinstance(key, tuple) else (key,)
         q25, med, q75 = quartiles(grp[value])
         rows.append((*keys, int(grp[value].notna().sum()), q25, med, q75))
-    return pd.DataFrame(rows, columns=[*by, "n", "q25", "median", "q75"])
+    names = stat_names(by)
+    return pd.DataFrame(rows, columns=[*by, names["n"], names["q25"], names["median"], names["q75"]])
 
 
 def median_by(values: pd.Series, keys: Sequence[pd.Series] | pd.Series) -> pd.Series:
@@ -117,12 +125,13 @@ def band(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     the band of a curve over seeds at each step (vectorised; curves have many steps)."""
     finite = group_keys(frame, by).assign(**{value: frame[value].astype(float).replace([np.inf, -np.inf], np.nan)})
     grouped = finite.groupby(list(by), dropna=False, sort=True)[value]
+    names = stat_names(by)
     out = pd.DataFrame(
         {
-            "median": grouped.median(),
-            "q25": grouped.quantile(0.25),
-            "q75": grouped.quantile(0.75),
-            "n": grouped.count(),
+            names["median"]: grouped.median(),
+            names["q25"]: grouped.quantile(0.25),
+            names["q75"]: grouped.quantile(0.75),
+            names["n"]: grouped.count(),
         }
     )
     return out.reset_index()
@@ -159,5 +168,6 @@ def over_seeds(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: f
     out = seed_quartiles(frame, by, value)
     groups = group_keys(frame, by).groupby(list(by), dropna=False, sort=True)
     intervals = [mean_interval(grp[value], confidence) for _, grp in groups]
-    out[["mean", "ci_low", "ci_high"]] = pd.DataFrame(intervals, index=out.index)
-    return out[[*by, "n", "median", "q25", "q75", "mean", "ci_low", "ci_high"]]
+    names = stat_names(by)
+    out[[names["mean"], names["ci_low"], names["ci_high"]]] = pd.DataFrame(intervals, index=out.index)
+    return out[[*by, *names.values()]]

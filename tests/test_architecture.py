@@ -157,3 +157,20 @@ def test_the_driver_plans_and_reads_without_torch_or_ray(tmp_path: Path) -> None
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0] loaded:", out.stdout
+
+
+def test_check_loads_no_plotting_backend_nor_optuna(tmp_path: Path) -> None:
+    """`convgrid check` imports every learner's claims, and some of them helpers of their figure module:
+    figure modules choose no backend and import no pyplot at import time (issue 25), and Optuna is
+    imported only when a study is drawn."""
+    from runner import run_grid
+
+    grid = {"name": "lsq", "blocks": [{"task": "least_squares", "params": {"n_iters": 20}, "product": {"lr": [0.1]}}]}
+    run_grid(grid, tmp_path, "local", progress=False)
+    heavy = ["matplotlib.pyplot", "optuna", "torch"]
+    code = (
+        f"import sys; from runner.cli import main; code = main(['check', {str(tmp_path)!r}]); "
+        f"print(code, 'loaded:' + ','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 loaded:", out.stdout[-2000:]
