@@ -60,13 +60,13 @@ def claim_rows(claims: ClaimsTable) -> pd.DataFrame:
     columns = ["claim", "grid", "size", "verdict", "expected", "ours", "paper", "spec"]
     if frame.empty:
         return pd.DataFrame(columns=columns)
+    # the grid and the extra sources its verdict read, as `check` names them ("grid + study[k=v] + ...")
+    frame = frame.assign(sources=[r.sources for r in claims.results])
     present = frame[frame["grid"] != "-"].copy()
     ours = present["ours"] if "ours" in present else present["measured"]
     lacks = present["lacks"] if "lacks" in present else present["measured"]
     undecided = present["verdict"] == NO_DATA
     present["ours"] = ours.where(~undecided, "lacks: " + lacks.astype(str))
     present["spec"] = present["spec"] if "spec" in present else present["theory"]
-    if "extra" in present:
-        with_extra = present["extra"].astype(str) != ""
-        present.loc[with_extra, "grid"] = present["grid"] + " + " + present["extra"].astype(str)
+    present["grid"] = present["sources"]
     return present[columns].reset_index(drop=True)
