@@ -97,7 +97,8 @@ def seed_lines(
         if n_ok:
             lines.append(_median_line(ok, name, look, values_of, n_ok, x))
         if n_bad:
-            lines.append(_stub(bad, f"{name}: diverged ({n_bad} of {n_ok + n_bad} seeds)", look, values_of, n_bad, x))
+            share = f" ({n_bad} of {n_ok + n_bad} seeds)" if n_ok + n_bad > 1 else ""
+            lines.append(_stub(bad, f"{name}: diverged{share}", look, values_of, n_bad, x))
     return [ln for ln in lines if ln.x.size]
 
 

@@ -138,7 +138,7 @@ def _vs_gd(
             ax = axes[row][col]
             _draw(ax, sub, curves, by, x, _algo_label)
             depth = sorted(sub["L"].unique()) if "L" in sub else []
-            ax.set_title(f"{panel_col} = {val}, L = {', '.join(str(int(d)) for d in depth)}", fontsize=8)
+            ax.set_title(f"{panel_col} = {val}, L = {', '.join(str(int(d)) for d in depth)}")
     fig.suptitle(title)
     return save_figure(fig, out_dir, name)
 
@@ -208,6 +208,10 @@ def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
     return save_figure(fig, out_dir, "fig5_width")
 
 
+def _order_label(key: dict) -> str:
+    return f"{key['init']}, {key['order']}"
+
+
 def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Fig. 6: ascending vs descending for three inits; left d_in < d_out, right d_in > d_out."""
     panels = sorted({(int(a), int(b)) for a, b in zip(runs.get("d_in", []), runs.get("d_out", []), strict=True)})
@@ -221,8 +225,10 @@ def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
         sub = runs[(runs["d_in"] == d_in) & (runs["d_out"] == d_out)]
         for row, x in enumerate(["step", "flops"]):
             ax = axes[row][col]
-            _draw(ax, sub, curves, ["init", "order"], x, lambda k: f"{k['init']}, {k['order']}", style)
-            ax.set_title(f"d_in = {d_in}, d_out = {d_out}", fontsize=8)
+            lines = _draw(ax, sub, curves, ["init", "order"], x, _order_label, style, legend=False)
+            ax.set_title(f"d_in = {d_in}, d_out = {d_out}")
+    if panels:
+        figure_legend(fig, axes[0][0], lines)  # the same init x order pairs in every panel
     depth = ", ".join(str(int(v)) for v in sorted(runs["L"].unique())) if "L" in runs else "?"
     fig.suptitle(f"Fig. 6: update order x initialisation (L = {depth}; solid asc, dashed desc)")
     return save_figure(fig, out_dir, "fig6_order_init")
@@ -236,7 +242,7 @@ def fig7_uci(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pa
         for row, x in enumerate(["step", "flops"]):
             ax = axes[row][col]
             _draw(ax, sub, curves, ["L"], x, lambda k: f"L = {int(k['L'])}", _depth_style)
-            ax.set_title(f"loss = {val}", fontsize=8)
+            ax.set_title(f"loss = {val}")
     fig.suptitle("Fig. 7: UCI Ethanol (identity init, descending BCGD)")
     return save_figure(fig, out_dir, "fig7_uci")
 

@@ -34,6 +34,7 @@ def fig1_kl(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pat
     for ax, (title, sub, col) in zip(axes[0], panels, strict=True):
         t = med(sub, ["K", "L"], col).unstack("L")
         im = ax.imshow(t.to_numpy(dtype=float), origin="lower", cmap="viridis", aspect="auto")
+        ax.grid(False)  # cells, not a scale: no grid over them
         ax.set_xticks(range(len(t.columns)), [str(int(c)) for c in t.columns])
         ax.set_yticks(range(len(t.index)), [str(int(k)) for k in t.index])
         for i in range(t.shape[0]):
