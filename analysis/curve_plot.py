@@ -188,6 +188,19 @@ def x_end(lines: Sequence[Line], limits: tuple[float, float] | None, log_y: bool
     return max(ends)
 
 
+def x_limits(
+    lines: Sequence[Line], limits: tuple[float, float] | None, log_y: bool, log_x: bool
+) -> tuple[float, float]:
+    """The x-range: from the first point (the origin when that is close) to `x_end` plus X_MARGIN."""
+    x0 = min(float(ln.x[0]) for ln in lines)
+    x1 = x_end(lines, limits, log_y)
+    if not log_x and 0 < x0 <= 0.05 * (x1 - x0):
+        x0 = 0.0  # curves logged from step 1 (or a first sweep's fraction) start at the origin
+    if log_x and x0 > 0:
+        return x0, x0 * (x1 / x0) ** (1 + X_MARGIN) if x1 > x0 else x0 * 10
+    return x0, x1 + X_MARGIN * (x1 - x0) if x1 > x0 else x0 + 1
+
+
 def draw_lines(
     ax: Axes,
     lines: Sequence[Line],
@@ -210,24 +223,20 @@ def draw_lines(
         ax.text(0.5, 0.5, "no finished runs", ha="center", va="center", transform=ax.transAxes)
         return
     limits = y_range(lines, log_y, include)
+    x0, x1 = x_limits(lines, limits, log_y, log_x)
     for ln in lines:
         if ln.diverged:
             _draw_stub(ax, ln, limits)
             continue
-        (drawn,) = ax.plot(ln.x, ln.y, label=ln.label, **ln.style)
+        # the flat steps past the axis end are left out of the figure (a 2,000-step SVG would carry them)
+        end = min(int(np.searchsorted(ln.x, x1, side="right")) + 1, ln.x.size)
+        (drawn,) = ax.plot(ln.x[:end], ln.y[:end], label=ln.label, **ln.style)
         if ln.seeds > 1 and ln.lo is not None and ln.hi is not None:
             faint = float(ln.style.get("alpha", 1.0))  # a faint line gets a fainter band
-            ax.fill_between(ln.x, ln.lo, ln.hi, color=drawn.get_color(), alpha=BAND_ALPHA * faint, linewidth=0)
+            color = drawn.get_color()
+            ax.fill_between(ln.x[:end], ln.lo[:end], ln.hi[:end], color=color, alpha=BAND_ALPHA * faint, linewidth=0)
     if limits is not None:
         ax.set_ylim(*limits)
-    x0 = min(float(ln.x[0]) for ln in lines)
-    x1 = x_end(lines, limits, log_y)
-    if not log_x and 0 < x0 <= 0.05 * (x1 - x0):
-        x0 = 0.0  # curves logged from step 1 (or a first sweep's fraction) start at the origin
-    if log_x and x0 > 0:
-        x1 = x0 * (x1 / x0) ** (1 + X_MARGIN) if x1 > x0 else x0 * 10
-    else:
-        x1 = x1 + X_MARGIN * (x1 - x0) if x1 > x0 else x0 + 1
     ax.set_xlim(x0, x1)
     if legend:
         add_legend(ax, lines)

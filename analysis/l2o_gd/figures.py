@@ -68,9 +68,9 @@ def training(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str)
     lines = _lines(runs, curves, keys, "loss")
     baselines = [(ln.style["color"], _rows(runs, ln.key)) for ln in lines if not ln.diverged]
     gd = [(c, part["F_T_gd"].median(), part["F_T_opt"].median()) for c, part in baselines]
-    draw_lines(
-        axes[0], lines, "training step k", "last objective $F(X_T^k)$", include=[v for _, a, b in gd for v in (a, b)]
-    )
+    objective = "last objective $F(X_T^k)$"
+    references = [v for _, a, b in gd for v in (a, b)]
+    draw_lines(axes[0], lines, "training step k", objective, legend=False, include=references)  # legend: panel 2
     for c, at_gd, at_opt in gd:
         axes[0].axhline(at_gd, color=c, ls="--", lw=1)
         axes[0].axhline(at_opt, color=c, ls=":", lw=1)
