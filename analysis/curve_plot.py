@@ -228,13 +228,11 @@ def draw_lines(
         if ln.diverged:
             _draw_stub(ax, ln, limits)
             continue
-        # the flat steps past the axis end are left out of the figure (a 2,000-step SVG would carry them)
-        end = min(int(np.searchsorted(ln.x, x1, side="right")) + 1, ln.x.size)
-        (drawn,) = ax.plot(ln.x[:end], ln.y[:end], label=ln.label, **ln.style)
+        # drawn whole: past the axis end it is flat (settled_at), and a reader who widens the axes sees it so
+        (drawn,) = ax.plot(ln.x, ln.y, label=ln.label, **ln.style)
         if ln.seeds > 1 and ln.lo is not None and ln.hi is not None:
             faint = float(ln.style.get("alpha", 1.0))  # a faint line gets a fainter band
-            color = drawn.get_color()
-            ax.fill_between(ln.x[:end], ln.lo[:end], ln.hi[:end], color=color, alpha=BAND_ALPHA * faint, linewidth=0)
+            ax.fill_between(ln.x, ln.lo, ln.hi, color=drawn.get_color(), alpha=BAND_ALPHA * faint, linewidth=0)
     if limits is not None:
         ax.set_ylim(*limits)
     ax.set_xlim(x0, x1)
