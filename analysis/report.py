@@ -146,7 +146,9 @@ class Report:
     def _claims(self) -> list[str]:
         rows = claim_rows(self.claims)
         if rows.empty:
-            return []
+            if not self.claims.results:
+                return []
+            return ["", "## Claims", "", "No registered claim reads the grids in this store (`convgrid check --all` lists them)."]
         undecided = int((rows["verdict"] == NO_DATA).sum())
         lines = ["", "## Claims", ""]
         lines.append(
