@@ -148,7 +148,8 @@ class Report:
         if rows.empty:
             if not self.claims.results:
                 return []
-            return ["", "## Claims", "", "No registered claim reads the grids in this store (`convgrid check --all` lists them)."]
+            none = "No registered claim reads the grids in this store (`convgrid check --all` lists them)."
+            return ["", "## Claims", "", none]
         undecided = int((rows["verdict"] == NO_DATA).sum())
         lines = ["", "## Claims", ""]
         lines.append(
