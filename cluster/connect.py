@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from runner.settings import settings
+
 _OWNED = False  # whether this process started the Ray instance it is connected to
 _WATCH: HeadWatch | None = None
 # One connect at a time: the embedded Ray may be starting in a thread of its own (cluster.background)
@@ -37,11 +39,9 @@ _STARTING = 0  # starts under way in threads of their own (cluster.background): 
 _STARTING_LOCK = threading.Lock()
 
 AUTH_MODE = "RAY_AUTH_MODE"
-# Seconds the head may be unreachable before the driver gives up. Ray's own driver aborts (a C++
-# fatal exit, no Python cleanup) once the GCS has been gone for gcs_rpc_server_reconnect_timeout_s
-# (60 s by default), so the watch must decide well before that to leave with a message.
-HEAD_GRACE_ENV = "CONVGRID_HEAD_GRACE_S"
-DEFAULT_HEAD_GRACE_S = 15.0
+# Seconds the head may be unreachable before the driver gives up (CONVGRID_HEAD_GRACE_S, 15). Ray's own
+# driver aborts (a C++ fatal exit, no Python cleanup) once the GCS has been gone for
+# gcs_rpc_server_reconnect_timeout_s (60 s by default), so the watch must decide well before that.
 
 
 class ClusterError(RuntimeError):
@@ -237,7 +237,7 @@ def start_watch(host: str, port: int) -> HeadWatch:
     global _WATCH
     if _WATCH is not None:
         _WATCH.stop()
-    grace = float(os.environ.get(HEAD_GRACE_ENV, DEFAULT_HEAD_GRACE_S))
+    grace = settings().head_grace_s
     _WATCH = HeadWatch(host, port, grace)
     return _WATCH
 

@@ -22,6 +22,9 @@ import pytest
 from runner import RayExecutor, ResultStore, run_grid
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
+from tests.options import opts
+
+pytestmark = [pytest.mark.ray, pytest.mark.faults]
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +161,7 @@ def test_worker_node_removed_mid_grid_every_run_stored_once(tmp_path: Path, thre
     done = threading.Event()
     remover = _remove_node_once_stored(three_nodes, executor, tmp_path, done)
     try:
-        report = run_grid(grid, tmp_path, executor, progress=False, flush_s=0.5)
+        report = run_grid(grid, tmp_path, opts(flush_s=0.5), executor=executor)
     finally:
         done.set()
         remover.join()
@@ -209,7 +212,7 @@ def test_worker_node_removed_mid_study_the_study_completes(tmp_path: Path, three
     try:
         # runs flushed every 0.3 s (the default 2 s could store the first part as the study ends, with no
         # trial left in flight to lose)
-        (report,) = tune(study, tmp_path, executor, progress=False, flush_s=0.3)
+        (report,) = tune(study, tmp_path, opts(flush_s=0.3), executor=executor)
     finally:
         done.set()
         remover.join()

@@ -11,6 +11,7 @@ import pytest
 
 from runner import ResultStore, run_grid
 from runner.store.compact import compact
+from tests.options import opts
 
 GRID = {"name": "history", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}}]}
 
@@ -22,12 +23,12 @@ def _pairs(table: pa.Table | pd.DataFrame) -> list[tuple[str, str]]:
 
 def test_superseded_curves_are_kept_beside_the_current_ones(tmp_path: Path) -> None:
     root = str(tmp_path / "res")
-    run_grid(GRID, root, "local", progress=False)
+    run_grid(GRID, root, opts())
     store = ResultStore(root)
     first = store.read_runs("faulty", ["x"]).to_pandas()
     rerun = str(first.loc[first["x"] == 2.0, "run_id"].iloc[0])
-    run_grid(GRID, root, "local", progress=False, only=[rerun])
-    run_grid(GRID, root, "local", progress=False, only=[rerun])  # a third attempt: two superseded now
+    run_grid(GRID, root, opts(), only=[rerun])
+    run_grid(GRID, root, opts(), only=[rerun])  # a third attempt: two superseded now
 
     def check() -> None:
         store = ResultStore(root)

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.grid.schema import task_schemas
+from tests.options import opts
 
 T0, T1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -47,7 +48,7 @@ def test_a_legacy_store_reads_right_takes_new_runs_and_compacts_into_the_current
     curves = store.read_curves("faulty").to_pandas()
     assert sorted(zip(curves["run_id"], curves["value"], strict=True)) == [("r1", 1.0), ("r2", 2.0)]
 
-    run_grid({"name": "more", "blocks": [{"task": "faulty", "params": {"x": 7.0}}]}, tmp_path, "local", progress=False)
+    run_grid({"name": "more", "blocks": [{"task": "faulty", "params": {"x": 7.0}}]}, tmp_path, opts())
     assert ResultStore(tmp_path).read_runs("faulty").num_rows == 3
 
     (tmp_path / "runs/task=faulty/.tmp-part-0003-dead.parquet").write_bytes(b"PAR1 half written")  # old crash

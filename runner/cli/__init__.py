@@ -16,7 +16,7 @@ from runner import errors
 from runner.cli.options import (
     add_execution_options,
     check_results_root,
-    executor_options,
+    execution_options,
     join_cluster,
     positive_float,
     positive_int,
@@ -91,9 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from runner.api import cells_from_store, run_grid
     from runner.grid.cells import Grid
     from runner.grid.spec import load_grid
+    from runner.run.grid_run import run_grid
+    from runner.run.rerun import cells_from_store
     from runner.store import ResultStore
 
     if args.grid is None and not args.only:
@@ -108,23 +109,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_results_root(args.results)
     join_cluster(args)
     report = run_grid(
-        grid,
-        args.results,
-        args.executor,
-        retry_failed=args.retry_failed,
-        only=args.only,
-        progress=not args.no_progress,
-        flush_every=args.flush_every,
-        flush_s=args.flush_seconds,
-        lease_s=args.lease,
-        **executor_options(args),
+        grid, args.results, execution_options(args), retry_failed=args.retry_failed, only=args.only, lease_s=args.lease
     )
     print(report.line())
     return 0
 
 
 def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool) -> int:
-    from runner.api import plan_grid
+    from runner.run.plan import plan_grid
 
     planned = plan_grid(grid, store, retry_failed)
     todo = planned.todo

@@ -6,9 +6,9 @@ import argparse
 import math
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from runner.errors import ConfigError
+from runner.execute.options import EXECUTOR_KINDS, ExecutionOptions, FlushPolicy
 
 
 # argparse turns the ValueError of a `type` into "argument --threads: invalid positive_int value: '-2'"
@@ -39,7 +39,7 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--executor",
         default="auto",
-        choices=["auto", "ray", "local"],
+        choices=EXECUTOR_KINDS,
         help="ray, local (in-process), or auto (default): local for work the stored run times say takes under "
         "CONVGRID_SMALL_WORK_S (3 s), less than starting Ray; else the embedded Ray, with cells run in process "
         "while it starts (a grid that ends first never waits for it; a study starts Ray only once its timed trials "
@@ -61,20 +61,21 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace",
         type=nonnegative_float,
-        default=5.0,
-        help="seconds a run may ignore its deadline before its actor is killed (default 5)",
+        default=ExecutionOptions.grace_s,
+        help=f"seconds a run may ignore its deadline before its actor is killed (default {ExecutionOptions.grace_s:g})",
     )
     p.add_argument(
         "--flush-every",
         type=positive_int,
-        default=256,
-        help="write a part file every N finished runs (default 256)",
+        default=FlushPolicy.every,
+        help=f"write a part file every N finished runs (default {FlushPolicy.every})",
     )
     p.add_argument(
         "--flush-seconds",
         type=positive_float,
-        default=2.0,
-        help="write parts at least every S seconds (default 2): a crash loses at most that much finished work",
+        default=FlushPolicy.seconds,
+        help=f"write parts at least every S seconds (default {FlushPolicy.seconds:g}): a crash loses at most that "
+        "much finished work",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.add_argument(
@@ -101,17 +102,20 @@ def check_results_root(results: str) -> None:
         raise ConfigError(f"cannot write the results root: {exc.strerror or exc}", key="--results") from None
 
 
-def executor_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The executor keyword arguments the options above ask for."""
-    return {
-        "address": args.address,
-        "workers": args.workers,
-        "threads": args.threads,
-        "timeout_s": args.timeout,
-        "grace_s": args.grace,
-        "batch": not args.no_batch,
-        "gpus_per_worker": args.gpus_per_worker,
-    }
+def execution_options(args: argparse.Namespace) -> ExecutionOptions:
+    """The one options object of a command, from the options above."""
+    return ExecutionOptions(
+        executor=args.executor,
+        address=args.address,
+        workers=args.workers,
+        threads=args.threads,
+        gpus_per_worker=args.gpus_per_worker,
+        timeout_s=args.timeout,
+        grace_s=args.grace,
+        batch=not args.no_batch,
+        flush=FlushPolicy(args.flush_every, args.flush_seconds),
+        progress=not args.no_progress,
+    )
 
 
 def join_cluster(args: argparse.Namespace) -> None:

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Sequence
 
 from runner.store import ResultStore, RunRecord, SchemaFor
+from runner.store.flush import write_records
 from tasks.status import FAILED
 
 # Columns a failed record keeps: what identifies the run and how it ran (params, provenance).
@@ -43,12 +44,12 @@ def as_unwritable(record: RunRecord, reason: str) -> RunRecord:
 def write_isolated(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> list[RunRecord]:
     """Write records; returns those that had to be stored as `failed` (empty when all went in)."""
     try:
-        store.write_records(records, schemas)
+        write_records(store, records, schemas)
         return []
     except Exception:  # noqa: BLE001 - any write error: find the offenders one by one below
         if len(records) == 1:
             failed = as_unwritable(records[0], traceback.format_exc(limit=3).strip().splitlines()[-1])
-            store.write_records([_params_only(failed, schemas)], schemas)
+            write_records(store, [_params_only(failed, schemas)], schemas)
             return [failed]
     bad: list[RunRecord] = []
     for record in records:

@@ -1,6 +1,6 @@
 """The cells of a grid shared by several drivers, as one lazy source for one `execute` call.
 
-A driver claims blocks of the grid in waves (runner.store.claims) only as its executor asks for more
+A driver claims blocks of the grid in waves (runner.coord.claims) only as its executor asks for more
 work, so the whole of its share runs as one `execute` call: the executor's chunks and batches
 (tasks.base.BatchableTask) span waves, and its workers never drain between them. Before, each wave was
 an `execute` call of its own: a 64-cell grid ran as six batches, not one.
@@ -22,16 +22,17 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from runner.coord.claims import Blocks, Claims
 from runner.grid.cells import Cell, CellSource
-from runner.store.claims import Blocks, Claims
 from runner.store.records import RunRecord
 
 
 class WaveSource:
     """Iterate to claim and yield cells; `arrived` and `committed` are told of every record. `todo` are
     the positions (into `grid.ids`) of the cells to run; `still_todo(positions)` answers which of them
-    the store does not hold yet. Per cell it keeps nothing until the cell is pulled, and only until its
-    record is committed: a block is a count of its cells not yet committed."""
+    the store does not hold yet; `settle()` commits every record that arrived. Per cell it keeps nothing
+    until the cell is pulled, and only until its record is committed: a block is a count of its cells not
+    yet committed."""
 
     def __init__(
         self,
@@ -39,10 +40,11 @@ class WaveSource:
         grid: CellSource,
         todo: np.ndarray,
         still_todo: Callable[[np.ndarray], np.ndarray],
+        settle: Callable[[], None],
     ) -> None:
         self.claims, self.grid, self.todo, self.still_todo = claims, grid, todo, still_todo
+        self.settle = settle  # flush what arrived and wait until it is committed
         self.blocks = Blocks.of(len(grid))
-        self.settle: Callable[[], None] = lambda: None  # bound by execute_cells: flush, wait for the commit
         self._lock = threading.Lock()  # `committed` runs in the commit thread
         self._uncommitted: dict[int, int] = {}  # block -> how many of its claimed cells are not committed
         self._block_of: dict[str, int] = {}  # run id -> block, of the cells yielded and not yet committed

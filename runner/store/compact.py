@@ -21,22 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from runner.store.claims import remove_idle_claims
+from runner.coord.claims import remove_idle_claims
+from runner.fs.files import delete_quietly
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
-from runner.store.files import delete_quietly
+from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
-from runner.store.store import (
-    ATTEMPT_CURVES,
-    ATTEMPTS,
-    CURVES,
-    RUNS,
-    TASK_KINDS,
-    ResultStore,
-    kept_curves,
-    latest_per_run,
-    task_dir,
-    without_partition,
-)
+from runner.store.store import ResultStore
+from runner.store.tables import kept_curves, latest_per_run
 from runner.store.trials import newest_trials
 from runner.store.txn import Transaction
 

@@ -1,4 +1,4 @@
-"""One task's share of a driver's flush: what keeps runs/ and curves/ the current state.
+"""A driver's flush: finished runs written in one transaction, keeping runs/ and curves/ the current state.
 
 Within the caller's transaction (writer lock held, earlier crashes recovered):
   - every new attempt goes to attempts/ (the history keeps all of them);
@@ -13,6 +13,7 @@ Within the caller's transaction (writer lock held, earlier crashes recovered):
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 from collections.abc import Sequence
 from itertools import chain
 
@@ -21,20 +22,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
-from runner.store.store import (
-    ATTEMPT_CURVES,
-    ATTEMPTS,
-    CURVES,
-    RUNS,
-    ResultStore,
-    conform,
-    latest_per_run,
-    micros,
-    task_dir,
-    without_partition,
-)
+from runner.store.store import ResultStore, SchemaFor
+from runner.store.tables import conform, latest_per_run, micros
 from runner.store.txn import Transaction
+
+
+def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
+    """Persist finished runs in one transaction: per task, the attempts, the curves of the kept
+    attempts and the runs rows, with the parts holding superseded attempts rewritten without them."""
+    by_task: dict[str, list[RunRecord]] = defaultdict(list)
+    for rec in records:
+        by_task[rec.task].append(rec)
+    if not by_task:
+        return
+    with store.writing():
+        txn = Transaction(store.files, "flush")
+        for name, recs in by_task.items():
+            runs_schema, curves_schema = schemas(name)
+            stage_task(store, txn, name, recs, without_partition(runs_schema), curves_schema)
+        txn.commit()
 
 
 def curve_table(recs: Sequence[RunRecord], batch_id: str, schema: pa.Schema) -> pa.Table:
@@ -75,7 +83,7 @@ def stage_task(
 
     # Which new attempts win, and which stored rows they supersede.
     new = latest_per_run(new)
-    have = store.stored_rows(task, run_parts, new["run_id"].to_pylist())
+    have = store.runs_index.stored_rows(task, run_parts, new["run_id"].to_pylist())
     stored_finished = dict(zip(have["run_id"].to_pylist(), have["finished"].to_pylist(), strict=True))
     keep_ids = {
         rid
@@ -98,7 +106,7 @@ def stage_task(
         history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
     _add(store, txn, pa.concat_tables(history), task_dir(ATTEMPTS, task))
     if newest.num_rows:
-        store.remember(task, _add(store, txn, newest, runs_dir), newest)
+        store.runs_index.remember(task, _add(store, txn, newest, runs_dir), newest)
     for part in rewrite:
         txn.remove(part)
 

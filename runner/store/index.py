@@ -19,9 +19,10 @@ import pyarrow.compute as pc
 from numpy.typing import DTypeLike
 
 from runner.store.index_keys import RUN_ID, any_keys, fixed_width, id_array, part_batches, run_keys, stored_keys
+from runner.store.layout import RUNS, task_dir
 from runner.store.parts import ReadAgain
 from runner.store.spill import KeySpill, matched
-from runner.store.store import RUNS, ResultStore, task_dir
+from runner.store.store import ResultStore
 from tasks.status import FINAL_STATUSES, is_settled
 
 __all__ = ["id_array", "run_keys", "stored_keys"]

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from runner.store.txn import Root
+from runner.fs.root import Root
 
 # Every read verifies page checksums: flipped bytes become an error naming the file, not wrong numbers.
 PARQUET = ds.ParquetFileFormat(

@@ -12,12 +12,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runner.store.claims import DriverInfo, live_claims
+from runner.coord.claims import live_claims
+from runner.coord.liveness import DriverInfo
+from runner.settings import settings
 from runner.store.index import lookup, newest_of, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
+from runner.store.layout import RUNS, TASK_KINDS, task_dir
 from runner.store.parts import DamagedPartWarning
 from runner.store.spill import KeySpill, matched
-from runner.store.store import RUNS, TASK_KINDS, ResultStore, task_dir
+from runner.store.store import ResultStore
 from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST
 
 COLUMNS = (*ALL_STATUSES, "missing")
@@ -127,7 +130,7 @@ def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
     report.by_grid, report.by_grid_task = dict(by_grid), dict(by_grid_task)
     report.errors = sorted((e for f in failures for e in f.errors()), key=lambda e: e[1])
     report.damaged = damaged
-    report.drivers = live_claims(store.files)
+    report.drivers = live_claims(store.files, settings().lease_s)
     return report
 
 

@@ -1,4 +1,4 @@
-"""The Parquet result store.
+"""The Parquet result store: paths, recovery and reads, and appending parts (members, trials).
 
 Layout under the root (a local path or any pyarrow filesystem URI such as s3://bucket/prefix):
 
@@ -11,23 +11,20 @@ Layout under the root (a local path or any pyarrow filesystem URI such as s3://b
 
 Because runs/ and curves/ are kept as the current state, any Parquet client reads them right with no
 convgrid code whenever no command is running (docs/store.md). Every change is one transaction
-(runner.store.txn): a driver's flush adds its attempts, its curves and its runs rows, and rewrites the
-parts that held rows it supersedes (a retry), all or nothing. `task` is the partition key and never
-a column inside the files.
+(runner.store.txn); a driver's flush of finished runs is `runner.store.flush.write_records`. `task` is
+the partition key and never a column inside the files.
 
 The store knows data, not code: it writes the schemas its caller hands it (built from the task by
-runner.grid.schema) and reads each task's schema back from the files.
+runner.grid.schema) and reads each task's schema back from the files. Who may write is the writers'
+lock of runner.coord; which driver runs which cells is not the store's business.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
@@ -35,48 +32,22 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from runner.store.claims import LEASE_S, Claims
+from runner.coord.writers import writers_lock
+from runner.fs.files import is_local
+from runner.fs.root import Root, open_root
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
-from runner.store.exclusive import S3IfNoneMatch, for_root
-from runner.store.files import WriterLock, is_local
-from runner.store.index_keys import PartKeys, part_batches
-from runner.store.lease_lock import LOCK_LEASE_S, LeaseLock
+from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, MEMBERS, RUNS, task_dir, without_partition
 from runner.store.parts import PartReader, ReadAgain
-from runner.store.records import RunRecord
-from runner.store.txn import INTERNAL, Root, Transaction, View, recover
-from tasks.status import FINAL_STATUSES
+from runner.store.runs_index import RunsIndex
+from runner.store.tables import kept_curves, latest_per_run
+from runner.store.txn import INTERNAL, Transaction, View, recover
 
-RUNS, CURVES, ATTEMPTS = "runs", "curves", "attempts"
-# the curve rows of superseded attempts: the history's curves, beside (never inside) curves/ and attempts/
-ATTEMPT_CURVES = "attempt_curves"
-TASK_KINDS = (RUNS, CURVES, ATTEMPTS, ATTEMPT_CURVES)
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
-# what `stored_rows` answers: where a flush finds the stored rows of its runs
-ROWS_FOUND = pa.schema(
-    [("part", pa.string()), ("run_id", pa.string()), ("batch_id", pa.string()), ("finished", pa.int64())]
-)
 
 # task name -> (runs schema, curves schema): how a writer tells the store the columns of a task.
 SchemaFor = Callable[[str], tuple[pa.Schema, pa.Schema]]
 T = TypeVar("T")
-
-
-def open_root(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and base path for a local path or a URI (s3://, gs://, file://)."""
-    text = str(root)
-    if "://" in text:
-        return pafs.FileSystem.from_uri(text)
-    return pafs.LocalFileSystem(), str(Path(text).resolve())
-
-
-def task_dir(kind: str, task: str) -> str:
-    return f"{kind}/{PARTITION}={task}"
-
-
-def without_partition(schema: pa.Schema) -> pa.Schema:
-    index = schema.get_field_index(PARTITION)
-    return schema.remove(index) if index >= 0 else schema
 
 
 class ResultStore:
@@ -89,19 +60,8 @@ class ResultStore:
         self.local = is_local(self.fs)
         self.files = Root(self.fs, self.base)
         self.reader = PartReader(self.files)
-        self.lock = self._writer_lock()
-        # task -> runs part -> the keys of its run ids: where a flush finds the runs it supersedes
-        self._part_keys: dict[str, dict[str, PartKeys]] = {}
-
-    def _writer_lock(self) -> WriterLock | LeaseLock:
-        """An flock locally; on S3 a lease on its conditional PUT (runner.store.lease_lock), whose
-        transactions check before committing that the lease is still theirs."""
-        exclusive = for_root(self.root, self.fs)
-        if self.local or not isinstance(exclusive, S3IfNoneMatch):
-            return WriterLock(self.fs, self.files.abs(f"{INTERNAL}/lock"))
-        lock = LeaseLock(self.files, exclusive, float(os.environ.get("CONVGRID_LEASE_S", LOCK_LEASE_S)))
-        self.files.fence = lock.check
-        return lock
+        self.lock = writers_lock(self.root, self.files)
+        self.runs_index = RunsIndex(self.files, self.reader)  # where a flush finds the runs it supersedes
 
     # ---- paths ---------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -146,10 +106,6 @@ class ResultStore:
         """Visible parts (relative paths) of a folder, as of the committed transactions."""
         return View.of(self.files).parts(self.files, "/".join(directory))
 
-    def part_files(self, *directory: str) -> list[str]:
-        """Absolute paths of the visible parts of a folder, oldest first."""
-        return [self.files.abs(r) for r in self.parts(*directory)]
-
     def retrying(self, read: Callable[[], T]) -> T:
         """A transaction may publish or delete a part between our listing and our read: list again. A
         streamed read that met a damaged part (ReadAgain) starts over; each time one more part is known
@@ -165,17 +121,7 @@ class ResultStore:
             except ReadAgain:
                 continue
 
-    def claims(self, grid_key: str, lease_s: float | None = None) -> Claims | None:
-        """This driver's share of the claims on the grid whose `claims.grid_key` is `grid_key`
-        (runner.store.claims), or None where the root has no create-if-absent (then drivers do not
-        share work)."""
-        exclusive = for_root(self.root, self.fs)
-        if exclusive is None:
-            return None
-        lease = lease_s if lease_s is not None else float(os.environ.get("CONVGRID_LEASE_S", LEASE_S))
-        return Claims(self.files, exclusive, grid_key, lease)
-
-    # ---- writing -------------------------------------------------------------------------------
+    # ---- appending -----------------------------------------------------------------------------
     def write_part(self, table: pa.Table, *directory: str) -> str:
         """Append `table` as one new part (members, trials); atomic for every reader. Returns its path."""
         with self.writing():
@@ -183,75 +129,6 @@ class ResultStore:
             final = txn.add(table, "/".join(directory))
             txn.commit()
         return self.files.abs(final)
-
-    def write_records(self, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
-        """Persist finished runs in one transaction: per task, the attempts, the curves of the kept
-        attempts and the runs rows, with the parts holding superseded attempts rewritten without them."""
-        by_task: dict[str, list[RunRecord]] = defaultdict(list)
-        for rec in records:
-            by_task[rec.task].append(rec)
-        if not by_task:
-            return
-        from runner.store.flush import stage_task
-
-        with self.writing():
-            txn = Transaction(self.files, "flush")
-            for name, recs in by_task.items():
-                runs_schema, curves_schema = schemas(name)
-                stage_task(self, txn, name, recs, without_partition(runs_schema), curves_schema)
-            txn.commit()
-
-    def remember(self, task: str, part: str, table: pa.Table) -> None:
-        """Index a runs part this process is writing, sparing the next flush from reading it back
-        (if its transaction fails, the part is never visible and the next flush forgets it)."""
-        self._part_keys.setdefault(task, {})[part] = PartKeys.of(table["run_id"])
-
-    def _read_keys(self, part: str) -> PartKeys:
-        """The keys of a runs part's ids, read in batches (a million-row part's ids as one column were
-        ~120 MB of a flush); a part that fails midway is marked damaged and holds nothing, as on read."""
-        try:
-            return PartKeys.join(
-                [PartKeys.of(b.column("run_id")) for b in part_batches(self.fs, self.files.abs(part), ["run_id"])]
-            )
-        except FileNotFoundError:
-            raise
-        except (OSError, pa.ArrowException) as exc:
-            self.reader.mark_damaged(part, exc)
-            return PartKeys.join([])
-
-    def stored_rows(self, task: str, parts: Sequence[str], run_ids: Sequence[str]) -> pa.Table:
-        """(part, run_id, batch_id, finished) of the rows of `run_ids` in the given runs parts, with
-        `finished` in integer microseconds (see `micros`).
-
-        Each part is indexed once by the sorted 64-bit keys of its run ids (8 bytes a run, updated by
-        the parts that appeared or went since the last call: parts are immutable and uniquely named),
-        so a flush of new runs reads nothing back, and a flush that supersedes stored runs reads only
-        the parts that hold them."""
-        known = self._part_keys.setdefault(task, {})
-        visible = set(self.reader.readable(parts))
-        for gone in set(known) - visible:
-            del known[gone]
-        for new in sorted(visible - set(known)):
-            known[new] = self._read_keys(new)
-        wanted = PartKeys.of(pa.array(run_ids, pa.string()))
-        rows = [ROWS_FOUND.empty_table()]
-        for part in sorted(visible):
-            if not known[part].meets(wanted):
-                continue
-            schema = self.reader.unified_schema([part])
-            table = self.reader.read(
-                [part], schema, ["run_id", "batch_id", "finished"], pc.field("run_id").isin(run_ids)
-            )
-            finished = pc.cast(pc.cast(table["finished"], pa.timestamp("us", "UTC")), pa.int64())
-            part_column = pa.repeat(pa.scalar(part), table.num_rows)
-            columns = {
-                "part": part_column,
-                "run_id": table["run_id"],
-                "batch_id": table["batch_id"],
-                "finished": finished,
-            }
-            rows.append(pa.table(columns, schema=ROWS_FOUND))
-        return pa.concat_tables(rows)
 
     def write_members(self, rows: Iterable[dict[str, object]]) -> int:
         """Add membership rows not already present; returns how many were new."""
@@ -266,7 +143,7 @@ class ResultStore:
             now = datetime.now(UTC)
             new = [{**r, "added": now} for r in rows if (r["grid"], r["run_id"]) not in have]
             if new:
-                self.write_part(pa.Table.from_pylist(new, schema=MEMBER_SCHEMA), "members")
+                self.write_part(pa.Table.from_pylist(new, schema=MEMBER_SCHEMA), MEMBERS)
         return len(new)
 
     # ---- reading -------------------------------------------------------------------------------
@@ -284,7 +161,7 @@ class ResultStore:
 
     def read_members(self) -> pa.Table:
         def read() -> pa.Table:
-            return self.reader.read(self.parts("members"), MEMBER_SCHEMA)
+            return self.reader.read(self.parts(MEMBERS), MEMBER_SCHEMA)
 
         return self.retrying(read)
 
@@ -342,12 +219,6 @@ class ResultStore:
             table = table.sort_by([("run_id", "ascending"), ("finished", "ascending")])
         return table
 
-    def done_ids(self, task: str | None = None) -> set[str]:
-        """Run ids whose newest row is final (ok or diverged): these are never run again."""
-        table = self.read_runs(task, columns=["status"])
-        mask = pc.is_in(table["status"], value_set=pa.array(sorted(FINAL_STATUSES)))
-        return set(table.filter(mask)["run_id"].to_pylist())
-
     def read_curves(
         self,
         task: str,
@@ -388,47 +259,3 @@ class ResultStore:
         cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
         expr = None if run_ids is None else pc.field("run_id").isin(pa.array(list(run_ids), pa.string()))
         return self.read_table(ATTEMPT_CURVES, task, cols, expr)
-
-
-def micros(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
-    """Timestamps as integer microseconds since the epoch, for comparing in Python: a Python datetime
-    costs about 5 µs to make, which was a tenth of a flush's time in the index of runs parts."""
-    return list(pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.int64()).to_pylist())
-
-
-def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:
-    """The rows of `table` whose (run_id, batch_id) is in `keys`, in the order read: each run's rows
-    lie in one part, written in step order, so they come grouped by run in step order (sorting 10
-    million rows would cost more than the whole read). In a settled store that is every row read;
-    rows of superseded attempts appear only in stores written before the current layout."""
-    if table.num_rows == 0:
-        return table
-    position = pc.index_in(table["run_id"], value_set=keys["run_id"])
-    expected = pc.take(keys["batch_id"], position)
-    keep = pc.fill_null(pc.equal(expected, table["batch_id"]), False)
-    return table if pc.all(keep).as_py() else table.filter(keep)
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` with exactly `schema`'s columns, in its order and types (absent ones as nulls)."""
-    if table.schema.equals(schema, check_metadata=True):
-        return table
-    columns = [
-        table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def latest_per_run(table: pa.Table) -> pa.Table:
-    """Keep the newest row (by `finished`) of each run_id; duplicates come from retries or two drivers."""
-    if table.num_rows == 0:
-        return table
-    table = table.sort_by([("run_id", "ascending"), ("finished", "descending")])
-    ids = table["run_id"]
-    keep = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
-    first = pa.concat_arrays([pa.array([True]), keep.combine_chunks()])
-    return table.filter(first)
-
-
-def new_batch_id() -> str:
-    return uuid.uuid4().hex

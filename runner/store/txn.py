@@ -34,16 +34,9 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from runner.store.files import (
-    delete_quietly,
-    ensure_dir,
-    fsync_dir,
-    is_local,
-    kill_point,
-    read_bytes,
-    write_bytes,
-    write_parquet,
-)
+from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, read_bytes, write_bytes
+from runner.fs.root import Root
+from runner.store.files import write_parquet
 
 INTERNAL = "_store"
 TXN_DIR = f"{INTERNAL}/txn"
@@ -54,8 +47,16 @@ STALE_STAGING_S = 3600.0
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="convgrid-store")
 
-# The phases a transaction passes through, in order: the kill points of the fault tests.
+# The phases a transaction passes through, in order. Fault tests install a hook in PHASE_HOOKS that
+# kills the process at one of them (tests/kill_at.py); production code installs none.
 PHASES = ("staging", "staged", "marked", "publishing", "published", "deleting", "deleted")
+PhaseHook = Callable[[str, str], None]  # (phase, the transaction's label: flush, compact, merge, append)
+PHASE_HOOKS: list[PhaseHook] = []
+
+
+def reached(phase: str, label: str) -> None:
+    for hook in PHASE_HOOKS:
+        hook(phase, label)
 
 
 def new_id() -> str:
@@ -89,37 +90,6 @@ class Marker:
             list(body["removes"]),
             [(a, b) for a, b in body.get("moves", [])],
         )
-
-
-def _no_fence() -> None:
-    return None
-
-
-class Root:
-    """A filesystem and a base path: where relative store paths live."""
-
-    def __init__(self, fs: pafs.FileSystem, base: str) -> None:
-        self.fs, self.base = fs, base.rstrip("/")
-        # asked right before every commit point: raises where this writer may have lost its lock (an
-        # object store's lease lock, runner.store.lease_lock); an flock cannot be lost, so by default nothing
-        self.fence: Callable[[], None] = _no_fence
-
-    def abs(self, rel: str) -> str:
-        return f"{self.base}/{rel}" if rel else self.base
-
-    def rel(self, path: str) -> str:
-        return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
-
-    def exists(self, rel: str) -> bool:
-        return self.fs.get_file_info(self.abs(rel)).type != pafs.FileType.NotFound
-
-    def listing(self, rel: str) -> list[pafs.FileInfo]:
-        if not self.exists(rel):
-            return []
-        try:
-            return list(self.fs.get_file_info(pafs.FileSelector(self.abs(rel))))
-        except FileNotFoundError:
-            return []
 
 
 def read_markers(root: Root) -> list[Marker]:
@@ -178,7 +148,7 @@ class Transaction:
     """Collects adds, removes and moves; `commit` runs the protocol above. Callers hold the writer lock."""
 
     def __init__(self, root: Root, label: str = "append") -> None:
-        self.root, self.label = root, label  # the label names it to the fault tests' kill points
+        self.root, self.label = root, label  # the label names it to the phase hooks
         self.marker = Marker(new_id())
         self._writes: list[Future[None]] = []
 
@@ -212,7 +182,7 @@ class Transaction:
 
     def _added(self, staged: str, final: str) -> str:
         self.marker.adds.append((staged, final))
-        kill_point("staging", self.label)
+        reached("staging", self.label)
         return final
 
     def remove(self, rel: str) -> None:
@@ -243,7 +213,7 @@ class Transaction:
             self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
-        kill_point("staged", self.label)
+        reached("staged", self.label)
         self.root.fence()
         ensure_dir(fs, self.root.abs(TXN_DIR))
         if is_local(fs):
@@ -254,7 +224,7 @@ class Transaction:
         # a power cut between them can leave a durable marker whose parts have no names, which
         # `recover` rolls back (`_lost_before_publishing`); nothing is published before both are done.
         list(_POOL.map(lambda d: fsync_dir(fs, self.root.abs(d)), (STAGING_DIR, TXN_DIR)))
-        kill_point("marked", self.label)
+        reached("marked", self.label)
         try:
             apply(self.root, self.marker, self.label)
         except OSError as exc:
@@ -277,9 +247,9 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
                 _move(root, staged, final)
                 touched.add(parent)
         if i == 0:
-            kill_point("publishing", label)
+            reached("publishing", label)
     list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched))
-    kill_point("published", label)
+    reached("published", label)
     touched = set()
     for src, dest in marker.moves:
         if root.exists(src):
@@ -290,10 +260,10 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
         delete_quietly(fs, root.abs(rel))
         touched.add(str(PurePosixPath(rel).parent))
         if i == 0:
-            kill_point("deleting", label)
+            reached("deleting", label)
     for directory in touched:
         fsync_dir(fs, root.abs(directory))
-    kill_point("deleted", label)
+    reached("deleted", label)
     # No fsync after this delete: if a crash undoes it, recovery applies the marker again, which
     # finds every add published and every remove gone, and changes nothing.
     delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))

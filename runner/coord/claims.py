@@ -48,54 +48,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.fs as pafs
 
-from runner.store.exclusive import ExclusiveCreate
-from runner.store.files import delete_quietly, read_bytes, write_bytes
-from runner.store.index_keys import run_keys
-from runner.store.spill import KeySpill, matched
-from runner.store.txn import INTERNAL, Root
+from runner.coord.liveness import DriverInfo, Heartbeat, Liveness, pid_running
+from runner.fs.exclusive import ExclusiveCreate
+from runner.fs.files import delete_quietly, read_bytes, replace_bytes
+from runner.fs.root import Root
 
-CLAIMS_DIR = f"{INTERNAL}/claims"
-LEASE_S = 30.0
+CLAIMS_DIR = "_store/claims"
 CLAIM_FILE = re.compile(r"^b(\d+)-g(\d+)\.json$")
-
-
-KEY_CHUNK = 65_536  # ids hashed this many at a time: one chunk's bytes, never the grid's, in memory
-
-
-def grid_key(run_ids: Iterable[str] | np.ndarray) -> str:
-    """The hash of the grid's sorted distinct run ids, joined by newlines (for a numpy array of ids,
-    dtype S32, see `grid_key_of`: the same ids give the same key either way)."""
-    if not isinstance(run_ids, np.ndarray):
-        return hashlib.sha256("\n".join(sorted(set(run_ids))).encode()).hexdigest()[:16]
-    return grid_key_of([run_ids])
-
-
-def grid_key_of(chunks: Iterable[np.ndarray]) -> str:
-    """`grid_key` of the ids in `chunks` (S32 arrays, any order): the ids are gathered by key range
-    (runner.store.spill) and each range sorted in turn, ranges in key order (a key is an id's first 16
-    hex digits, so key order is the ids' order), with no Python string per id; a million-cell grid's
-    key holds about 1/64 of its ids at once."""
-    digest = hashlib.sha256()
-    first = True
-    with KeySpill({"id": "S32"}) as spill:
-        for chunk in chunks:
-            chunk = np.ascontiguousarray(chunk, dtype="S32")
-            spill.add(run_keys(chunk), id=chunk)
-        for (rows,) in matched(spill):
-            ids = np.unique(rows["id"])
-            for start in range(0, len(ids), KEY_CHUNK):
-                part = ids[start : start + KEY_CHUNK]
-                lines = np.full((len(part), 33), ord("\n"), dtype=np.uint8)  # a newline before each id
-                lines[:, 1:] = part.view(np.uint8).reshape(len(part), 32)
-                data = lines.tobytes()
-                digest.update(data[1:] if first else data)  # none before the first
-                first = False
-    return digest.hexdigest()[:16]
 
 
 def block_size(n_cells: int) -> int:
@@ -138,48 +102,10 @@ class Claim:
     driver: str
 
 
-@dataclass
-class DriverInfo:
-    driver: str
-    beat: int
-    host: str
-    pid: int
-    at: float  # the driver's wall clock at this beat: shown by `status`, never compared across machines
-    done: frozenset[int]  # blocks it has finished
-
-
-@dataclass
-class Liveness:
-    """What this process saw of each driver's beat, and when (its own monotonic clock)."""
-
-    seen: dict[str, tuple[int, float]] = field(default_factory=dict)
-
-    def alive(self, info: DriverInfo | None, lease_s: float, now: float) -> bool:
-        if info is None:
-            return False  # ended (its file deleted) or never existed
-        if info.host == socket.gethostname() and not _pid_running(info.pid):
-            return False  # a driver on this machine whose process is gone: no need to wait a lease
-        last = self.seen.get(info.driver)
-        if last is None or last[0] != info.beat:
-            self.seen[info.driver] = (info.beat, now)
-            return True
-        return now - last[1] < lease_s
-
-
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, another user's
-    return True
-
-
 class Claims:
     """One driver's view of the claims on one grid. `start` before claiming, `close` when done."""
 
-    def __init__(self, files: Root, exclusive: ExclusiveCreate, key: str, lease_s: float = LEASE_S) -> None:
+    def __init__(self, files: Root, exclusive: ExclusiveCreate, key: str, lease_s: float) -> None:
         self.files, self.exclusive, self.lease_s = files, exclusive, lease_s
         self.dir = f"{CLAIMS_DIR}/{key}"
         self.driver = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -188,8 +114,8 @@ class Claims:
         self._beat = 0
         self._done: set[int] = set()  # blocks this driver has run and flushed
         self._write_lock = threading.Lock()  # the heartbeat thread and the claiming thread both beat
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # a missed beat is one of four per lease; the next one may get through
+        self.heartbeat = Heartbeat(self._write_beat, lease_s / 4, "convgrid-heartbeat")
         self.complete = False  # set when `waves` found every block done: the grid's claims can go
 
     # ---- this driver's heartbeat -----------------------------------------------------------------
@@ -202,20 +128,9 @@ class Claims:
             body = {"driver": self.driver, "beat": self._beat, "host": socket.gethostname(), "pid": os.getpid()}
             self.files.fs.create_dir(self.files.abs(f"{self.dir}/drivers"), recursive=True)
             path = self.files.abs(self._driver_path(self.driver))
-            data = json.dumps({**body, "at": time.time(), "done": sorted(self._done)}).encode()
-            if isinstance(self.files.fs, pafs.LocalFileSystem):
-                tmp = f"{path}.tmp"  # rename over: a reader sees the old beat or the new, whole
-                write_bytes(self.files.fs, tmp, data)
-                os.replace(tmp, path)
-            else:
-                write_bytes(self.files.fs, path, data)  # an upload appears whole
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.lease_s / 4):
-            try:
-                self._write_beat()
-            except OSError:
-                continue  # a missed beat is one of four per lease; the next one may get through
+            replace_bytes(
+                self.files.fs, path, json.dumps({**body, "at": time.time(), "done": sorted(self._done)}).encode()
+            )
 
     def finished(self, blocks: Iterable[int]) -> None:
         """Say (at once, not at the next beat) that these blocks are run and flushed."""
@@ -226,15 +141,12 @@ class Claims:
     def start(self) -> None:
         """Announce this driver (before its first claim, so no claim ever names an unknown driver)."""
         self._write_beat()
-        self._thread = threading.Thread(target=self._heartbeat, name="convgrid-heartbeat", daemon=True)
-        self._thread.start()
+        self.heartbeat.start()
 
     def close(self) -> None:
         """End this driver: its blocks are free at once for any other driver. When it found the grid
         complete, the grid's claims folder goes too, unless another driver may still be there."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self.heartbeat.stop()
         delete_quietly(self.files.fs, self.files.abs(self._driver_path(self.driver)))
         if self.complete:
             remove_if_idle(self.files, self.dir)
@@ -341,7 +253,7 @@ class Claims:
         return min(1.0, self.lease_s / 4)
 
 
-def live_claims(files: Root, lease_hint_s: float = LEASE_S) -> list[tuple[str, DriverInfo, int, float]]:
+def live_claims(files: Root, lease_hint_s: float) -> list[tuple[str, DriverInfo, int, float]]:
     """For `convgrid status`: (grid key, driver, blocks held, seconds since its last beat by its clock)
     of every driver with a heartbeat file. One look cannot tell a slow driver from a dead one: the age
     says which is likely (a live one beats every lease/4)."""
@@ -373,7 +285,7 @@ def remove_if_idle(files: Root, folder: str) -> bool:
             body = json.loads(read_bytes(files.fs, info.path))
         except (FileNotFoundError, ValueError):
             continue  # ended between listing and read (or half-written by an old driver: it rewrites it)
-        if body["host"] != here or _pid_running(body["pid"]):
+        if body["host"] != here or pid_running(body["pid"]):
             return False
     with contextlib.suppress(FileNotFoundError):  # another driver that found the grid complete was first
         files.fs.delete_dir(files.abs(folder))

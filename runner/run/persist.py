@@ -1,0 +1,168 @@
+"""Running cells and persisting what comes back: the executor's stream of finished records goes to a
+`Flusher`, which writes them on the flush policy (a part every N runs or T seconds) through one writer
+thread (runner.store.group_commit), so the fsyncs of one commit overlap the next runs and flushes that
+wait share a commit. A crash loses at most one flush window plus the commit under way; Ctrl-C keeps
+what finished. A record the store refuses is stored as `failed` with the reason
+(runner.execute.unwritable) and recounted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from types import TracebackType
+
+import numpy as np
+
+from runner.coord.claims import Claims
+from runner.execute.base import Executor, ReportChannel, WorkItem
+from runner.execute.options import ExecutionOptions, FlushPolicy
+from runner.execute.progress import Progress
+from runner.execute.unwritable import write_isolated
+from runner.execute.waves import WaveSource
+from runner.grid.cells import Cell, CellSource
+from runner.grid.schema import task_schemas
+from runner.run.plan import plan_grid
+from runner.store import ResultStore, RunRecord
+from runner.store.group_commit import GroupCommit
+
+Refused = tuple[str, RunRecord]  # (status a record arrived with, the failed record stored instead)
+
+
+class Flusher:
+    """Buffers finished records and commits them on `policy`; counts them on `bar` as they arrive, and
+    again where the store refused one. `on_commit(listener)`: told of every record once committed.
+    Use as a context manager: leaving commits everything (also on Ctrl-C)."""
+
+    def __init__(
+        self, store: ResultStore, policy: FlushPolicy, bar: Progress, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store, self.policy, self.bar, self.clock = store, policy, bar, clock
+        self._buffer: list[RunRecord] = []
+        self._last = clock()
+        self._listeners: list[Callable[[Sequence[RunRecord]], None]] = []
+        self._writer: GroupCommit[RunRecord, Refused] = GroupCommit(self._commit)
+
+    def on_commit(self, listener: Callable[[Sequence[RunRecord]], None]) -> None:
+        self._listeners.append(listener)
+
+    def add(self, records: Sequence[RunRecord]) -> None:
+        self._buffer.extend(records)
+        self.bar.update([r.status for r in records])
+        if len(self._buffer) >= self.policy.every or self.clock() - self._last >= self.policy.seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand what is buffered to the writer thread (returns at once)."""
+        if self._buffer:
+            self._writer.submit(list(self._buffer))
+            self._buffer.clear()
+        self._last = self.clock()
+
+    def settle(self) -> None:
+        """Flush and wait until everything is committed."""
+        self.flush()
+        self._recount(self._writer.drain())
+
+    @property
+    def counts(self) -> Counter[str]:
+        return self.bar.counts
+
+    def _commit(self, records: Sequence[RunRecord]) -> list[Refused]:
+        arrived = {r.run_id: r.status for r in records}
+        refused = [(arrived[f.run_id], f) for f in write_isolated(self.store, records, task_schemas)]
+        for listener in self._listeners:
+            listener(records)
+        return refused
+
+    def _recount(self, refused: list[Refused]) -> None:
+        for was, failed in refused:
+            self.bar.counts[was] -= 1  # counted as it arrived; stored as failed (the store refused it)
+            self.bar.counts[failed.status] += 1
+
+    def __enter__(self) -> Flusher:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.flush()
+        try:
+            self._recount(self._writer.close())
+        finally:
+            self.bar.close()
+
+
+def work_item(cell: Cell) -> WorkItem:
+    return WorkItem(cell.run_id, cell.task, cell.params_json())
+
+
+def work_items(cells: Iterable[Cell | list[Cell] | None]) -> Iterator[WorkItem | list[WorkItem] | None]:
+    """Cells as the executor's lazy source (a group stays a group; None, "nothing yet", passes through)."""
+    for c in cells:
+        yield None if c is None else [work_item(x) for x in c] if isinstance(c, list) else work_item(c)
+
+
+def _pump(
+    cells: Iterable[Cell | list[Cell] | None],
+    executor: Executor,
+    flusher: Flusher,
+    channel: ReportChannel | None,
+    listeners: Sequence[Callable[[list[RunRecord]], None]],
+) -> None:
+    for records in executor.execute(work_items(cells), channel):
+        for listener in listeners:
+            listener(records)
+        flusher.add(records)
+
+
+def execute_cells(
+    cells: Iterable[Cell | list[Cell] | None],
+    store: ResultStore,
+    executor: Executor,
+    label: str,
+    options: ExecutionOptions | None = None,
+    *,
+    channel: ReportChannel | None = None,
+    sink: Callable[[list[RunRecord]], None] | None = None,
+    total: int | None = None,
+) -> Counter[str]:
+    """Run cells, persisting records as they complete on the options' flush policy; all is committed
+    when this returns. `channel` (from `executor.report_channel`) carries intermediate values to a
+    judge; `sink` sees every finished record too, before it is flushed (the tuner tells its trials
+    from them). `cells` is pulled lazily, as the executor's workers free up (`Executor.execute`);
+    `total` (default: its length, where it has one) sizes the progress bar."""
+    options = options or ExecutionOptions()
+    if total is None:
+        total = len(cells) if isinstance(cells, Sized) else 0
+    with Flusher(store, options.flush, Progress(total, label, enabled=options.progress)) as flusher:
+        _pump(cells, executor, flusher, channel, [sink] if sink is not None else [])
+    return flusher.counts
+
+
+def execute_shared(
+    grid: CellSource,
+    todo: np.ndarray,
+    store: ResultStore,
+    executor: Executor,
+    claims: Claims,
+    retry_failed: bool,
+    label: str,
+    options: ExecutionOptions,
+) -> Counter[str]:
+    """Run the blocks of the grid this driver claims (runner.coord.claims), claimed lazily as the executor
+    asks for work (runner.execute.waves): drivers started on the same grid and root split its cells, and
+    take over those of a dead one. `todo` indexes the grid's cells."""
+
+    def still_todo(positions: np.ndarray) -> np.ndarray:
+        return plan_grid(grid, store, retry_failed, positions).todo
+
+    claims.start()
+    try:
+        bar = Progress(len(todo), label, enabled=options.progress)
+        with Flusher(store, options.flush, bar) as flusher:
+            source = WaveSource(claims, grid, todo, still_todo, settle=flusher.settle)
+            flusher.on_commit(source.committed)
+            _pump(source, executor, flusher, None, [source.arrived])
+        return flusher.counts
+    finally:
+        claims.close()  # after the last commit: what this driver leaves unfinished is free at once
