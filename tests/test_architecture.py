@@ -284,9 +284,10 @@ def test_check_loads_no_plotting_backend_nor_optuna(tmp_path: Path) -> None:
     figure modules choose no backend and import no pyplot at import time (issue 25), and Optuna is
     imported only when a study is drawn."""
     from runner import run_grid
+    from tests.options import opts
 
     grid = {"name": "lsq", "blocks": [{"task": "least_squares", "params": {"n_iters": 20}, "product": {"lr": [0.1]}}]}
-    run_grid(grid, tmp_path, "local", progress=False)
+    run_grid(grid, tmp_path, opts())
     heavy = ["matplotlib.pyplot", "optuna", "torch"]
     code = (
         f"import sys; from runner.cli import main; code = main(['check', {str(tmp_path)!r}]); "

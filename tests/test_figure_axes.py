@@ -23,6 +23,7 @@ from runner.grid.identity import run_id, validate_params
 from runner.grid.spec import load_grid
 from tasks import RunContext, get_task
 from tests.grid_frames import grid_frames
+from tests.options import opts
 
 ROOT = Path(__file__).resolve().parents[1]
 VISIBLE = 0.01  # of the axis height: a smaller change is not seen, the curve has stopped changing
@@ -152,7 +153,7 @@ def test_least_squares_step_sweep(tmp_path: Path) -> None:
             }
         ],
     }
-    run_grid(grid, tmp_path / "store", "local", progress=False)
+    run_grid(grid, tmp_path / "store", opts())
     runs = analysis.load(tmp_path / "store", "least_squares")
     curves = analysis.curves(tmp_path / "store", "least_squares", runs=runs)
     assert set(runs["status"]) == {"ok", "diverged"} and runs["n_steps"].max() < 2000

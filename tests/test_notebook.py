@@ -12,6 +12,7 @@ import yaml
 from nbclient import NotebookClient
 
 from runner import run_grid
+from tests.options import opts
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "docs" / "analysis.ipynb"
@@ -24,7 +25,7 @@ def demo_store(root: Path) -> None:
     block = grid["blocks"][0]
     block["params"]["n_iters"] = 60
     block["product"]["L"] = [1, 2, 5]
-    run_grid(grid, root, "local", progress=False)
+    run_grid(grid, root, opts())
 
 
 def test_the_notebook_runs_on_the_demo_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

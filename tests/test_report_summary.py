@@ -16,6 +16,7 @@ from analysis.studies import journal_path, load_study
 from analysis.summary import failure_groups, reason_key
 from runner import run_grid
 from runner.tune import tune
+from tests.options import opts
 from tests.test_report import parse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,9 +50,9 @@ def _claims() -> list[Claim]:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("store")
-    run_grid(LSQ, root, "local", progress=False)
-    run_grid(FAULTY, root, "local", progress=False)
-    tune(ROOT / "studies" / "least_squares" / "gd_step.yaml", root, "local", n_trials=10, parallel=1, progress=False)
+    run_grid(LSQ, root, opts())
+    run_grid(FAULTY, root, opts())
+    tune(ROOT / "studies" / "least_squares" / "gd_step.yaml", root, opts(), n_trials=10, parallel=1)
     out = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("analysis.claims.registry", _claims)
