@@ -1,4 +1,4 @@
-"""Command-line options shared by `convgrid run` and `convgrid tune`: where results go and how runs execute."""
+"""What `convgrid run` and `convgrid tune` share: where results go, how runs execute, and the exit code."""
 
 from __future__ import annotations
 
