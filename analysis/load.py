@@ -27,6 +27,16 @@ def _expression(filters: Filters | None) -> ds.Expression | None:
     return expr
 
 
+def frame(table: pa.Table) -> pd.DataFrame:
+    """`table` in pandas, typed as stored: an integer column with nulls (a param some variants lack, such
+    as `width`) stays an integer column, pandas' nullable Int64, where a plain conversion makes it float."""
+    out = table.to_pandas()
+    for field in table.schema:
+        if pa.types.is_integer(field.type) and table[field.name].null_count:
+            out[field.name] = table[field.name].to_pandas(types_mapper={field.type: pd.Int64Dtype()}.get)
+    return out
+
+
 def task_names(root: str | os.PathLike[str]) -> list[str]:
     return ResultStore(root).tasks()
 
@@ -62,7 +72,7 @@ def load(
     table = store.read_runs(task, cols, expr)
     if statuses is not None:
         table = table.filter(pc.is_in(table["status"], value_set=pa.array(list(statuses))))
-    return table.to_pandas().reset_index(drop=True)
+    return frame(table).reset_index(drop=True)
 
 
 def finished(runs: pd.DataFrame) -> pd.DataFrame:
@@ -111,4 +121,4 @@ def curves(
     table = store.read_curves(
         task, run_ids=None if every_run else keys["run_id"].to_pylist(), columns=wanted, keys=keys, sort=False
     )
-    return table.drop_columns(["batch_id"]).to_pandas()
+    return frame(table.drop_columns(["batch_id"]))

@@ -26,11 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from runner.store.columns import PARTITION
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
 from runner.store.store import ResultStore, SchemaFor
 from runner.store.tables import conform, last_per_run, latest_per_run
 from runner.store.txn import Transaction
+from runner.store.union import stage_union
 
 
 def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
@@ -43,9 +45,15 @@ def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: Sch
         return
     with store.writing():
         txn = Transaction(store.files, "flush")
+        written = {name: schemas(name) for name in by_task}
         for name, recs in by_task.items():
-            runs_schema, curves_schema = schemas(name)
+            runs_schema, curves_schema = written[name]
             stage_task(store, txn, name, recs, without_partition(runs_schema), curves_schema)
+        # a folder read whole by a plain Parquet client shows every task's columns (runner.store.union)
+        adding = {tuple(final.split("/")[:2]) for _, final in txn.marker.adds}
+        for kind, index in ((RUNS, 0), (ATTEMPTS, 0), (CURVES, 1), (ATTEMPT_CURVES, 1)):
+            here = {name: pair[index] for name, pair in written.items() if (kind, f"{PARTITION}={name}") in adding}
+            stage_union(store, txn, kind, here)
         txn.commit()
 
 

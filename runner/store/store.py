@@ -36,7 +36,16 @@ from runner.coord.writers import writers_lock
 from runner.fs.files import is_local
 from runner.fs.root import Root, open_root
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
-from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, MEMBERS, RUNS, task_dir, without_partition
+from runner.store.layout import (
+    ATTEMPT_CURVES,
+    ATTEMPTS,
+    CURVES,
+    MEMBERS,
+    RUNS,
+    SCHEMA_TASK,
+    task_dir,
+    without_partition,
+)
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
 from runner.store.tables import kept_curves, latest_per_run, order_keys
@@ -69,16 +78,21 @@ class ResultStore:
 
     def tasks(self) -> list[str]:
         """Tasks with at least one runs or attempts part."""
+        return sorted(set(self.tasks_in(RUNS)) | set(self.tasks_in(ATTEMPTS)))
+
+    def tasks_in(self, kind: str) -> list[str]:
+        """Tasks with a folder in `kind` (runs, curves, attempts, attempt_curves); never the folder of
+        the union's part (runner.store.union), which is no task."""
         names: set[str] = set()
-        for kind in (RUNS, ATTEMPTS):
-            for info in self.files.listing(kind):
-                if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
-                    names.add(info.base_name.split("=", 1)[1])
+        for info in self.files.listing(kind):
+            if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
+                names.add(info.base_name.split("=", 1)[1])
         # a committed transaction's parts may all still be in staging (its writer died before publishing)
         for final in View.of(self.files).staged:
-            kind, folder = final.split("/")[:2]
-            if kind in (RUNS, ATTEMPTS) and folder.startswith(f"{PARTITION}="):
+            folder_kind, folder = final.split("/")[:2]
+            if folder_kind == kind and folder.startswith(f"{PARTITION}="):
                 names.add(folder.split("=", 1)[1])
+        names.discard(SCHEMA_TASK)
         return sorted(names)
 
     @property
