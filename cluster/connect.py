@@ -1,6 +1,7 @@
 """Start or join Ray.
 
-The embedded default binds to 127.0.0.1 and sends no usage statistics. Ray reads both settings when
+The embedded default binds to 127.0.0.1, sends no usage statistics and runs with Ray's token auth,
+set explicitly (which spares every start Ray's notice about its default). Ray reads both settings when
 it is imported, so nothing in convgrid imports ray at module level: this module sets the environment
 first, then imports it. When joining a cluster (`--address`), the host's address is left alone.
 
@@ -75,6 +76,15 @@ def _prepare_env(embedded: bool) -> None:
         # user: on a busy machine the runs then get the CPU last, though a sequential loop in the
         # driver would get its fair share. Our private instance's workers run at the driver's priority.
         os.environ.setdefault(WORKER_NICENESS, "0")
+        if AUTH_MODE not in os.environ and "ray._raylet" not in sys.modules:
+            # With RAY_AUTH_MODE unset, Ray 2.60 turns token auth on for a new local instance and says so
+            # on stderr at every start ("Token authentication is enabled for this Ray cluster. Set
+            # RAY_AUTH_MODE=disabled to opt out..."), a notice that asks nothing of the user. A mode set
+            # explicitly is followed without the notice (ray._private.authentication.
+            # authentication_token_setup): naming the mode Ray would pick keeps auth on, token and all.
+            # Ray reads the variable when ray._raylet is imported; a process that imported ray before
+            # keeps Ray's own default, and its notice. A user's RAY_AUTH_MODE is left as it is.
+            os.environ[AUTH_MODE] = "token"
     elif AUTH_MODE not in os.environ and token_given():
         # Read by Ray when its config is first used (the command line imports ray only after this).
         # Only a token handed to this process counts, not ~/.ray/auth_token, which any local

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 import re
 import reprlib
 import signal
@@ -152,3 +154,31 @@ def raise_terminated(signum: int, _frame: object) -> None:
         signal.alarm(0)
     received.append(signum)
     raise Terminated(signum)
+
+
+# What the system says when a filesystem cannot take a write, whatever was written.
+STORE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM})
+
+
+class StoreIOError(Exception):
+    """Writing the results store failed for a reason of the store, not of a run: a full disk (ENOSPC,
+    EDQUOT), a read-only or lost filesystem (EROFS, EIO), no permission. What was committed before
+    stays; the runs that were not stored are not done, and the next command runs them."""
+
+    def __init__(self, root: str, cause: OSError, unsaved: int = 0) -> None:
+        self.root, self.cause, self.unsaved = root, cause, unsaved
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        code = errno.errorcode.get(self.cause.errno or 0)
+        reason = os.strerror(self.cause.errno) if self.cause.errno else str(self.cause).splitlines()[0]
+        what = f"{reason} ({code})" if code else reason
+        lost = (
+            f"; {self.unsaved} finished runs were not stored: they are not done, and the same command runs them again"
+            if self.unsaved
+            else ""
+        )
+        return (
+            f"cannot write the results store {redact(self.root)}: {what}{lost}. Nothing half-written is visible "
+            "(every change commits whole); fix the cause (free space, permissions) and run the same command again"
+        )

@@ -1,4 +1,9 @@
-"""`convgrid ...`: the command line. Bad input prints one message and exits with code 2."""
+"""`convgrid ...`: the command line.
+
+Exit codes: 0 all good; 1 `run` or `tune` ended with failed or timed-out runs (one line on stderr says
+how to see them; runner.cli.outcome), or `check --strict` found a surprise; 2 bad input (one message,
+nothing written); 3 the Ray cluster cannot be reached or was lost; 75 another driver runs the study
+(nothing changed: run it again later; runner.coord.study_lease); 128 + N stopped by signal N."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cluster import ClusterError, head_lost, shutdown_if_owned
 from runner import errors
@@ -18,10 +23,21 @@ from runner.cli.options import (
     check_results_root,
     execution_options,
     join_cluster,
+    outcome,
     positive_float,
     positive_int,
 )
-from runner.errors import EXIT_BUSY, Busy, ConfigError, Terminated, printable, raise_terminated, redact
+from runner.errors import (
+    EXIT_BUSY,
+    STORE_ERRNOS,
+    Busy,
+    ConfigError,
+    StoreIOError,
+    Terminated,
+    printable,
+    raise_terminated,
+    redact,
+)
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -31,6 +47,9 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convgrid", description="Grids of convergence experiments on Ray; results in Parquet."
+    )
+    parser.add_argument(
+        "--version", action=VersionAction, help="print the version and the code's git commit (and uncommitted changes)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -90,6 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class VersionAction(argparse.Action):
+    """`convgrid --version`: found when asked (a `git status`), not each time the parser is built."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from runner.execute.provenance import own_code_version
+
+        print(own_code_version().describe())
+        parser.exit()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.grid.cells import Grid
     from runner.grid.spec import load_grid
@@ -112,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid, args.results, execution_options(args), retry_failed=args.retry_failed, only=args.only, lease_s=args.lease
     )
     print(report.line())
-    return 0
+    return outcome(grid.name, report.counts, report.skipped_failed, args.results)
 
 
 def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool, only: list[str] | None) -> int:
@@ -259,6 +291,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Busy as exc:  # another driver holds what this command needs; it changed nothing
         print(f"convgrid: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_BUSY
+    except StoreIOError as exc:
+        print(f"convgrid: error: {exc}", file=sys.stderr)
+        return 4
+    except OSError as exc:
+        if exc.errno not in STORE_ERRNOS:
+            raise
+        # the store's own writes outside a flush (members, trials, compaction): the same one message
+        print(f"convgrid: error: {StoreIOError(getattr(args, 'results', ''), exc)}", file=sys.stderr)
+        return 4
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0

@@ -1,15 +1,17 @@
-"""Command-line options shared by `convgrid run` and `convgrid tune`: where results go and how runs execute."""
+"""What `convgrid run` and `convgrid tune` share: where results go, how runs execute, and the exit code."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, redact
 from runner.execute.options import EXECUTOR_KINDS, ExecutionOptions, FlushPolicy
 from runner.settings import env_name, settings
 
@@ -177,3 +179,25 @@ def check_sizes(
             )
         )
         raise ConfigError(f"{args.workers} workers, but {why} (valid: 1 to {ceiling})", key="--workers")
+
+
+def outcome(what: str, counts: Counter[str], skipped_failed: int, results: str) -> int:
+    """The exit code of `run` and `tune`: 1 when the command ends with failed or timed-out runs (those it
+    ran, and those that failed before and that it leaves as they are without --retry-failed), with one
+    line on stderr saying how to see them; else 0. `diverged` and `pruned` are results, not failures: a
+    rerun that runs nothing because every cell is done exits 0."""
+    from tasks.status import FAILED, TIMEOUT
+
+    said = [
+        f"{counts[FAILED]} failed" if counts[FAILED] else "",
+        f"{counts[TIMEOUT]} timed out" if counts[TIMEOUT] else "",
+        f"{skipped_failed} failed or timed out before (not run again)" if skipped_failed else "",
+    ]
+    if not any(said):
+        return 0
+    print(
+        f"convgrid: {what} runs: {', '.join(filter(None, said))}; `convgrid status {redact(results)}` lists them "
+        "with their errors; --retry-failed runs them again",
+        file=sys.stderr,
+    )
+    return 1

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, check_results_root, execution_options, join_cluster, positive_int
+from runner.cli.options import (
+    add_execution_options,
+    check_results_root,
+    execution_options,
+    join_cluster,
+    outcome,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from runner.tune.spec import StudyPlan
@@ -56,7 +64,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(report.format())
     if reports:
         print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
-    return 0
+    names = ", ".join(r.study for r in reports)
+    counts = sum((r.counts for r in reports), Counter[str]())
+    return outcome(names, counts, sum(r.skipped_failed for r in reports), args.results)
 
 
 def _dashboard_target(args: argparse.Namespace) -> str:

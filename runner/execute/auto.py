@@ -57,12 +57,17 @@ class AutoPolicy:
                 return "local"
         return "warm"
 
-    def executor(self, options: ExecutionOptions, estimate: Estimate | None = None) -> Executor:
-        return build(self.choose(options, estimate), options, self.ray_cost_s)
+    def executor(
+        self, options: ExecutionOptions, estimate: Estimate | None = None, label: str | None = None
+    ) -> Executor:
+        return build(self.choose(options, estimate), options, self.ray_cost_s, label)
 
 
-def build(choice: Choice, options: ExecutionOptions, ray_cost_s: float | None = None) -> Executor:
-    """The executor of `choice`, configured by every option that applies to it."""
+def build(
+    choice: Choice, options: ExecutionOptions, ray_cost_s: float | None = None, label: str | None = None
+) -> Executor:
+    """The executor of `choice`, configured by every option that applies to it; `label` says what it
+    runs (a grid's or a study's name), for Ray's dashboard."""
     if choice == "local":
         from runner.execute.local import LocalExecutor
 
@@ -77,6 +82,7 @@ def build(choice: Choice, options: ExecutionOptions, ray_cost_s: float | None = 
         grace_s=options.grace_s,
         batch=options.batch,
         gpus_per_worker=options.gpus_per_worker or 0.0,
+        label=label,
     )
     if choice == "ray":
         return pool
@@ -86,6 +92,9 @@ def build(choice: Choice, options: ExecutionOptions, ray_cost_s: float | None = 
     return WarmStartExecutor(pool, cost_s=cost)
 
 
-def make_executor(options: ExecutionOptions, estimate: Estimate | None = None) -> Executor:
-    """The executor `options` ask for, `auto` decided by the settings' policy."""
-    return AutoPolicy.from_settings().executor(options, estimate)
+def make_executor(options: ExecutionOptions, estimate: Estimate | None = None, *, label: str | None = None) -> Executor:
+    """The executor `options` ask for, `auto` decided by the settings' policy. `label` names the work
+    (the grid or the study), which its Ray actors are named after. It is not an option: one
+    ExecutionOptions serves every grid or study of a command, and the caller that knows what it runs
+    (run_grid, tune) passes it, so a notebook's run_grid names its actors as the command line's does."""
+    return AutoPolicy.from_settings().executor(options, estimate, label)

@@ -60,7 +60,7 @@ from runner.tune.pruning import PruningHub
 from runner.tune.schedule import TrialSchedule
 from runner.tune.spec import StudyPlan, with_overrides
 from runner.tune.trials import TuneReport, missing_rows, run_status, trial_row, trial_run_id
-from tasks.status import FAILED, PRUNED, is_settled
+from tasks.status import FAILED, PRUNED, RETRY_ON_REQUEST, is_settled
 
 __all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "study_lease", "tune", "with_overrides"]
 
@@ -107,6 +107,7 @@ class StudyDriver:
 
     def decided(self, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
         self.report.from_store += not fresh
+        self.report.skipped_failed += not fresh and row["status"] in RETRY_ON_REQUEST
         self.member(cell)
         self.bar.update([row["status"]])
 
@@ -116,6 +117,7 @@ class StudyDriver:
 
     def ran(self, record: RunRecord) -> None:
         self.report.ran += 1
+        self.report.counts[record.row["status"]] += 1
 
     # ---- trials/ and members/ ----------------------------------------------------------------------
     def member(self, cell: Cell) -> None:
@@ -166,7 +168,8 @@ class StudyDriver:
         if todo:
             # the baselines, then the trials: an upper bound of what is left is good enough to decide on
             with self.expecting(lambda: len(todo) + self.p.n_trials):
-                execute_cells(todo, self.store, self.executor, f"{self.p.name} baselines", self.options)
+                label = f"{self.p.name} baselines"
+                self.report.counts += execute_cells(todo, self.store, self.executor, label, self.options)
 
     def repair_runs(self) -> None:
         """Run again the cells of finished trials whose run is not in the store: a driver killed after
@@ -181,7 +184,7 @@ class StudyDriver:
                     lost[cell.run_id] = cell
         if lost:
             label = f"{self.p.name} (runs of told trials)"
-            execute_cells(list(lost.values()), self.store, self.executor, label, self.options)
+            self.report.counts += execute_cells(list(lost.values()), self.store, self.executor, label, self.options)
             self.report.repaired = len(lost)
 
     def loop(self) -> None:
@@ -303,7 +306,8 @@ def tune(
     options = as_options(options)
     plans = source if isinstance(source, list) else load_plans(source)
     plans = [with_overrides(p, n_trials, parallel, deterministic) for p in plans]
-    runner = executor or make_executor(options)
+    label = plans[0].name if len(plans) == 1 else ", ".join(dict.fromkeys(p.name.split("[")[0] for p in plans))
+    runner = executor or make_executor(options, label=label)  # a sweep's studies share their file's name
     try:
         return [run_study(p, results, runner, options, storage=storage, retry_failed=retry_failed) for p in plans]
     finally:
