@@ -203,16 +203,9 @@ def test_two_tune_processes_on_one_study(tmp_path: Path) -> None:
     from runner.store.columns import TRIAL_SCHEMA
     from runner.store.trials import read_trials
     from tests.conftest import REPO
+    from tests.test_tune_resume import STUDY  # a study of the faulty task over x in [-2, 2]
 
-    study = {
-        "name": "shared",
-        "task": "faulty",
-        "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
-        "objective": {"metric": "square"},
-        "sampler": {"name": "random", "seed": 0},
-        "n_trials": 4,
-        "parallel": 1,
-    }
+    study = {**STUDY, "name": "shared", "sampler": {"name": "random", "seed": 0}, "n_trials": 4, "parallel": 1}
     hanging, quick = tmp_path / "hanging.yaml", tmp_path / "quick.yaml"
     hanging.write_text(yaml.safe_dump({**study, "params": {"hang_s": 600.0}}))
     quick.write_text(yaml.safe_dump({**study, "params": {"sleep_s": 0.01}}))
