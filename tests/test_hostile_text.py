@@ -35,14 +35,17 @@ def test_status_prints_a_hostile_stored_grid_name_escaped(tmp_path: Path, cli) -
     root = tmp_path / "results"
     run_grid(GRID, root, opts())
     # a store written by another tool, or by hand: the name never went through a grid file's checks
-    # (a newline inside a name is the status table's to escape where it formats the name: runner/store/status.py)
-    stored = HOSTILE.replace("\n", "")
-    row = {"grid": stored, "run_id": "0" * 64, "task": "least_squares", "kind": "grid", "source": stored, "block": 0}
+    row = {"grid": HOSTILE, "run_id": "0" * 64, "task": "least_squares", "kind": "grid", "source": HOSTILE, "block": 0}
     ResultStore(root).write_members([row])
     status = cli("status", str(root))
     assert status.returncode == 0, status.stderr
-    assert "evil\\x1b[2J\\x00\\rname\\u202e" in status.stdout
+    assert "evil\\x1b[2J\\x00\\r\\nname\\u202e" in status.stdout  # one row: the newline shown, not obeyed
     assert not RAW.search(status.stdout), repr(status.stdout)
+    report = cli("report", str(root), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    for page in ("report.md", "report.html"):
+        text = (tmp_path / "report" / page).read_text()
+        assert "evil" in text and "x1b" in text and not RAW.search(text.replace("\n", "")), page
 
 
 def test_only_dry_run_counts_the_run_it_would_run_again(tmp_path: Path, cli) -> None:

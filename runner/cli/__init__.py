@@ -294,15 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreIOError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 4
+    except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours (before OSError: one)
+        sys.stderr.close()
+        return 0
     except OSError as exc:
         if exc.errno not in STORE_ERRNOS:
             raise
         # the store's own writes outside a flush (members, trials, compaction): the same one message
         print(f"convgrid: error: {StoreIOError(getattr(args, 'results', ''), exc)}", file=sys.stderr)
         return 4
-    except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt as exc:
         lost = head_lost()
         if lost is not None:
