@@ -176,11 +176,13 @@ def test_tasks_import_nothing_of_runner_analysis_or_cluster() -> None:
 
 
 def test_analysis_imports_no_executor_tuner_task_or_torch() -> None:
-    def allowed(_importer: str, imported: str) -> bool:
+    def allowed(importer: str, imported: str) -> bool:
         top = imported.split(".")[0]
         if imported.startswith("tasks.status"):
             return True  # the status vocabulary, a leaf
-        if top in ("torch", "ray", "optuna", "tasks", "cluster"):
+        if top == "optuna":
+            return importer == "analysis.studies"  # Optuna's own plots of a study, imported when drawn
+        if top in ("torch", "ray", "tasks", "cluster"):
             return False
         return top != "runner" or imported == "runner" or imported.startswith(("runner.store", *LEAVES))
 
@@ -275,3 +277,21 @@ def test_the_driver_plans_and_reads_without_torch_or_ray(tmp_path: Path) -> None
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0] loaded:", out.stdout
+
+
+def test_check_loads_no_plotting_backend_nor_optuna(tmp_path: Path) -> None:
+    """`convgrid check` imports every learner's claims, and some of them helpers of their figure module:
+    figure modules choose no backend and import no pyplot at import time (issue 25), and Optuna is
+    imported only when a study is drawn."""
+    from runner import run_grid
+    from tests.options import opts
+
+    grid = {"name": "lsq", "blocks": [{"task": "least_squares", "params": {"n_iters": 20}, "product": {"lr": [0.1]}}]}
+    run_grid(grid, tmp_path, opts())
+    heavy = ["matplotlib.pyplot", "optuna", "torch"]
+    code = (
+        f"import sys; from runner.cli import main; code = main(['check', {str(tmp_path)!r}]); "
+        f"print(code, 'loaded:' + ','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 loaded:", out.stdout[-2000:]

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, check_results_root, execution_options, join_cluster, positive_int
+from runner.cli.options import (
+    add_execution_options,
+    check_results_root,
+    execution_options,
+    join_cluster,
+    outcome,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from runner.tune.spec import StudyPlan
@@ -49,14 +57,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plans = [with_overrides(p, args.n_trials, args.parallel, args.deterministic) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
+    join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
-    join_cluster(args)
     reports = tune(plans, args.results, execution_options(args), storage=args.storage, retry_failed=args.retry_failed)
     for report in reports:
         print(report.format())
     if reports:
         print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
-    return 0
+    names = ", ".join(r.study for r in reports)
+    counts = sum((r.counts for r in reports), Counter[str]())
+    return outcome(names, counts, sum(r.skipped_failed for r in reports), args.results)
 
 
 def _dashboard_target(args: argparse.Namespace) -> str:

@@ -47,6 +47,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -60,6 +61,46 @@ from runner.fs.root import Root
 
 CLAIMS_DIR = "_store/claims"
 CLAIM_FILE = re.compile(r"^b(\d+)-g(\d+)\.json$")
+DRIVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,250}$")  # host-pid-hex, as `Claims.driver` makes it
+UNREADABLE = "unreadable-claim"  # the owner of a claim file that is not one: never a live driver
+
+
+class UnreadableClaimWarning(UserWarning):
+    """A file among the claims that this code did not write was left out (its block is free a lease later)."""
+
+
+def _unreadable(path: str, error: Exception) -> None:
+    warnings.warn(f"convgrid: ignoring {path}: {error}", UnreadableClaimWarning, stacklevel=3)
+
+
+def claim_owner(data: bytes) -> str:
+    """The driver a claim file names; ValueError for anything but such a file."""
+    try:
+        driver = json.loads(data)["driver"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a claim: {type(exc).__name__}") from None
+    if not isinstance(driver, str) or not DRIVER_ID.match(driver):
+        raise ValueError("not a claim: no valid driver id")
+    return driver
+
+
+def driver_info(data: bytes) -> DriverInfo:
+    """A heartbeat file's content; ValueError for anything but such a file."""
+    try:
+        body = json.loads(data)
+        info = DriverInfo(
+            str(body["driver"]),
+            int(body["beat"]),
+            str(body["host"]),
+            int(body["pid"]),
+            float(body["at"]),
+            frozenset(int(b) for b in body["done"]),
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a heartbeat: {type(exc).__name__}") from None
+    if not DRIVER_ID.match(info.driver):
+        raise ValueError("not a heartbeat: no valid driver id")
+    return info
 
 
 def block_size(n_cells: int) -> int:
@@ -114,9 +155,11 @@ class Claims:
         self._beat = 0
         self._done: set[int] = set()  # blocks this driver has run and flushed
         self._write_lock = threading.Lock()  # the heartbeat thread and the claiming thread both beat
-        # a missed beat is one of four per lease; the next one may get through
-        self.heartbeat = Heartbeat(self._write_beat, lease_s / 4, "convgrid-heartbeat")
+        # a missed beat is one of four per lease; the next one may get through. Beats that lapse for half a
+        # lease (a paused process) may have let another driver take this one's blocks: `lapsed` says so.
+        self.heartbeat = Heartbeat(self._write_beat, lease_s / 4, "convgrid-heartbeat", lapse_s=lease_s / 2)
         self.complete = False  # set when `waves` found every block done: the grid's claims can go
+        self.plan_stale = False  # set once the heartbeat lapsed (`lapsed`): claimed blocks are checked first
 
     # ---- this driver's heartbeat -----------------------------------------------------------------
     def _driver_path(self, driver: str) -> str:
@@ -131,6 +174,20 @@ class Claims:
             replace_bytes(
                 self.files.fs, path, json.dumps({**body, "at": time.time(), "done": sorted(self._done)}).encode()
             )
+
+    def lapsed(self) -> bool:
+        """Whether this driver stood still (or could not beat) long enough since the last time this was
+        asked that another may have taken over its blocks: it must check them before running more. From
+        then on its plan is stale: every block it claims is checked against the store first."""
+        if self.heartbeat.lapsed():
+            self.plan_stale = True
+            return True
+        return False
+
+    def holds(self, block: int) -> bool:
+        """Whether the newest claim on `block` is still this driver's."""
+        claim = self.holders().get(block)
+        return claim is not None and claim.driver == self.driver
 
     def finished(self, blocks: Iterable[int]) -> None:
         """Say (at once, not at the next beat) that these blocks are run and flushed."""
@@ -153,17 +210,23 @@ class Claims:
 
     # ---- reading the claims ----------------------------------------------------------------------
     def drivers(self) -> dict[str, DriverInfo]:
+        """The drivers with a heartbeat file, by id; a file that is not a heartbeat this code wrote (or
+        whose id is not its name) is left out with a warning: its driver is as good as dead."""
         found = {}
         for info in self.files.listing(f"{self.dir}/drivers"):
             if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
                 continue
             try:
-                body = json.loads(read_bytes(self.files.fs, info.path))
-            except (FileNotFoundError, ValueError):
+                driver = driver_info(read_bytes(self.files.fs, info.path))
+            except FileNotFoundError:
                 continue  # ended between listing and read
-            found[body["driver"]] = DriverInfo(
-                body["driver"], body["beat"], body["host"], body["pid"], body["at"], frozenset(body["done"])
-            )
+            except ValueError as exc:
+                _unreadable(info.path, exc)
+                continue
+            if f"{driver.driver}.json" != info.base_name:
+                _unreadable(info.path, ValueError(f"it names driver {driver.driver[:80]!r}"))
+                continue
+            found[driver.driver] = driver
         return found
 
     def holders(self) -> dict[int, Claim]:
@@ -180,9 +243,13 @@ class Claims:
         for block, (gen, path) in newest.items():
             if path not in self._owners:
                 try:
-                    self._owners[path] = json.loads(read_bytes(self.files.fs, path))["driver"]
+                    self._owners[path] = claim_owner(read_bytes(self.files.fs, path))
                 except FileNotFoundError:
                     continue  # an older generation deleted by its taker: listed again next time
+                except ValueError as exc:
+                    # a claim nobody can own: its block is taken over as a dead driver's, by the next generation
+                    _unreadable(path, exc)
+                    self._owners[path] = UNREADABLE
             claims[block] = Claim(block, gen, self._owners[path])
         return claims
 
@@ -207,6 +274,7 @@ class Claims:
         todo = np.unique(np.asarray(todo, dtype=np.int64))  # sorted: each block's share is one slice
         pending = set(np.unique(todo // blocks.size).tolist()) if len(todo) else set()
         while pending:
+            self.lapsed()  # a pause of this driver: the plan it was handed is no longer to be trusted
             holders = self.holders()
             infos = self.drivers()
             now = time.monotonic()
@@ -226,7 +294,17 @@ class Claims:
                         pending.discard(block)
                         if len(mine) >= share:
                             break
-                if mine:
+                if mine and self.plan_stale:
+                    # paused past a lease: others may have run anything meanwhile (and, finding the grid
+                    # done, removed its claims), so the store says what is left, not the plan
+                    left = blocks.split(still_todo(np.concatenate([blocks.span(b) for b in mine])), mine)
+                    nothing = [b for b in mine if not len(left[b])]
+                    if nothing:
+                        self.finished(nothing)
+                    wave = [(b, left[b]) for b in mine if len(left[b])]
+                    if wave:
+                        yield wave
+                elif mine:
                     yield sorted(blocks.split(todo, mine).items())
                 continue
             orphans = sorted(b for b in pending if holders[b].driver not in live or b in infos[holders[b].driver].done)
@@ -282,10 +360,10 @@ def remove_if_idle(files: Root, folder: str) -> bool:
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
             continue
         try:
-            body = json.loads(read_bytes(files.fs, info.path))
+            driver = driver_info(read_bytes(files.fs, info.path))
         except (FileNotFoundError, ValueError):
-            continue  # ended between listing and read (or half-written by an old driver: it rewrites it)
-        if body["host"] != here or pid_running(body["pid"]):
+            continue  # ended between listing and read (or not a heartbeat: nobody's)
+        if driver.host != here or pid_running(driver.pid):
             return False
     with contextlib.suppress(FileNotFoundError):  # another driver that found the grid complete was first
         files.fs.delete_dir(files.abs(folder))

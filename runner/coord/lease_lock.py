@@ -137,7 +137,10 @@ class LeaseLock:
             if self.files.exists(f"{LOCK_DIR}/g{gen:09d}.json"):
                 raise
             return None
-        return DriverInfo(f"g{gen}", beat, body["host"], body["pid"], body["at"], frozenset())
+        try:
+            return DriverInfo(f"g{gen}", beat, str(body["host"]), int(body["pid"]), float(body["at"]), frozenset())
+        except (TypeError, KeyError, ValueError):
+            return None  # not a generation this code wrote: nobody holds it
 
     def _acquire(self) -> None:
         body = json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})

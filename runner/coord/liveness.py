@@ -62,11 +62,26 @@ class Heartbeat:
     """Calls `beat()` every `period_s` on a thread of its own until stopped, and remembers on this
     process's monotonic clock when its last successful beat began (`age`). A beat that fails with an
     OSError is skipped: the next one may get through, and the owner reads `age` where it matters (a
-    lease-holder refuses to commit on a stale one)."""
+    lease-holder refuses to commit on a stale one).
 
-    def __init__(self, beat: Callable[[], None], period_s: float, name: str, clock: Clock = time.monotonic) -> None:
+    A process stopped (SIGSTOP, a suspended machine) or starved stops beating without knowing it; the
+    monotonic clock goes on. So the thread measures the gap between its own wake-ups: one longer than
+    `lapse_s`, or no successful beat for that long, means observers may have counted this process dead,
+    and `lapsed()` says so (once) to the owner, which then checks what it still holds."""
+
+    def __init__(
+        self,
+        beat: Callable[[], None],
+        period_s: float,
+        name: str,
+        clock: Clock = time.monotonic,
+        lapse_s: float | None = None,
+    ) -> None:
         self._beat, self.period_s, self.name, self.clock = beat, period_s, name, clock
+        self.lapse_s = lapse_s if lapse_s is not None else 2 * period_s
         self.last_success = clock()
+        self._lapsed = threading.Event()
+        self._told: float | None = None  # last_success when a lapse was last reported
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -78,13 +93,27 @@ class Heartbeat:
         self._thread.start()
 
     def _run(self) -> None:
+        previous = self.clock()
         while not self._stop.wait(self.period_s):
             started = self.clock()
+            if started - previous > self.lapse_s or started - self.last_success > self.lapse_s:
+                self._lapsed.set()  # this process stood still, or could not beat, for longer than it may
+            previous = started
             try:
                 self._beat()
             except OSError:
                 continue
             self.last_success = started
+
+    def lapsed(self) -> bool:
+        """Whether the beats lapsed since the last time this was asked (see the class): the thread saw
+        a gap, or (asked before the thread woke after a pause) the last good beat is older than `lapse_s`."""
+        stale = self.clock() - self.last_success > self.lapse_s and self._told != self.last_success
+        if self._lapsed.is_set() or stale:
+            self._lapsed.clear()
+            self._told = self.last_success  # one answer per lapse
+            return True
+        return False
 
     def age(self) -> float:
         """Seconds since the last successful beat began."""

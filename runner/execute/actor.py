@@ -4,6 +4,12 @@ Imported only after `cluster.connect` has set Ray's environment (this module imp
 `run_chunk` runs in the actor's default group (one at a time, in order); `current` and `pid` run in a
 separate control group, so the driver can ask what a busy actor is doing (for the hard timeout)
 without waiting for its chunk to finish.
+
+Each actor is named for people by its `__repr__`, which Ray intends for that: the dashboard shows it
+in the actors table ("Repr"), names the actor's calls after it in the tasks table
+("convgrid fig2_depth #0 cpu.run_chunk") and prefixes the actor's log lines with it. A Ray *name*
+(`.options(name=...)`) is something else: a handle to look an actor up by, which must be unique in its
+namespace (two pools of one grid in one driver would collide) and is not needed here.
 """
 
 from __future__ import annotations
@@ -16,18 +22,32 @@ from typing import Any
 
 import ray
 
+from runner.execute import provenance
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
 from runner.execute.worker import claim_device, configure_threads, run_items
 from runner.store.records import RunRecord
 
 
 class _ChunkActor:
-    def __init__(self, threads: int, device: str, gpu_fraction: float | None = None) -> None:
+    def __init__(
+        self,
+        threads: int,
+        device: str,
+        gpu_fraction: float | None = None,
+        label: str = "convgrid",
+        code: provenance.Shipped | None = None,
+    ) -> None:
+        self.label = label
+        provenance.adopt(code)  # the driver's code version, where this process runs the driver's files
         configure_threads(threads)
         self.threads = threads
         self.device = claim_device(device, gpu_fraction)
         self._lock = threading.Lock()
         self._current: tuple[tuple[str, ...], float] | None = None
+
+    def __repr__(self) -> str:
+        # Defined on this class itself: Ray 2.60 uses a repr only when the actor's class defines one.
+        return self.label
 
     def run_chunk(
         self,

@@ -68,6 +68,7 @@ class RayExecutor:
     batch: bool = True  # run cells with equal batch keys as one batched call (False: every cell alone)
     max_batch: int = 64
     gpus_per_worker: float = 0.0  # > 0: GPU actors (num_gpus=this) for tasks that compute on ctx.device
+    label: str | None = None  # what runs here (a grid's or a study's name): the actors' names in Ray's dashboard
     name: str = "ray"
     actors: list[Any] = field(default_factory=list, init=False)
     kinds: list[str] = field(default_factory=list, init=False)  # "gpu" or "cpu", per actor
@@ -89,16 +90,24 @@ class RayExecutor:
         # With a GPU share: one actor per share of the cluster's GPUs (Ray places them on GPU nodes only),
         # for the tasks that compute on ctx.device; CPU actors on the CPU slots left, for the others.
         # Without: one CPU actor per CPU slot.
+        from runner.execute.provenance import shipped
+
         resources = ray.cluster_resources()
         f = self.gpus_per_worker
         n_gpu = int(resources.get("GPU", 0) // f) if f > 0 else 0
         gpu = ChunkActor.options(num_cpus=self.threads, num_gpus=f)
-        self.actors = [gpu.remote(self.threads, "cuda", f) for _ in range(n_gpu)]
+        code = shipped()
+        self.actors = [gpu.remote(self.threads, "cuda", f, self._actor_label(i, "gpu"), code) for i in range(n_gpu)]
         free = int(resources.get("CPU", 1) // self.threads) - n_gpu
         n = self.workers if self.workers is not None else (free if n_gpu else max(1, free))
-        self.actors += [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(n)]
+        cpu = ChunkActor.options(num_cpus=self.threads)
+        self.actors += [cpu.remote(self.threads, "cpu", None, self._actor_label(i, "cpu"), code) for i in range(n)]
         self.kinds = ["gpu"] * n_gpu + ["cpu"] * (len(self.actors) - n_gpu)
         self.down = {}
+
+    def _actor_label(self, index: int, kind: str) -> str:
+        """How the dashboard and the log prefixes name an actor: 'convgrid fig2_depth #0 cpu'."""
+        return " ".join(filter(None, ["convgrid", self.label, f"#{index}", kind]))
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
         self.start()  # the channel actor needs Ray connected

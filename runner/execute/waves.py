@@ -12,6 +12,11 @@ its finished blocks are visible: two drivers never wait on each other's unflushe
 runs of its own are still out, it answers None ("nothing yet", the executor runs or collects them and
 asks again), else it waits a poll and looks again. It also settles before it claims each wave after
 the first, so what a killed driver leaves uncommitted is bounded by what it pulled since.
+
+A driver that was paused (SIGSTOP, a suspended laptop) past half its lease may have had its blocks
+taken over and run by another; its heartbeat notices the lapse (runner.coord.liveness.Heartbeat), and
+before it hands out one more cell it asks whether each block is still its own and which of its cells
+the store still lacks (before, a driver resumed after the grid was done ran 572 of 600 cells again).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import numpy as np
 from runner.coord.claims import Blocks, Claims
 from runner.grid.cells import Cell, CellSource
 from runner.store.records import RunRecord
+
+LAPSE_CHECK_CELLS = 256  # cells built at a time; a lapse is noticed before the next one is yielded
 
 
 class WaveSource:
@@ -50,6 +57,7 @@ class WaveSource:
         self._block_of: dict[str, int] = {}  # run id -> block, of the cells yielded and not yet committed
         self._out = 0  # yielded, record not yet arrived
         self._claimed = 0  # waves claimed so far
+        self.rechecked = 0  # blocks checked again after a lapse of the heartbeat
 
     def __iter__(self) -> Iterator[Cell | None]:
         for wave in self.claims.waves(self.blocks, self.todo, self.still_todo):
@@ -70,11 +78,44 @@ class WaveSource:
                 for block, positions in wave:
                     self._uncommitted[block] = len(positions)
             for block, positions in wave:
-                for cell in self.grid.cells_at(positions):
-                    with self._lock:
-                        self._block_of[cell.run_id] = block
-                    self._out += 1
-                    yield cell
+                yield from self._cells_of(block, positions)
+
+    def _cells_of(self, block: int, positions: np.ndarray) -> Iterator[Cell]:
+        """The cells at `positions` of a claimed block, built a chunk at a time; after a lapse of this
+        driver's heartbeat (it was paused, and another driver may have taken the block over and run it)
+        only the cells the store still lacks, and none once the block is no longer this driver's."""
+        if self.claims.plan_stale:  # a lapse before this block began: check it first
+            positions = self._recheck(block, positions)
+        start = 0
+        while start < len(positions):
+            chunk = positions[start : start + LAPSE_CHECK_CELLS]
+            for offset, cell in enumerate(self.grid.cells_at(chunk)):
+                if self.claims.lapsed():
+                    positions = self._recheck(block, positions[start + offset :])
+                    start = 0
+                    break
+                with self._lock:
+                    self._block_of[cell.run_id] = block
+                self._out += 1
+                yield cell
+            else:
+                start += len(chunk)
+
+    def _recheck(self, block: int, left: np.ndarray) -> np.ndarray:
+        """What is left to run of `block` after a lapse: nothing if another driver holds it now, else the
+        cells of `left` the store does not hold (what was run meanwhile, by anyone, is not run again)."""
+        self.settle()  # this driver's own finished runs first, so the store answers for them
+        keep = self.still_todo(left) if self.claims.holds(block) else left[:0]
+        dropped = len(left) - len(keep)
+        with self._lock:
+            self._uncommitted[block] -= dropped
+            done = self._uncommitted[block] == 0
+            if done:
+                del self._uncommitted[block]
+        self.rechecked += 1
+        if done:
+            self.claims.finished([block])
+        return keep
 
     def arrived(self, records: Sequence[RunRecord]) -> None:
         self._out -= len(records)

@@ -22,6 +22,25 @@ def _no_fence() -> None:
     return None
 
 
+class UnsafePath(ValueError):
+    """A path read from the store's own files (a marker, a claim) that is not a plain relative path
+    inside the root: absolute, with `..`, empty or control characters."""
+
+
+def check_relative(rel: str) -> str:
+    """`rel` if it is a plain relative path inside the root, else UnsafePath. Lexical: every path the
+    store writes is made of its own folder names and generated file names, so anything else was written
+    by someone else (a planted marker must not delete or overwrite a file outside the root)."""
+    if not isinstance(rel, str) or not rel:
+        raise UnsafePath(f"not a path: {rel!r}")
+    if rel.startswith(("/", "\\")) or "\\" in rel or ":" in rel.split("/", 1)[0]:
+        raise UnsafePath(f"not a relative path: {rel[:200]!r}")
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 for c in rel):
+        raise UnsafePath(f"not a plain path inside the root: {rel[:200]!r}")
+    return rel
+
+
 class Root:
     """A filesystem and a base path: where relative store paths live."""
 
@@ -32,7 +51,8 @@ class Root:
         self.fence: Callable[[], None] = _no_fence
 
     def abs(self, rel: str) -> str:
-        return f"{self.base}/{rel}" if rel else self.base
+        """The absolute path of `rel`, which must lie inside the root (`check_relative`)."""
+        return f"{self.base}/{check_relative(rel)}" if rel else self.base
 
     def rel(self, path: str) -> str:
         return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path

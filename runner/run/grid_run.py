@@ -106,7 +106,9 @@ def run_grid(
     report = RunReport(grid.name, store.root, cells, done, skipped, len(todo))
     runner = None
     if len(todo):
-        runner = executor or make_executor(options, lambda within: expected_seconds(grid, todo, store, within))
+        runner = executor or make_executor(
+            options, lambda within: expected_seconds(grid, todo, store, within), label=grid.name
+        )
         # Workers first: a cluster that cannot be reached fails the command before anything is written
         # (an embedded Ray that starts while cells run here only begins to start).
         runner.start()

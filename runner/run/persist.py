@@ -3,12 +3,16 @@
 thread (runner.store.group_commit), so the fsyncs of one commit overlap the next runs and flushes that
 wait share a commit. A crash loses at most one flush window plus the commit under way; Ctrl-C keeps
 what finished. A record the store refuses is stored as `failed` with the reason
-(runner.execute.unwritable) and recounted.
+(runner.execute.unwritable) and recounted. When the store itself cannot be written (a full disk, a
+read-only root: runner.store.errors.StoreIOError), no run is stored as failed: the commit is tried again
+after a pause (`STORE_RETRY_S`: a disk freed meanwhile loses nothing), then the command stops with one
+message, and the runs it could not store run again with the next command.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from types import TracebackType
@@ -16,6 +20,7 @@ from types import TracebackType
 import numpy as np
 
 from runner.coord.claims import Claims
+from runner.errors import StoreIOError
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.options import ExecutionOptions, FlushPolicy
 from runner.execute.progress import Progress
@@ -28,6 +33,11 @@ from runner.store import ResultStore, RunRecord
 from runner.store.group_commit import GroupCommit
 
 Refused = tuple[str, RunRecord]  # (status a record arrived with, the failed record stored instead)
+STORE_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0)  # pauses before trying a commit the store's I/O refused again
+
+
+class StoreRetryWarning(UserWarning):
+    """The store could not be written; the commit is tried again after a pause."""
 
 
 class Flusher:
@@ -36,9 +46,17 @@ class Flusher:
     Use as a context manager: leaving commits everything (also on Ctrl-C)."""
 
     def __init__(
-        self, store: ResultStore, policy: FlushPolicy, bar: Progress, clock: Callable[[], float] = time.monotonic
+        self,
+        store: ResultStore,
+        policy: FlushPolicy,
+        bar: Progress,
+        clock: Callable[[], float] = time.monotonic,
+        retry_s: Sequence[float] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.store, self.policy, self.bar, self.clock = store, policy, bar, clock
+        self.retry_s = STORE_RETRY_S if retry_s is None else retry_s
+        self.sleep = sleep
         self._buffer: list[RunRecord] = []
         self._last = clock()
         self._listeners: list[Callable[[Sequence[RunRecord]], None]] = []
@@ -71,7 +89,16 @@ class Flusher:
 
     def _commit(self, records: Sequence[RunRecord]) -> list[Refused]:
         arrived = {r.run_id: r.status for r in records}
-        refused = [(arrived[f.run_id], f) for f in write_isolated(self.store, records, task_schemas)]
+        for pause in [*self.retry_s, None]:
+            try:
+                stored = write_isolated(self.store, records, task_schemas)
+                break
+            except StoreIOError as exc:
+                if pause is None:
+                    raise
+                warnings.warn(f"convgrid: {exc.cause}; trying again in {pause:g} s", StoreRetryWarning, stacklevel=2)
+                self.sleep(pause)
+        refused = [(arrived[f.run_id], f) for f in stored]
         for listener in self._listeners:
             listener(records)
         return refused

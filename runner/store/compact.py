@@ -27,7 +27,7 @@ from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
 from runner.store.store import ResultStore
-from runner.store.tables import kept_curves, latest_per_run
+from runner.store.tables import kept_curves, latest_per_run, order_keys
 from runner.store.trials import newest_trials
 from runner.store.txn import Transaction
 
@@ -121,7 +121,7 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
     known = pc.binary_join_element_wise(attempts["run_id"], attempts["batch_id"], "/")
     pairs = pc.binary_join_element_wise(all_runs["run_id"], all_runs["batch_id"], "/")
     history = pa.concat_tables([attempts, all_runs.filter(pc.invert(pc.is_in(pairs, value_set=known)))])
-    history = history.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+    history = history.sort_by([("run_id", "ascending", "at_end"), *order_keys(history, "ascending")])
     if damaged:  # runs with an attempt but no runs row left: lost with a runs part, or dropped above
         lost = pc.invert(pc.is_in(history["run_id"], value_set=latest["run_id"]))
         report.rerun = len(set(history.filter(lost)["run_id"].to_pylist()))

@@ -1,8 +1,12 @@
 """A driver's flush: finished runs written in one transaction, keeping runs/ and curves/ the current state.
 
-Within the caller's transaction (writer lock held, earlier crashes recovered):
-  - every new attempt goes to attempts/ (the history keeps all of them);
-  - a new attempt is kept unless the run already has a newer one (two drivers, clocks of workers);
+`write_records` takes the writers' lock, recovers what a crash left, and commits one transaction; per
+task (`stage_task`):
+  - every new attempt goes to attempts/ (the history keeps all of them), numbered with the task's next
+    commit sequence (`commit_seq`): the store's order of attempts, never a clock's;
+  - a new attempt supersedes every stored attempt of its run, since this transaction commits after
+    them (a driver's or a worker's clock an hour behind changes nothing); of two records of one run in
+    one flush, the later to arrive wins;
   - the parts of runs/ and curves/ holding a superseded attempt are rewritten without it, in the same
     part as the new rows; so are parts whose schema differs from the task's current one (a new task
     version's column), so that one task's files always share one schema, as polars requires;
@@ -22,11 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from runner.store.columns import PARTITION
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
 from runner.store.store import ResultStore, SchemaFor
-from runner.store.tables import conform, latest_per_run, micros
+from runner.store.tables import conform, last_per_run, latest_per_run
 from runner.store.txn import Transaction
+from runner.store.union import stage_union
 
 
 def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
@@ -39,9 +45,15 @@ def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: Sch
         return
     with store.writing():
         txn = Transaction(store.files, "flush")
+        written = {name: schemas(name) for name in by_task}
         for name, recs in by_task.items():
-            runs_schema, curves_schema = schemas(name)
+            runs_schema, curves_schema = written[name]
             stage_task(store, txn, name, recs, without_partition(runs_schema), curves_schema)
+        # a folder read whole by a plain Parquet client shows every task's columns (runner.store.union)
+        adding = {tuple(final.split("/")[:2]) for _, final in txn.marker.adds}
+        for kind, index in ((RUNS, 0), (ATTEMPTS, 0), (CURVES, 1), (ATTEMPT_CURVES, 1)):
+            here = {name: pair[index] for name, pair in written.items() if (kind, f"{PARTITION}={name}") in adding}
+            stage_union(store, txn, kind, here)
         txn.commit()
 
 
@@ -72,26 +84,23 @@ def stage_task(
     curves_schema: pa.Schema,
 ) -> None:
     batch_id = uuid.uuid4().hex
-    rows = [{**rec.row, "batch_id": batch_id, "curve_rows": len(rec.curve.get("step", []))} for rec in recs]
-    new = pa.Table.from_pylist(rows, schema=runs_schema)
     reader = store.reader
     runs_dir, curves_dir = task_dir(RUNS, task), task_dir(CURVES, task)
+    attempts_dir = task_dir(ATTEMPTS, task)
+    seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)))
+    rows = [
+        {**rec.row, "batch_id": batch_id, "curve_rows": len(rec.curve.get("step", [])), "commit_seq": seq}
+        for rec in recs
+    ]
+    new = pa.Table.from_pylist(rows, schema=runs_schema)
     run_parts = reader.readable(store.parts(runs_dir))
     # a store from before this layout has `task` inside its files: the rewritten parts drop it
     target = without_partition(reader.unified_schema(run_parts, base=runs_schema))
     history = [conform(new, target)]
 
-    # Which new attempts win, and which stored rows they supersede.
-    new = latest_per_run(new)
-    have = store.runs_index.stored_rows(task, run_parts, new["run_id"].to_pylist())
-    stored_finished = dict(zip(have["run_id"].to_pylist(), have["finished"].to_pylist(), strict=True))
-    keep_ids = {
-        rid
-        for rid, fin in zip(new["run_id"].to_pylist(), micros(new["finished"]), strict=True)
-        if rid not in stored_finished or stored_finished[rid] is None or fin is None or fin >= stored_finished[rid]
-    }
-    kept = new.filter(pc.is_in(new["run_id"], value_set=pa.array(sorted(keep_ids), pa.string())))
-    gone = have.filter(pc.is_in(have["run_id"], value_set=kept["run_id"]))
+    # Every new attempt wins (the last of a run's records in this flush), superseding the stored rows of its run.
+    kept = last_per_run(new)
+    gone = store.runs_index.stored_rows(task, run_parts, kept["run_id"].to_pylist())
 
     rewrite = set(gone["part"].to_pylist()) | {p for p in run_parts if not _same(target, reader.schema(p))}
     survivors = [
@@ -104,7 +113,7 @@ def stage_task(
         pairs = pc.binary_join_element_wise(newest["run_id"], newest["batch_id"], "/")
         every = pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
         history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
-    _add(store, txn, pa.concat_tables(history), task_dir(ATTEMPTS, task))
+    store.runs_index.written(_add(store, txn, pa.concat_tables(history), attempts_dir), seq)
     if newest.num_rows:
         store.runs_index.remember(task, _add(store, txn, newest, runs_dir), newest)
     for part in rewrite:
@@ -112,10 +121,7 @@ def stage_task(
 
     curve_parts = reader.readable(store.parts(curves_dir))
     ctarget = reader.unified_schema(curve_parts, base=curves_schema)
-    chosen: dict[str, RunRecord] = {}  # one record per run: the one whose row was kept
-    for rec in recs:
-        if rec.run_id in keep_ids and (rec.run_id not in chosen or _finished(rec) >= _finished(chosen[rec.run_id])):
-            chosen[rec.run_id] = rec
+    chosen = {rec.run_id: rec for rec in recs}  # one record per run: the last, whose row was kept
     fresh = curve_table(list(chosen.values()), batch_id, curves_schema)
     stale = pc.field("run_id").isin(gone["run_id"].combine_chunks()) & pc.field("batch_id").isin(
         pc.unique(gone["batch_id"].combine_chunks())
@@ -141,10 +147,6 @@ def _add(store: ResultStore, txn: Transaction, table: pa.Table, directory: str) 
     final = txn.add(table, directory)
     store.reader.known(final, table.schema)
     return final
-
-
-def _finished(rec: RunRecord) -> str:
-    return str(rec.row.get("finished") or "")
 
 
 def _parts_with_rows(store: ResultStore, parts: Sequence[str], schema: pa.Schema, expr: ds.Expression) -> set[str]:

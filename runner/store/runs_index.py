@@ -15,15 +15,29 @@ from runner.store.index_keys import PartKeys, part_batches
 from runner.store.parts import PartReader
 
 # what `RunsIndex.stored_rows` answers
-ROWS_FOUND = pa.schema(
-    [("part", pa.string()), ("run_id", pa.string()), ("batch_id", pa.string()), ("finished", pa.int64())]
-)
+ROWS_FOUND = pa.schema([("part", pa.string()), ("run_id", pa.string()), ("batch_id", pa.string())])
 
 
 class RunsIndex:
     def __init__(self, files: Root, reader: PartReader) -> None:
         self.files, self.reader = files, reader
         self._part_keys: dict[str, dict[str, PartKeys]] = {}  # task -> runs part -> the keys of its run ids
+        self._max_seq: dict[str, int] = {}  # attempts part -> the largest commit sequence in it
+
+    def next_seq(self, attempt_parts: Sequence[str]) -> int:
+        """The commit sequence of the task's next transaction: one more than the largest in its attempts
+        (every attempt ever committed, so a repair or compaction of runs/ never lowers it), read from
+        each part's footer statistics once (parts are immutable)."""
+        largest = 0
+        for part in attempt_parts:
+            if part not in self._max_seq:
+                self._max_seq[part] = self.reader.column_max(part, "commit_seq") or 0
+            largest = max(largest, self._max_seq[part])
+        return largest + 1
+
+    def written(self, part: str, seq: int) -> None:
+        """An attempts part this process is writing holds commit sequence `seq` at most."""
+        self._max_seq[part] = seq
 
     def remember(self, task: str, part: str, table: pa.Table) -> None:
         """Index a runs part this process is writing, sparing the next flush from reading it back
@@ -44,8 +58,7 @@ class RunsIndex:
             return PartKeys.join([])
 
     def stored_rows(self, task: str, parts: Sequence[str], run_ids: Sequence[str]) -> pa.Table:
-        """(part, run_id, batch_id, finished) of the rows of `run_ids` in the given runs parts, with
-        `finished` in integer microseconds (runner.store.tables.micros)."""
+        """(part, run_id, batch_id) of the rows of `run_ids` in the given runs parts."""
         known = self._part_keys.setdefault(task, {})
         visible = set(self.reader.readable(parts))
         for gone in set(known) - visible:
@@ -58,15 +71,11 @@ class RunsIndex:
             if not known[part].meets(wanted):
                 continue
             schema = self.reader.unified_schema([part])
-            table = self.reader.read(
-                [part], schema, ["run_id", "batch_id", "finished"], pc.field("run_id").isin(run_ids)
-            )
-            finished = pc.cast(pc.cast(table["finished"], pa.timestamp("us", "UTC")), pa.int64())
+            table = self.reader.read([part], schema, ["run_id", "batch_id"], pc.field("run_id").isin(run_ids))
             columns = {
                 "part": pa.repeat(pa.scalar(part), table.num_rows),
                 "run_id": table["run_id"],
                 "batch_id": table["batch_id"],
-                "finished": finished,
             }
             rows.append(pa.table(columns, schema=ROWS_FOUND))
         return pa.concat_tables(rows)

@@ -21,7 +21,9 @@ lock of runner.coord; which driver runs which cells is not the store's business.
 
 from __future__ import annotations
 
+import errno
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -36,11 +38,20 @@ from runner.coord.writers import writers_lock
 from runner.fs.files import is_local
 from runner.fs.root import Root, open_root
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
-from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, MEMBERS, RUNS, task_dir, without_partition
+from runner.store.layout import (
+    ATTEMPT_CURVES,
+    ATTEMPTS,
+    CURVES,
+    MEMBERS,
+    RUNS,
+    SCHEMA_TASK,
+    task_dir,
+    without_partition,
+)
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
-from runner.store.tables import kept_curves, latest_per_run
-from runner.store.txn import INTERNAL, Transaction, View, recover
+from runner.store.tables import kept_curves, latest_per_run, order_keys
+from runner.store.txn import INTERNAL, STAGING_DIR, TXN_DIR, Transaction, View, recover
 
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
@@ -69,16 +80,21 @@ class ResultStore:
 
     def tasks(self) -> list[str]:
         """Tasks with at least one runs or attempts part."""
+        return sorted(set(self.tasks_in(RUNS)) | set(self.tasks_in(ATTEMPTS)))
+
+    def tasks_in(self, kind: str) -> list[str]:
+        """Tasks with a folder in `kind` (runs, curves, attempts, attempt_curves); never the folder of
+        the union's part (runner.store.union), which is no task."""
         names: set[str] = set()
-        for kind in (RUNS, ATTEMPTS):
-            for info in self.files.listing(kind):
-                if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
-                    names.add(info.base_name.split("=", 1)[1])
+        for info in self.files.listing(kind):
+            if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
+                names.add(info.base_name.split("=", 1)[1])
         # a committed transaction's parts may all still be in staging (its writer died before publishing)
         for final in View.of(self.files).staged:
-            kind, folder = final.split("/")[:2]
-            if kind in (RUNS, ATTEMPTS) and folder.startswith(f"{PARTITION}="):
+            folder_kind, folder = final.split("/")[:2]
+            if folder_kind == kind and folder.startswith(f"{PARTITION}="):
                 names.add(folder.split("=", 1)[1])
+        names.discard(SCHEMA_TASK)
         return sorted(names)
 
     @property
@@ -92,8 +108,21 @@ class ResultStore:
         A root without _store/ has no transaction to finish: nothing is created there."""
         if not self.files.exists(INTERNAL):
             return 0
-        with self.lock.held():
-            return recover(self.files, locked=self.local)
+        left = len(self.files.listing(TXN_DIR)) + len(self.files.listing(STAGING_DIR))
+        if not left:
+            return 0  # nothing to finish: no lock taken, so a read-only root reads as any other
+        try:
+            with self.lock.held():
+                return recover(self.files, locked=self.local)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            warnings.warn(
+                f"{self.root} is read-only ({exc.strerror}): {left} files of unfinished transactions not recovered; "
+                "reading what was committed (a command that can write there finishes them)",
+                stacklevel=2,
+            )
+            return 0
 
     @contextmanager
     def writing(self) -> Iterator[None]:
@@ -207,16 +236,23 @@ class ResultStore:
                 fixed = {f.name: f for f in [*RUN_COLUMNS, pa.field(PARTITION, pa.string())]}
                 return pa.schema([fixed[c] for c in shared]).empty_table()
             return pa.concat_tables(parts, promote_options="permissive")
-        cols = None if columns is None else list(dict.fromkeys(["run_id", "finished", *columns]))
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "commit_seq", "finished", *columns]))
         # In a settled store runs/ holds one row per run already; de-duplicating again is cheap and
         # keeps stores written before the current layout (several attempts in runs/) right.
-        return latest_per_run(self.read_table(RUNS, task, cols, filter))
+        newest = latest_per_run(self.read_table(RUNS, task, cols, filter))
+        if columns is not None and "commit_seq" not in columns:
+            newest = newest.drop_columns(["commit_seq"])  # read to order the rows, not asked for
+        return newest
 
     def read_attempts(self, task: str, columns: list[str] | None = None) -> pa.Table:
-        """Every attempt of every run of the task, oldest first (the history; runs/ keeps the newest)."""
-        table = self.read_table(ATTEMPTS, task, columns)
-        if table.num_rows and "finished" in table.column_names:
-            table = table.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+        """Every attempt of every run of the task, in commit order (runner.store.tables.order_keys; the
+        history: runs/ keeps the newest)."""
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "commit_seq", "finished", *columns]))
+        table = self.read_table(ATTEMPTS, task, cols)
+        if table.num_rows:
+            table = table.sort_by([("run_id", "ascending", "at_end"), *order_keys(table, "ascending")])
+        if columns is not None and "commit_seq" not in columns:
+            table = table.drop_columns(["commit_seq"])  # read to order the rows, not asked for
         return table
 
     def read_curves(

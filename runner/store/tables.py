@@ -7,12 +7,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def micros(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
-    """Timestamps as integer microseconds since the epoch, for comparing in Python: a Python datetime
-    costs about 5 µs to make, which was a tenth of a flush's time in the index of runs parts."""
-    return list(pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.int64()).to_pylist())
-
-
 def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:
     """The rows of `table` whose (run_id, batch_id) is in `keys`, in the order read: each run's rows
     lie in one part, written in step order, so they come grouped by run in step order (sorting 10
@@ -26,6 +20,20 @@ def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:
     return table if pc.all(keep).as_py() else table.filter(keep)
 
 
+def last_per_run(table: pa.Table) -> pa.Table:
+    """Keep the last row of each run_id, in the table's order (a flush's records in arrival order)."""
+    if table.num_rows == 0:
+        return table
+    position = pa.array(range(table.num_rows), pa.int64())
+    ordered = table.append_column("__position", position).sort_by(
+        [("run_id", "ascending"), ("__position", "descending")]
+    )
+    ids = ordered["run_id"]
+    keep = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
+    first = pa.concat_arrays([pa.array([True]), keep.combine_chunks()])
+    return ordered.filter(first).drop_columns(["__position"]).sort_by([("run_id", "ascending")])
+
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with exactly `schema`'s columns, in its order and types (absent ones as nulls)."""
     if table.schema.equals(schema, check_metadata=True):
@@ -36,11 +44,19 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def order_keys(table: pa.Table, direction: str) -> list[tuple[str, str, str]]:
+    """The sort keys that put a task's attempts in commit order (`ascending`: oldest first): the store's
+    commit sequence, then, for rows from before it, `finished`; a null is the oldest."""
+    nulls = "at_start" if direction == "ascending" else "at_end"
+    return [(c, direction, nulls) for c in ("commit_seq", "finished") if c in table.column_names]
+
+
 def latest_per_run(table: pa.Table) -> pa.Table:
-    """Keep the newest row (by `finished`) of each run_id; duplicates come from retries or two drivers."""
+    """Keep the newest row of each run_id, in commit order (`order_keys`); duplicates in runs/ come from
+    stores written before the current layout, or from rows read across a transaction's parts."""
     if table.num_rows == 0:
         return table
-    table = table.sort_by([("run_id", "ascending"), ("finished", "descending")])
+    table = table.sort_by([("run_id", "ascending", "at_end"), *order_keys(table, "descending")])
     ids = table["run_id"]
     keep = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
     first = pa.concat_arrays([pa.array([True]), keep.combine_chunks()])

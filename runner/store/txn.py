@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,10 +34,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, read_bytes, write_bytes
-from runner.fs.root import Root
-from runner.store.files import write_parquet
+from runner.fs.root import Root, UnsafePath, check_relative
+from runner.store.files import encode_parquet, read_tail, write_durably
+from runner.store.layout import MEMBERS, TASK_KINDS, TRIALS
+from runner.store.part_names import name_for, new_id, tail_of
 
 INTERNAL = "_store"
+# The folders of data a transaction may add to or remove from.
+DATA_FOLDERS = frozenset({*TASK_KINDS, MEMBERS, TRIALS})
 TXN_DIR = f"{INTERNAL}/txn"
 STAGING_DIR = f"{INTERNAL}/staging"
 QUARANTINE_DIR = f"{INTERNAL}/quarantine"
@@ -59,15 +62,6 @@ def reached(phase: str, label: str) -> None:
         hook(phase, label)
 
 
-def new_id() -> str:
-    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
-
-
-def part_name() -> str:
-    """A globally unique part file name; its time prefix sorts parts oldest first."""
-    return f"part-{new_id()}.parquet"
-
-
 @dataclass
 class Marker:
     """What one committed transaction does; paths are relative to the root."""
@@ -83,17 +77,53 @@ class Marker:
 
     @classmethod
     def from_json(cls, data: bytes) -> Marker:
-        body = json.loads(data)
-        return cls(
-            body["txn"],
-            [(a, b) for a, b in body["adds"]],
-            list(body["removes"]),
-            [(a, b) for a, b in body.get("moves", [])],
-        )
+        """The marker, its every path checked (`check_paths`); MarkerError for anything else."""
+        try:
+            body = json.loads(data)
+            marker = cls(
+                str(body["txn"]),
+                [(str(a), str(b)) for a, b in body["adds"]],
+                [str(r) for r in body["removes"]],
+                [(str(a), str(b)) for a, b in body.get("moves", [])],
+            )
+        except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise MarkerError(f"not a transaction marker: {type(exc).__name__}: {exc}") from None
+        marker.check_paths()
+        return marker
+
+    def check_paths(self) -> None:
+        """Every path lies where this kind of path must: a staged part in staging, a final or removed
+        part in a data folder, a quarantined one in quarantine; all inside the root (a planted marker
+        must not delete, move or overwrite anything else)."""
+        for path, where in [
+            *((a, "staged") for a, _ in self.adds),
+            *((b, "data") for _, b in self.adds),
+            *((r, "data") for r in self.removes),
+            *((a, "data") for a, _ in self.moves),
+            *((b, "quarantine") for _, b in self.moves),
+        ]:
+            try:
+                check_relative(path)
+            except UnsafePath as exc:
+                raise MarkerError(str(exc)) from None
+            top = path.split("/", 1)[0]
+            ok = {
+                "staged": path.startswith(f"{STAGING_DIR}/") and path.count("/") == 2,
+                "data": top in DATA_FOLDERS and path.count("/") >= 1,
+                "quarantine": path.startswith(f"{QUARANTINE_DIR}/"),
+            }[where]
+            if not ok:
+                raise MarkerError(f"a {where} path outside its place: {path[:200]!r}")
 
 
-def read_markers(root: Root) -> list[Marker]:
-    """Every committed transaction not yet finished (normally none; one after a crash or mid-write)."""
+class MarkerError(ValueError):
+    """A file in _store/txn/ that is not a marker this store wrote (damaged, or planted)."""
+
+
+def read_markers(root: Root, quarantine: bool = False) -> list[Marker]:
+    """Every committed transaction not yet finished (normally none; one after a crash or mid-write).
+    A file there that is not a valid marker is never applied: it is skipped with a warning naming it,
+    and with `quarantine` (a writer holding the lock) moved to _store/quarantine/markers/."""
     markers = []
     for info in root.listing(TXN_DIR):
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json") or info.base_name.startswith("."):
@@ -102,12 +132,30 @@ def read_markers(root: Root) -> list[Marker]:
             markers.append(Marker.from_json(read_bytes(root.fs, info.path)))
         except FileNotFoundError:
             continue  # finished between the listing and the read: its effects are in place
+        except MarkerError as exc:
+            _bad_marker(root, info.path, exc, quarantine)
         except OSError:
             # an object store may report a key deleted while it is read as some other failure (moto:
             # "Failed to flush response stream"): gone now means finished, as above
             if root.exists(root.rel(info.path)):
                 raise
     return markers
+
+
+class BadMarkerWarning(UserWarning):
+    """A file in _store/txn/ that is not a valid marker was skipped (and, by a writer, quarantined)."""
+
+
+def _bad_marker(root: Root, path: str, error: MarkerError, quarantine: bool) -> None:
+    where = f"{QUARANTINE_DIR}/markers/{PurePosixPath(path).name}"
+    moved = ""
+    if quarantine:
+        ensure_dir(root.fs, root.abs(f"{QUARANTINE_DIR}/markers"))
+        root.fs.move(path, root.abs(where))
+        moved = f"; moved to {root.abs(where)}"
+    else:
+        moved = "; the next command that writes moves it to quarantine"
+    warnings.warn(f"convgrid: ignoring {path}: {error}{moved}", BadMarkerWarning, stacklevel=3)
 
 
 @dataclass
@@ -153,32 +201,38 @@ class Transaction:
         self._writes: list[Future[None]] = []
 
     def add(self, table: pa.Table, directory: str) -> str:
-        """Stage `table` as a new part of `directory`; returns its final relative path."""
-        staged, final = self._names(directory)
-        # parts are written and fsynced in parallel (pyarrow and fsync release the GIL); `commit`
+        """Stage `table` as a new part of `directory`; returns its final relative path, which records the
+        part's size and footer checksum (runner.store.part_names): it is encoded here, in memory."""
+        data = encode_parquet(table)
+        name = name_for(data.size, tail_of(memoryview(data)))
+        staged, final = self._staged(name), f"{directory}/{name}"
+        # parts are written and fsynced in parallel (fsync and the write release the GIL); `commit`
         # waits for all of them before the marker
-        self._writes.append(_POOL.submit(write_parquet, self.root.fs, table, self.root.abs(staged)))
+        self._writes.append(_POOL.submit(write_durably, self.root.fs, self.root.abs(staged), data))
         return self._added(staged, final)
 
     def add_written(self, directory: str, write: Callable[[pafs.FileSystem, str], None]) -> str:
         """Stage a new part of `directory` that `write(fs, path)` writes, in this thread (a merge streams
-        rows into it, so the part never stands in memory whole); returns its final relative path. If
-        `write` raises, its partial file is deleted and nothing is added."""
-        staged, final = self._names(directory)
+        rows into it, so the part never stands in memory whole); returns its final relative path, named
+        once written from its size and footer. If `write` raises, its partial file is deleted and nothing
+        is added."""
+        staged = self._staged(f"part-{new_id()}.written")
+        path = self.root.abs(staged)
         try:
-            write(self.root.fs, self.root.abs(staged))
+            write(self.root.fs, path)
+            size = self.root.fs.get_file_info(path).size
+            final = f"{directory}/{name_for(size, read_tail(self.root.fs, path, size))}"
         except BaseException:
-            delete_quietly(self.root.fs, self.root.abs(staged))
+            delete_quietly(self.root.fs, path)
             raise
         return self._added(staged, final)
 
-    def _names(self, directory: str) -> tuple[str, str]:
+    def _staged(self, name: str) -> str:
         if not self.marker.adds:
             ensure_dir(self.root.fs, self.root.abs(STAGING_DIR))
-        name = part_name()
         # one flat staging folder, files prefixed by their transaction: no folder to create (and
         # fsync) per transaction, which is most of a small flush's cost
-        return f"{STAGING_DIR}/{self.marker.txn}.{name}", f"{directory}/{name}"
+        return f"{STAGING_DIR}/{self.marker.txn}.{name}"
 
     def _added(self, staged: str, final: str) -> str:
         self.marker.adds.append((staged, final))
@@ -294,7 +348,7 @@ def recover(root: Root, locked: bool) -> int:
     and delete temporary files. `locked`: the caller holds the writer lock, so no staging is live.
     Returns how many leftovers were dealt with."""
     done = 0
-    for marker in read_markers(root):
+    for marker in read_markers(root, quarantine=True):  # recovery runs under the writers' lock
         if _lost_before_publishing(root, marker):
             for staged, _ in marker.adds:
                 delete_quietly(root.fs, root.abs(staged))

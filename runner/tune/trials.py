@@ -88,7 +88,9 @@ class TuneReport:
     n_trials: int
     states: Counter[str] = field(default_factory=Counter)
     ran: int = 0
+    counts: Counter[str] = field(default_factory=Counter)  # the runs this command executed, by status
     from_store: int = 0
+    skipped_failed: int = 0  # trials told FAIL from a stored failed or timed-out run (not rerun without --retry-failed)
     repaired: int = 0  # runs of told trials that a killed driver had not written, run again at start
     recovered: list[int] = field(default_factory=list)
     stopped_early: str | None = None
