@@ -30,7 +30,7 @@ GRID = {
         {"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}},  # a task that computes on the CPU only
     ],
 }
-TIMING = ["batch_id", "wall_s", "started", "finished", "host"]
+TIMING = ["batch_id", "commit_seq", "wall_s", "started", "finished", "host"]
 NO_CUDA = "no CUDA device visible to torch on this machine"
 
 

@@ -27,7 +27,7 @@ GRID = {
         {"task": "least_squares", "params": {"lr_rule": "optimal", "n_iters": 40}, "repeat": 2},
     ],
 }
-PROVENANCE = ["batch_id", "wall_s", "started", "finished", "host", "device"]
+PROVENANCE = ["batch_id", "commit_seq", "wall_s", "started", "finished", "host", "device"]
 
 
 def _store_frames(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
