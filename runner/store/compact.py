@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 
 from runner.coord.claims import remove_idle_claims
 from runner.fs.files import delete_quietly
+from runner.store import incoming
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
@@ -43,6 +44,7 @@ class CompactReport:
     rerun: int = 0  # runs whose rows were lost with a damaged part: the next `run` runs them again
     skipped: list[str] = field(default_factory=list)  # tasks left alone because of damaged parts
     claims_removed: int = 0  # claims folders of grids that no driver may still use
+    orphans_removed: int = 0  # parts workers staged that no manifest will name any more (runner.store.incoming)
 
     def line(self) -> str:
         text = (
@@ -55,12 +57,15 @@ class CompactReport:
             text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
         if self.claims_removed:
             text += f"; removed the claims of {self.claims_removed} grids no driver is running"
+        if self.orphans_removed:
+            text += f"; deleted {self.orphans_removed} staged parts no driver will commit"
         return text
 
 
 def compact(store: ResultStore, repair: bool = False) -> CompactReport:
     report = CompactReport()
     with store.writing():
+        report.orphans_removed = incoming.sweep(store.files, force=True)
         _delete_old_temporaries(store)
         txn = Transaction(store.files, "compact")
         for name in store.tasks():

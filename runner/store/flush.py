@@ -12,6 +12,13 @@ task (`stage_task`):
     version's column), so that one task's files always share one schema, as polars requires;
   - the kept attempts' rows go to runs/ and their curve rows to curves/; the curve rows of the
     attempts they supersede move to attempt_curves/ (the history's curves).
+
+A record whose curve rows a worker already wrote (`RunRecord.staged`, runner.store.incoming) brings its
+runs row and the part's name only: the part is published into curves/ as it is, unread, when this
+transaction keeps every run it holds with the part's schema; otherwise (a run of it superseded within
+the flush, a record stored alone after a bad value, a task whose stored parts have other columns) the
+rows it keeps are read from it and written with the others, and the part is left for the incoming
+cleanup. Every staged part is first checked to be there, whole (`incoming.lost`).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from runner.store import incoming
 from runner.store.columns import PARTITION
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
@@ -44,6 +52,9 @@ def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: Sch
     if not by_task:
         return
     with store.writing():
+        gone = incoming.lost(store.files, {rec.staged.path for rec in records if rec.staged is not None})
+        if gone:  # cleaned from under a driver paused past the grace period, or deleted by hand
+            raise incoming.StagedPartLost(f"staged curve parts missing or cut short: {', '.join(gone)}")
         txn = Transaction(store.files, "flush")
         written = {name: schemas(name) for name in by_task}
         for name, recs in by_task.items():
@@ -89,7 +100,12 @@ def stage_task(
     attempts_dir = task_dir(ATTEMPTS, task)
     seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)))
     rows = [
-        {**rec.row, "batch_id": batch_id, "curve_rows": len(rec.curve.get("step", [])), "commit_seq": seq}
+        {
+            **rec.row,
+            "batch_id": rec.staged.batch_id if rec.staged is not None else batch_id,
+            "curve_rows": rec.curve_rows,
+            "commit_seq": seq,
+        }
         for rec in recs
     ]
     new = pa.Table.from_pylist(rows, schema=runs_schema)
@@ -122,7 +138,8 @@ def stage_task(
     curve_parts = reader.readable(store.parts(curves_dir))
     ctarget = reader.unified_schema(curve_parts, base=curves_schema)
     chosen = {rec.run_id: rec for rec in recs}  # one record per run: the last, whose row was kept
-    fresh = curve_table(list(chosen.values()), batch_id, curves_schema)
+    fresh = curve_table([r for r in chosen.values() if r.staged is None], batch_id, curves_schema)
+    copied = _adopt_staged(store, txn, list(chosen.values()), ctarget, curves_dir)
     stale = pc.field("run_id").isin(gone["run_id"].combine_chunks()) & pc.field("batch_id").isin(
         pc.unique(gone["batch_id"].combine_chunks())
     )
@@ -135,12 +152,35 @@ def stage_task(
         csurvivors.append(rows_.filter(pc.invert(doomed)))
         superseded.append(rows_.filter(doomed))
         txn.remove(part)
-    ctable = pa.concat_tables([conform(fresh, ctarget), *csurvivors])
+    ctable = pa.concat_tables([conform(fresh, ctarget), *copied, *csurvivors])
     if ctable.num_rows:
         _add(store, txn, ctable, curves_dir)
     old = pa.concat_tables(superseded) if superseded else None
     if old is not None and old.num_rows:  # the history keeps them, out of every curves/ reader's way
         _add(store, txn, old, task_dir(ATTEMPT_CURVES, task))
+
+
+def _adopt_staged(
+    store: ResultStore, txn: Transaction, kept: Sequence[RunRecord], schema: pa.Schema, directory: str
+) -> list[pa.Table]:
+    """Publish the staged parts of the kept records into `directory` as they are where that is exact;
+    return the rows to copy from the others (see the module's docstring)."""
+    by_part: dict[str, list[RunRecord]] = defaultdict(list)
+    for rec in kept:
+        if rec.staged is not None:
+            by_part[rec.staged.path].append(rec)
+    copied = []
+    for path, recs in by_part.items():
+        part = recs[0].staged
+        assert part is not None
+        if len(recs) == part.runs and _same(schema, part.schema):
+            store.reader.known(txn.adopt(path, directory), part.schema)
+            continue
+        rows = store.reader.read([path], schema, filter=pc.field("run_id").isin([r.run_id for r in recs]))
+        if path in store.reader.damaged or rows.num_rows != sum(r.curve_rows for r in recs):
+            raise incoming.StagedPartLost(f"staged curve part {path} does not hold the rows its manifest names")
+        copied.append(conform(rows, schema))
+    return copied
 
 
 def _add(store: ResultStore, txn: Transaction, table: pa.Table, directory: str) -> str:

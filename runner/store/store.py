@@ -46,6 +46,7 @@ from runner.store.layout import (
     task_dir,
     without_partition,
 )
+from runner.store import incoming
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
 from runner.store.tables import kept_curves, latest_per_run, order_keys
@@ -107,13 +108,15 @@ class ResultStore:
         if not self.files.exists(INTERNAL):
             return 0
         with self.lock.held():
-            return recover(self.files, locked=self.local)
+            return recover(self.files, locked=self.local) + incoming.sweep(self.files)
 
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """Hold the writer lock, with every earlier crash rolled forward or back first."""
+        """Hold the writer lock, with every earlier crash rolled forward or back first (and workers'
+        parts that no manifest will name any more deleted: runner.store.incoming)."""
         with self.lock.held():
             recover(self.files, locked=self.local)
+            incoming.sweep(self.files)
             yield
 
     def parts(self, *directory: str) -> list[str]:

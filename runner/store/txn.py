@@ -3,7 +3,8 @@ adds parts and removes parts atomically for convgrid's readers.
 
 The protocol, in the order it runs (each step durable before the next, but for 1 and 2: see below):
 
-    1. staging   new parts are written under _store/staging/<txn>.part-* (no reader, no glob sees them)
+    1. staging   new parts are written under _store/staging/<txn>.part-* (no reader, no glob sees them),
+                 or were written before by a worker under _store/incoming/ (runner.store.incoming)
     2. marker    _store/txn/<txn>.json names every add (staged -> final path), remove and move: the
                  commit point. Before it exists the transaction never happened; after, it did.
     3. publish   each staged part is renamed to its final path (runs/task=x/part-...parquet, ...)
@@ -37,13 +38,16 @@ from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, rea
 from runner.fs.root import Root, UnsafePath, check_relative
 from runner.store.files import encode_parquet, read_tail, write_durably
 from runner.store.layout import MEMBERS, TASK_KINDS, TRIALS
-from runner.store.part_names import name_for, new_id, tail_of
+from runner.store.part_names import name_for, new_id, renamed, tail_of
 
 INTERNAL = "_store"
 # The folders of data a transaction may add to or remove from.
 DATA_FOLDERS = frozenset({*TASK_KINDS, MEMBERS, TRIALS})
 TXN_DIR = f"{INTERNAL}/txn"
 STAGING_DIR = f"{INTERNAL}/staging"
+# Parts workers wrote for a driver to commit (runner.store.incoming): staged like staging's, but by
+# another process, and cleaned by their own rule (never with staging's, which runs under every lock).
+INCOMING_DIR = f"{INTERNAL}/incoming"
 QUARANTINE_DIR = f"{INTERNAL}/quarantine"
 # On an object store nothing tells a dead writer's staging from a live one's: leave it this long.
 STALE_STAGING_S = 3600.0
@@ -92,9 +96,9 @@ class Marker:
         return marker
 
     def check_paths(self) -> None:
-        """Every path lies where this kind of path must: a staged part in staging, a final or removed
-        part in a data folder, a quarantined one in quarantine; all inside the root (a planted marker
-        must not delete, move or overwrite anything else)."""
+        """Every path lies where this kind of path must: a staged part in staging (or a worker's, in
+        incoming), a final or removed part in a data folder, a quarantined one in quarantine; all inside
+        the root (a planted marker must not delete, move or overwrite anything else)."""
         for path, where in [
             *((a, "staged") for a, _ in self.adds),
             *((b, "data") for _, b in self.adds),
@@ -108,7 +112,8 @@ class Marker:
                 raise MarkerError(str(exc)) from None
             top = path.split("/", 1)[0]
             ok = {
-                "staged": path.startswith(f"{STAGING_DIR}/") and path.count("/") == 2,
+                "staged": (path.startswith(f"{STAGING_DIR}/") and path.count("/") == 2)
+                or (path.startswith(f"{INCOMING_DIR}/") and path.count("/") >= 3),
                 "data": top in DATA_FOLDERS and path.count("/") >= 1,
                 "quarantine": path.startswith(f"{QUARANTINE_DIR}/"),
             }[where]
@@ -199,6 +204,7 @@ class Transaction:
         self.root, self.label = root, label  # the label names it to the phase hooks
         self.marker = Marker(new_id())
         self._writes: list[Future[None]] = []
+        self._staging_ready = False
 
     def add(self, table: pa.Table, directory: str) -> str:
         """Stage `table` as a new part of `directory`; returns its final relative path, which records the
@@ -227,9 +233,17 @@ class Transaction:
             raise
         return self._added(staged, final)
 
+    def adopt(self, staged: str, directory: str) -> str:
+        """Add a part written (durably, its name in its folder made durable too) by another process under
+        _store/incoming/ (runner.store.incoming): published into `directory` under a new name of this
+        transaction's time that records the same size and footer checksum. Nothing is read or written
+        here; returns its final relative path."""
+        return self._added(staged, f"{directory}/{renamed(staged.rsplit('/', 1)[-1])}")
+
     def _staged(self, name: str) -> str:
-        if not self.marker.adds:
+        if not self._staging_ready:
             ensure_dir(self.root.fs, self.root.abs(STAGING_DIR))
+            self._staging_ready = True
         # one flat staging folder, files prefixed by their transaction: no folder to create (and
         # fsync) per transaction, which is most of a small flush's cost
         return f"{STAGING_DIR}/{self.marker.txn}.{name}"
