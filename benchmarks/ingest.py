@@ -108,7 +108,10 @@ def main() -> None:
     def rows_s(name: str, c: int) -> float:
         return runs[c] * c / statistics.median(wall[(name, c)])
 
-    print(f"ingest, {args.actors} actors, medians of {args.repeat} rounds (driver CPU s / 1,000 runs; runs/s; curve rows/s)")
+    print(
+        f"ingest, {args.actors} actors, medians of {args.repeat} rounds "
+        "(driver CPU s / 1,000 runs; runs/s; curve rows/s)"
+    )
     for c in curves:
         cells = []
         for name in contenders:
@@ -122,7 +125,9 @@ def main() -> None:
         g = f"{rows_s('new', 10_000) / rows_s('old', 10_000):.2f}"
     else:
         g = "n/a (no new path in this checkout)"
-    print(f"ingest: driver CPU per run C={max(curves)}/C={min(curves)} ratio {r:.2f}; curve rows/s at C=10000 new/old {g}")
+    print(
+        f"ingest: driver CPU per run C={max(curves)}/C={min(curves)} ratio {r:.2f}; curve rows/s at C=10000 new/old {g}"
+    )
 
 
 if __name__ == "__main__":

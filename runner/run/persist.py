@@ -185,9 +185,9 @@ def execute_cells(
     options = options or ExecutionOptions()
     if total is None:
         total = len(cells) if isinstance(cells, Sized) else 0
-    with staged_by_workers(executor, store):
-        with Flusher(store, options.flush, Progress(total, label, enabled=options.progress)) as flusher:
-            _pump(cells, executor, flusher, channel, [sink] if sink is not None else [])
+    bar = Progress(total, label, enabled=options.progress)
+    with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
+        _pump(cells, executor, flusher, channel, [sink] if sink is not None else [])
     return flusher.counts
 
 

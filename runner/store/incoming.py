@@ -26,6 +26,7 @@ under the lock), so a part cleaned from under a driver paused past the grace per
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -41,7 +42,7 @@ from runner.fs.files import delete_quietly, fsync_dir, is_local
 from runner.fs.root import Root
 from runner.store.files import encode_parquet, write_durably
 from runner.store.part_names import expected, name_for, new_id, tail_of
-from runner.store.txn import INCOMING_DIR
+from runner.store.txn import INCOMING_DIR, reached
 
 # A part no manifest named for this long is an orphan whoever staged it. An hour, as young staging on an
 # object store (runner.store.txn.STALE_STAGING_S): far beyond a flush window plus a commit, and plus the
@@ -85,6 +86,7 @@ def write_staged(root: Root, folder: str, table: pa.Table) -> str:
     _ensure_folder(root, folder)
     write_durably(root.fs, root.abs(rel), data)
     fsync_dir(root.fs, root.abs(folder))
+    reached("staged", "incoming")  # fault tests kill a worker here: staged, its manifest not yet sent
     return rel
 
 
@@ -172,7 +174,6 @@ def _remove_dirs(root: Root, folder: str) -> None:
         return
     path = root.abs(folder)
     for parent, _, _ in sorted(os.walk(path), key=lambda entry: -len(entry[0])):
-        try:
+        # not empty: a worker presumed lost wrote into it meanwhile; the sweep takes it later
+        with contextlib.suppress(OSError):
             os.rmdir(parent)
-        except OSError:
-            pass  # not empty: a worker presumed lost wrote into it meanwhile; the sweep takes it later

@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 from runner.coord.writers import writers_lock
 from runner.fs.files import is_local
 from runner.fs.root import Root, open_root
+from runner.store import incoming
 from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
 from runner.store.layout import (
     ATTEMPT_CURVES,
@@ -46,7 +47,6 @@ from runner.store.layout import (
     task_dir,
     without_partition,
 )
-from runner.store import incoming
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
 from runner.store.tables import kept_curves, latest_per_run, order_keys

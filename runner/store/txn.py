@@ -57,7 +57,9 @@ _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="convgrid-store")
 # The phases a transaction passes through, in order. Fault tests install a hook in PHASE_HOOKS that
 # kills the process at one of them (tests/kill_at.py); production code installs none.
 PHASES = ("staging", "staged", "marked", "publishing", "published", "deleting", "deleted")
-PhaseHook = Callable[[str, str], None]  # (phase, the transaction's label: flush, compact, merge, append)
+# (phase, the transaction's label: flush, compact, merge, append; or "incoming": a worker's staged part,
+# runner.store.incoming, which reaches "staged" once written)
+PhaseHook = Callable[[str, str], None]
 PHASE_HOOKS: list[PhaseHook] = []
 
 
