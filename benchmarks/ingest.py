@@ -2,6 +2,7 @@
 against rows written by the workers and committed by the driver from a manifest (new, issue 27).
 
     python benchmarks/ingest.py [--curves 10,1000,10000,100000] [--runs 500] [--actors 2] [--repeat 3]
+                                [--paced-runs 200]
 
 `--actors` Ray actors on the embedded Ray run a learner that costs nothing but its curve
 (benchmarks/ingest_learner: C rows of step, loss, grad_norm as Python lists, as real learners return
@@ -9,11 +10,19 @@ them), so runs come as fast as the pool takes them and what is measured is the p
 the store: `run_grid` on a fresh local root, the driver's flush policy and group commit as
 `convgrid run` has them, the automatic merge after the run turned off (CONVGRID_COMPACT_PARTS=0: it is
 maintenance, scheduled apart at scale; docs/scale.md). Both contenders use the same warm actors; for
-each C and each repeat they run one after the other, in alternating order. Per C it prints the median
-over repeats of the driver's CPU seconds per 1,000 runs (time.process_time of this process: every
-thread, Ray's own included), runs/s and curve rows/s end to end (the run_grid call's wall clock).
-Every C runs the same number of runs, so a command's fixed costs (planning, members, claims) weigh the
-same in each, and a driver's cost that grows with C shows as such.
+each C and each repeat they run one after the other, in alternating order. Every C runs the same
+number of runs, so a command's fixed costs (planning, members, claims) weigh the same in each.
+
+Per C it prints the median over repeats of the driver's CPU seconds per 1,000 runs (time.process_time
+of this process: every thread, Ray's own included), the actors' (their processes' CPU time, from
+/proc), runs/s and curve rows/s end to end (the run_grid call's wall clock).
+
+A driver also spends CPU per second, whatever it receives (Ray's own threads and waits, a commit per
+flush window): ~25 ms/s here. As fast as the pool takes them, runs of 100,000 steps come ~50 times
+slower than runs of 10 on two cores, so that cost weighs ~50 times more per run. The paced rounds
+(new path only) separate the two: each C's runs are made to last as long as the slowest C's (the
+learner sleeps the difference), so every C arrives at one pace and what remains of a difference in the
+driver's CPU per run is the curve's.
 
 A checkout without the new path (RayExecutor without `stage`) measures the old one alone.
 """
@@ -27,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,25 +54,54 @@ from runner.run.grid_run import run_grid  # noqa: E402
 
 QUIET = ExecutionOptions(progress=False)
 HAS_NEW = "stage" in getattr(RayExecutor, "__dataclass_fields__", {})
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-def grid(c: int, runs: int, tag: str) -> dict[str, object]:
+@dataclass
+class Sample:
+    runs: int
+    driver_s: list[float] = field(default_factory=list)
+    actors_s: list[float] = field(default_factory=list)
+    wall_s: list[float] = field(default_factory=list)
+
+    def per_1000(self, which: list[float]) -> float:
+        return statistics.median(which) / self.runs * 1000
+
+    def runs_per_s(self) -> float:
+        return self.runs / statistics.median(self.wall_s)
+
+
+def grid(c: int, runs: int, tag: str, sleep_s: float = 0.0) -> dict[str, object]:
+    params: dict[str, object] = {"steps": c, **({"sleep_s": round(sleep_s, 4)} if sleep_s else {})}
     return {
         "name": f"ingest-{c}-{tag}",
-        "blocks": [{"task": "synth", "params": {"steps": c}, "product": {"seed": list(range(runs))}}],
+        "blocks": [{"task": "synth", "params": params, "product": {"seed": list(range(runs))}}],
     }
 
 
-def measure(pool: RayExecutor, new: bool, c: int, runs: int, root: Path) -> tuple[float, float]:
-    """(driver CPU seconds, wall seconds) of one run_grid of `runs` runs of `c` curve rows."""
+def cpu_of(pids: list[int]) -> float:
+    """User and system CPU seconds of processes (the actors), from /proc."""
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
+
+
+def measure(pool: RayExecutor, new: bool, c: int, sample: Sample, root: Path, sleep_s: float = 0.0) -> None:
+    """One run_grid of `sample.runs` runs of `c` curve rows; adds its CPU and wall seconds to `sample`."""
     if HAS_NEW:
         pool.stage = new  # type: ignore[attr-defined]
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    report = run_grid(grid(c, runs, root.name), root, QUIET, executor=pool)
+    pids = pool.worker_pids()
+    actors0, cpu0, t0 = cpu_of(pids), time.process_time(), time.perf_counter()
+    report = run_grid(grid(c, sample.runs, root.name, sleep_s), root, QUIET, executor=pool)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    if report.counts.get("ok") != runs:
-        raise SystemExit(f"{root}: expected {runs} ok runs, got {dict(report.counts)}")
-    return cpu, wall
+    if report.counts.get("ok") != sample.runs or pool.worker_pids() != pids:
+        raise SystemExit(f"{root}: expected {sample.runs} ok runs on the same actors, got {dict(report.counts)}")
+    sample.driver_s.append(cpu)
+    sample.actors_s.append(cpu_of(pids) - actors0)
+    sample.wall_s.append(wall)
+    shutil.rmtree(root)  # 100,000-step curves take a GB per 500 runs
 
 
 def main() -> None:
@@ -71,9 +110,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=500, help="runs per C and contender")
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--paced-runs", type=int, default=200, help="runs per C in the paced rounds (0: none)")
     args = parser.parse_args()
     curves = [int(c) for c in args.curves.split(",")]
-    runs = dict.fromkeys(curves, args.runs)
     contenders = ["old", "new"] if HAS_NEW else ["old"]
 
     from cluster import connect, shutdown_if_owned
@@ -81,53 +120,63 @@ def main() -> None:
     connect(None, num_cpus=args.actors)
     pool = RayExecutor(workers=args.actors, batch=False)
     pool.start()
-    cpu: dict[tuple[str, int], list[float]] = {}
-    wall: dict[tuple[str, int], list[float]] = {}
+    samples = {(name, c): Sample(args.runs) for name in contenders for c in curves}
+    paced = {c: Sample(args.paced_runs) for c in curves}
     with tempfile.TemporaryDirectory(prefix="convgrid-ingest-") as tmp:
         for name in contenders:  # warm: the actors' imports, the schema cache, first calls
-            measure(pool, name == "new", 10, 50, Path(tmp, f"warm-{name}"))
+            measure(pool, name == "new", 10, Sample(50), Path(tmp, f"warm-{name}"))
         for rep in range(args.repeat):
             for i, c in enumerate(curves):
-                order = contenders if (rep + i) % 2 == 0 else contenders[::-1]
-                for name in order:
-                    root = Path(tmp, f"{name}-{c}-{rep}")
-                    spent, took = measure(pool, name == "new", c, runs[c], root)
-                    shutil.rmtree(root)  # 100,000-step curves take a GB per 500 runs
-                    cpu.setdefault((name, c), []).append(spent)
-                    wall.setdefault((name, c), []).append(took)
+                for name in contenders if (rep + i) % 2 == 0 else contenders[::-1]:
+                    s = samples[(name, c)]
+                    measure(pool, name == "new", c, s, Path(tmp, f"{name}-{c}-{rep}"))
                     print(
-                        f"  round {rep + 1} C={c} {name}: driver CPU {spent:.2f} s, wall {took:.2f} s, {runs[c]} runs",
+                        f"  round {rep + 1} C={c} {name}: driver CPU {s.driver_s[-1]:.2f} s, actors' CPU "
+                        f"{s.actors_s[-1]:.2f} s, wall {s.wall_s[-1]:.2f} s, {s.runs} runs",
                         flush=True,
                     )
+        last = contenders[-1]
+        if args.paced_runs:
+            # each run lasts what the slowest C's run took (a run's seconds on one actor: actors / runs/s)
+            natural = {c: args.actors / samples[(last, c)].runs_per_s() for c in curves}
+            pace = 1.1 * max(natural.values())
+            for c in curves:
+                measure(pool, last == "new", c, paced[c], Path(tmp, f"paced-{c}"), pace - natural[c])
+                print(f"  paced C={c}: driver CPU {paced[c].driver_s[-1]:.2f} s, wall {paced[c].wall_s[-1]:.2f} s")
     pool.close()
     shutdown_if_owned()
 
-    def per_1000(name: str, c: int) -> float:
-        return statistics.median(cpu[(name, c)]) / runs[c] * 1000
-
     def rows_s(name: str, c: int) -> float:
-        return runs[c] * c / statistics.median(wall[(name, c)])
+        return samples[(name, c)].runs_per_s() * c
 
     print(
-        f"ingest, {args.actors} actors, medians of {args.repeat} rounds "
-        "(driver CPU s / 1,000 runs; runs/s; curve rows/s)"
+        f"ingest, {args.actors} actors, {args.runs} runs per C, medians of {args.repeat} rounds "
+        "(driver CPU s / 1,000 runs; actors' CPU s / 1,000 runs; runs/s; curve rows/s)"
     )
     for c in curves:
         cells = []
         for name in contenders:
-            run_s = runs[c] / statistics.median(wall[(name, c)])
-            cells.append(f"{name}: {per_1000(name, c):.2f} s, {run_s:,.0f} runs/s, {rows_s(name, c):,.0f} rows/s")
+            s = samples[(name, c)]
+            cells.append(
+                f"{name}: {s.per_1000(s.driver_s):.2f} s, actors {s.per_1000(s.actors_s):.2f} s, "
+                f"{s.runs_per_s():,.0f} runs/s, {rows_s(name, c):,.0f} rows/s"
+            )
         ratio = f" | new/old rows/s {rows_s('new', c) / rows_s('old', c):.2f}x" if HAS_NEW else ""
         print(f"C={c}: " + " | ".join(cells) + ratio)
-    last = "new" if HAS_NEW else "old"
-    r = per_1000(last, max(curves)) / per_1000(last, min(curves))
-    if HAS_NEW and 10_000 in curves:
-        g = f"{rows_s('new', 10_000) / rows_s('old', 10_000):.2f}"
-    else:
-        g = "n/a (no new path in this checkout)"
-    print(
-        f"ingest: driver CPU per run C={max(curves)}/C={min(curves)} ratio {r:.2f}; curve rows/s at C=10000 new/old {g}"
+    lo, hi = min(curves), max(curves)
+    raw = samples[(last, hi)].per_1000(samples[(last, hi)].driver_s) / samples[(last, lo)].per_1000(
+        samples[(last, lo)].driver_s
     )
+    at_pace = ""
+    if args.paced_runs:
+        pace_runs_s = ", ".join(f"C={c} {paced[c].runs_per_s():.1f}" for c in curves)
+        cpu = ", ".join(f"C={c} {paced[c].per_1000(paced[c].driver_s):.2f} s" for c in curves)
+        print(f"paced ({last} path; runs/s {pace_runs_s}): driver CPU per 1,000 runs {cpu}")
+        at_pace = (
+            f" (at one pace {paced[hi].per_1000(paced[hi].driver_s) / paced[lo].per_1000(paced[lo].driver_s):.2f})"
+        )
+    g = f"{rows_s('new', 10_000) / rows_s('old', 10_000):.2f}" if HAS_NEW and 10_000 in curves else "n/a"
+    print(f"ingest: driver CPU per run C={hi}/C={lo} ratio {raw:.2f}{at_pace}; curve rows/s at C=10000 new/old {g}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ way real learners hand them back (Python lists of floats), from a seeded generat
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,6 +14,7 @@ from tasks.base import FieldType, Result, RunContext, TaskParams
 
 class SynthParams(TaskParams):
     steps: int = Field(10, ge=1, description="curve rows the run returns")
+    sleep_s: float = Field(0.0, ge=0.0, description="seconds the run waits first (paced rounds)")
 
 
 class SynthTask:
@@ -25,6 +27,7 @@ class SynthTask:
     diverging_example: ClassVar[dict[str, Any] | None] = None
 
     def run(self, p: SynthParams, ctx: RunContext) -> Result:
+        time.sleep(p.sleep_s)
         rng = np.random.default_rng(p.seed)
         loss = np.exp(-np.arange(p.steps) / max(p.steps, 1)) + 0.01 * rng.random(p.steps)
         grad = np.abs(np.diff(loss, prepend=loss[0])) + 1e-3

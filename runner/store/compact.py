@@ -10,6 +10,9 @@ part with every attempt (a store written before attempts/ existed gets its histo
 A task with a damaged part is left alone unless `repair`: then the damaged parts move to
 _store/quarantine/ and the task is rebuilt from what is readable; a run whose runs row or curve rows
 were lost there loses its runs row, so the next `run` runs it again.
+
+It also deletes the parts workers staged that no manifest will name any more (runner.store.incoming:
+a dead driver's of this host at once, any other once older than the grace period).
 """
 
 from __future__ import annotations
