@@ -35,6 +35,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class Sample:
     driver_s: list[float] = field(default_factory=list)
     actors_s: list[float] = field(default_factory=list)
     wall_s: list[float] = field(default_factory=list)
+    peak_mb: list[float] = field(default_factory=list)  # the driver's resident memory above its start
 
     def per_1000(self, which: list[float]) -> float:
         return statistics.median(which) / self.runs * 1000
@@ -88,14 +90,39 @@ def cpu_of(pids: list[int]) -> float:
     return total
 
 
+def resident_mb() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakMemory:
+    """The driver's resident memory, sampled every 10 ms on a thread: its peak above the start."""
+
+    def __enter__(self) -> PeakMemory:
+        self.start = self.peak = resident_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, resident_mb())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def measure(pool: RayExecutor, new: bool, c: int, sample: Sample, root: Path, sleep_s: float = 0.0) -> None:
     """One run_grid of `sample.runs` runs of `c` curve rows; adds its CPU and wall seconds to `sample`."""
     if HAS_NEW:
         pool.stage = new  # type: ignore[attr-defined]
     pids = pool.worker_pids()
     actors0, cpu0, t0 = cpu_of(pids), time.process_time(), time.perf_counter()
-    report = run_grid(grid(c, sample.runs, root.name, sleep_s), root, QUIET, executor=pool)
+    with PeakMemory() as memory:
+        report = run_grid(grid(c, sample.runs, root.name, sleep_s), root, QUIET, executor=pool)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    sample.peak_mb.append(memory.peak - memory.start)
     if report.counts.get("ok") != sample.runs or pool.worker_pids() != pids:
         raise SystemExit(f"{root}: expected {sample.runs} ok runs on the same actors, got {dict(report.counts)}")
     sample.driver_s.append(cpu)
@@ -132,7 +159,8 @@ def main() -> None:
                     measure(pool, name == "new", c, s, Path(tmp, f"{name}-{c}-{rep}"))
                     print(
                         f"  round {rep + 1} C={c} {name}: driver CPU {s.driver_s[-1]:.2f} s, actors' CPU "
-                        f"{s.actors_s[-1]:.2f} s, wall {s.wall_s[-1]:.2f} s, {s.runs} runs",
+                        f"{s.actors_s[-1]:.2f} s, wall {s.wall_s[-1]:.2f} s, driver peak +{s.peak_mb[-1]:.0f} MB, "
+                        f"{s.runs} runs",
                         flush=True,
                     )
         last = contenders[-1]
@@ -151,7 +179,8 @@ def main() -> None:
 
     print(
         f"ingest, {args.actors} actors, {args.runs} runs per C, medians of {args.repeat} rounds "
-        "(driver CPU s / 1,000 runs; actors' CPU s / 1,000 runs; runs/s; curve rows/s)"
+        "(driver CPU s / 1,000 runs; actors' CPU s / 1,000 runs; runs/s; curve rows/s; driver's peak memory "
+        "above its start)"
     )
     for c in curves:
         cells = []
@@ -159,7 +188,7 @@ def main() -> None:
             s = samples[(name, c)]
             cells.append(
                 f"{name}: {s.per_1000(s.driver_s):.2f} s, actors {s.per_1000(s.actors_s):.2f} s, "
-                f"{s.runs_per_s():,.0f} runs/s, {rows_s(name, c):,.0f} rows/s"
+                f"{s.runs_per_s():,.0f} runs/s, {rows_s(name, c):,.0f} rows/s, +{statistics.median(s.peak_mb):.0f} MB"
             )
         ratio = f" | new/old rows/s {rows_s('new', c) / rows_s('old', c):.2f}x" if HAS_NEW else ""
         print(f"C={c}: " + " | ".join(cells) + ratio)

@@ -192,11 +192,12 @@ class View:
         pending = {
             final: staged
             for final, staged in self.staged.items()
-            if str(PurePosixPath(final).parent) == directory and final not in listed
+            if final.rpartition("/")[0] == directory and final not in listed
         }
         visible = [p for p in listed if p not in self.removed]
-        # sorted by part name (its time prefix): oldest first, wherever the file currently lies
-        return sorted([*visible, *pending.values()], key=lambda p: PurePosixPath(p).name)
+        # sorted by part name (its time prefix): oldest first, wherever the file currently lies (string
+        # operations: a flush lists each folder it writes, and a folder may hold 10^4 parts)
+        return sorted([*visible, *pending.values()], key=lambda p: p.rpartition("/")[2])
 
 
 class Transaction:
