@@ -281,3 +281,35 @@ def test_the_curve_rows_sent_back_inline_equal_the_run_s_own(records: list[RunRe
     with pytest.warns(UserWarning):
         back = stager.drain()
     assert [(r.run_id, r.curve, r.row) for r in back] == [(r.run_id, r.curve, r.row) for r in squares]
+
+
+def test_merges_are_asked_of_the_workers_at_most_every_interval_and_never_where_they_cannot() -> None:
+    from runner.execute.staging import MergeCadence
+
+    class Pool:
+        def __init__(self, busy: bool = False) -> None:
+            self.asked: list[tuple[str, int]] = []
+            self.busy = busy
+
+        def merge_on_worker(self, root: str, max_parts: int) -> bool:
+            self.asked.append((root, max_parts))
+            return not self.busy
+
+    now = [0.0]
+    pool = Pool()
+    cadence = MergeCadence(pool, "results", "/abs/results", 64, every_s=30.0, clock=lambda: now[0])
+    for t in (1.0, 29.0, 30.0, 45.0, 61.0):
+        now[0] = t
+        cadence([])
+    assert pool.asked == [("/abs/results", 64)] * 2  # at 30 s and 61 s: a local root as the driver resolved it
+    busy = Pool(busy=True)
+    cadence = MergeCadence(busy, "s3://b/r", "b/r", 64, every_s=30.0, clock=lambda: now[0])
+    now[0] += 31
+    cadence([])
+    now[0] += 1
+    cadence([])
+    assert busy.asked == [("s3://b/r", 64)] * 2  # one under way: asked again at the next commit
+    off = Pool()
+    MergeCadence(off, "results", "/abs", 0, every_s=0.0)([])  # CONVGRID_COMPACT_PARTS=0: never
+    MergeCadence(object(), "results", "/abs", 64, every_s=0.0)([])  # an executor that cannot
+    assert off.asked == []

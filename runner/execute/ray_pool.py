@@ -19,10 +19,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from runner.execute import staging as workers_stage
 from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
 from runner.execute.feed import Feed
 from runner.execute.staging import StagingTarget, probe_nodes
 from runner.store.records import RunRecord
+
+MERGE_CLOSE_S = 120.0  # how long `close` waits for a merge under way on a worker
 
 
 @dataclass
@@ -78,6 +81,8 @@ class RayExecutor:
     name: str = "ray"
     staging: StagingTarget | None = field(default=None, init=False)
     _probed_root: str | None = field(default=None, init=False, repr=False)  # the root `staging` was probed for
+    merges: list[str] = field(default_factory=list, init=False)  # reports of the merges run on workers
+    _merging: Any = field(default=None, init=False, repr=False)  # the merge under way (an ObjectRef)
     actors: list[Any] = field(default_factory=list, init=False)
     kinds: list[str] = field(default_factory=list, init=False)  # "gpu" or "cpu", per actor
     down: dict[int, Any] = field(default_factory=dict, init=False)  # dead actor index -> its liveness probe
@@ -128,9 +133,52 @@ class RayExecutor:
             folder = session_folder()
             alive = [a for i, a in enumerate(self.actors) if i not in self.down]
             nodes = probe_nodes(alive, root, folder)
-            self.staging = StagingTarget(root, folder, nodes) if nodes else None
+            rows, wait_s = workers_stage.STAGE_ROWS, workers_stage.STAGE_WAIT_S  # read now: tests change them
+            self.staging = StagingTarget(root, folder, nodes, rows, wait_s) if nodes else None
             self._probed_root = root
         return self.staging.folder if self.staging is not None else None
+
+    def merge_on_worker(self, root: str, max_parts: int) -> bool:
+        """Merge the root's fragmented folders (runner.store.merge) in a task on a node whose actors
+        stage there, one at a time, nodes in turn (runner.execute.staging.MergeCadence): the merged
+        bytes never pass through the driver. False where no node stages to `root`, or while the last
+        merge still runs."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if self.staging is None or self.staging.root != root:
+            return False
+        if self._merging is not None:
+            if not ray.wait([self._merging], timeout=0)[0]:
+                return False
+            self._merged()
+        from runner.execute.actor import merge_on_node
+
+        nodes = sorted(self.staging.nodes)
+        where = NodeAffinitySchedulingStrategy(nodes[len(self.merges) % len(nodes)], soft=True)
+        self._merging = merge_on_node.options(scheduling_strategy=where).remote(root, max_parts)
+        return True
+
+    def wait_merge(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for the merge under way on a worker, and collect it if it ended."""
+        import ray
+
+        if self._merging is not None and ray.wait([self._merging], timeout=timeout_s)[0]:
+            self._merged()
+
+    def _merged(self) -> None:
+        """Collect the merge under way (its report, or the reason it failed: the next one tries again)."""
+        import ray
+
+        from runner.errors import redact
+
+        ref, self._merging = self._merging, None
+        try:
+            self.merges.append(ray.get(ref))
+        except Exception as exc:  # noqa: BLE001 - a merge that failed changed nothing (one transaction per group)
+            self.merges.append(
+                redact(f"merge failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            )
 
     def _actor_label(self, index: int, kind: str) -> str:
         """How the dashboard and the log prefixes name an actor: 'convgrid fig2_depth #0 cpu'."""
@@ -341,6 +389,8 @@ class RayExecutor:
     def close(self) -> None:
         import ray
 
+        self.wait_merge(MERGE_CLOSE_S)  # a merge is safe to stop, but the command's own merge comes next
+        self._merging = None
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

@@ -30,12 +30,13 @@ from runner.errors import StoreIOError
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.options import ExecutionOptions, FlushPolicy
 from runner.execute.progress import Progress
-from runner.execute.staging import stage_results
+from runner.execute.staging import MergeCadence, stage_results
 from runner.execute.unwritable import write_isolated
 from runner.execute.waves import WaveSource
 from runner.grid.cells import Cell, CellSource
 from runner.grid.schema import task_schemas
 from runner.run.plan import plan_grid
+from runner.settings import settings
 from runner.store import ResultStore, RunRecord, incoming
 from runner.store.group_commit import GroupCommit
 
@@ -187,6 +188,7 @@ def execute_cells(
         total = len(cells) if isinstance(cells, Sized) else 0
     bar = Progress(total, label, enabled=options.progress)
     with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
+        flusher.on_commit(MergeCadence(executor, store.root, store.base, settings().compact_parts))
         _pump(cells, executor, flusher, channel, [sink] if sink is not None else [])
     return flusher.counts
 
@@ -214,6 +216,7 @@ def execute_shared(
         with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
             source = WaveSource(claims, grid, todo, still_todo, settle=flusher.settle)
             flusher.on_commit(source.committed)
+            flusher.on_commit(MergeCadence(executor, store.root, store.base, settings().compact_parts))
             _pump(source, executor, flusher, None, [source.arrived])
         return flusher.counts
     finally:
