@@ -53,6 +53,7 @@ QUARANTINE_DIR = f"{INTERNAL}/quarantine"
 STALE_STAGING_S = 3600.0
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="convgrid-store")
+_PUBLISHING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="convgrid-publish")
 
 # The phases a transaction passes through, in order. Fault tests install a hook in PHASE_HOOKS that
 # kills the process at one of them (tests/kill_at.py); production code installs none.
@@ -307,19 +308,14 @@ class Transaction:
 def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
     fs = root.fs
-    touched: set[str] = set()
-    for i, (staged, final) in enumerate(marker.adds):
-        if root.exists(staged):
-            if root.exists(final):
-                delete_quietly(fs, root.abs(staged))  # an object store's move is copy then delete
-            else:
-                parent = str(PurePosixPath(final).parent)
-                ensure_dir(fs, root.abs(parent))
-                _move(root, staged, final)
-                touched.add(parent)
-        if i == 0:
-            reached("publishing", label)
-    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched))
+    touched: set[str | None] = set()
+    if marker.adds:
+        touched.add(_publish(root, *marker.adds[0]))
+        reached("publishing", label)
+        # the others at once: a flush of workers' parts (runner.store.incoming) publishes one a run of a
+        # long curve, and on an object store a move is a copy and a delete, tens of ms each
+        touched.update(_PUBLISHING.map(lambda add: _publish(root, *add), marker.adds[1:]))
+    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched - {None}))
     reached("published", label)
     touched = set()
     for src, dest in marker.moves:
@@ -338,6 +334,19 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     # No fsync after this delete: if a crash undoes it, recovery applies the marker again, which
     # finds every add published and every remove gone, and changes nothing.
     delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
+
+
+def _publish(root: Root, staged: str, final: str) -> str | None:
+    """Move a staged part to its final path; returns the folder it went to (None: done before)."""
+    if not root.exists(staged):
+        return None
+    if root.exists(final):
+        delete_quietly(root.fs, root.abs(staged))  # an object store's move is copy then delete
+        return None
+    parent = final.rpartition("/")[0]
+    ensure_dir(root.fs, root.abs(parent))
+    _move(root, staged, final)
+    return parent
 
 
 def _move(root: Root, src: str, dest: str) -> None:
