@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from runner.errors import printable
+
 # Markdown syntax that may appear in free text: backslash, code spans, emphasis, links, table pipes.
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
 # An underscore opens emphasis only at a word boundary (Python-Markdown ignores intra-word ones,
@@ -22,14 +24,14 @@ _MD_HTML = re.compile(r"&(?=#?\w+;)|<(?=[A-Za-z/!?])")
 
 def escape_md(text: object) -> str:
     """`text` as Markdown inline text that renders to exactly `text` (one line: table cells cannot break)."""
-    out = _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    out = _MD_SPECIAL.sub(r"\\\1", " ".join(printable(str(text), keep="\n\r\t").split()))
     out = _MD_UNDERSCORE.sub(r"\\_", out)
     return _MD_HTML.sub(lambda m: "&amp;" if m.group() == "&" else "&lt;", out)
 
 
 def code_md(text: object) -> str:
     """`text` as a Markdown code span (fenced with more backticks than it contains)."""
-    text = " ".join(str(text).split())
+    text = " ".join(printable(str(text), keep="\n\r\t").split())
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -190,7 +191,7 @@ def _init(ray: Any, address: str | None, num_cpus: int | None, watch_head: bool,
     from ray.exceptions import AuthenticationError
 
     try:
-        ray.init(address=address, **init_kwargs)
+        _init_bounded(ray, address, init_kwargs)
     except AuthenticationError as exc:
         raise ClusterError(f"Ray at {address} refused this driver: {_auth_advice()}. Ray said: {exc.message}") from exc
     except ConnectionError as exc:
@@ -201,6 +202,54 @@ def _init(ray: Any, address: str | None, num_cpus: int | None, watch_head: bool,
     if watch_head and "://" not in address:  # Ray Client (ray://) reconnects and reports on its own
         host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
         start_watch(host, int(port))
+
+
+# ray.init warns that it installs no SIGTERM handler when called outside the main thread. That is what
+# convgrid wants (the embedded start in the background, a bounded join): the command line's handlers
+# (flush, then exit 143) stay the ones that answer.
+_NO_SIGTERM_HANDLER = "SIGTERM handler is not set because current thread is not the main thread"
+
+
+class DropNoSigtermWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_NO_SIGTERM_HANDLER)
+
+
+def _init_bounded(ray: Any, address: str, init_kwargs: dict[str, Any]) -> None:
+    """ray.init(address=...) within CONVGRID_CONNECT_TIMEOUT_S, in a thread of its own. Against an address
+    where no GCS answers, Ray 2.60 retries for ~14 minutes (RAY_NUM_REDIS_GET_RETRIES, 20 tries of a GCS
+    client that waits ~40 s), inside C++ calls that hold off a Python signal handler until they return
+    (SIGTERM took 35 s to act). Waiting on an Event here keeps the main thread where signals are
+    handled: SIGTERM and Ctrl-C end the command at once, and the timeout is one message. The thread left
+    behind is a daemon: the command exits without it."""
+    timeout = settings().connect_timeout_s
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, **init_kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    logging.getLogger("ray._private.worker").addFilter(DropNoSigtermWarning())
+    threading.Thread(target=init, name="convgrid-ray-connect", daemon=True).start()
+    if not done.wait(timeout):
+        where = (
+            f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
+            if address == "auto" and os.environ.get("RAY_ADDRESS")
+            else "the cluster last started on this machine"
+            if address == "auto"
+            else address
+        )
+        raise ClusterError(
+            f"no Ray cluster answered at {address} ({where}) within {timeout:g} s (CONVGRID_CONNECT_TIMEOUT_S); "
+            "start one, or check the address, the port and the firewall"
+        )
+    if failed:
+        raise failed[0]
 
 
 class HeadWatch:

@@ -34,17 +34,29 @@ class Settings(BaseSettings):
     compact_parts: int = Field(
         64, ge=0, description="after a run, merge the small parts of every folder holding more (0: never)"
     )
+    connect_timeout_s: float = Field(
+        60.0, gt=0, description="seconds joining a Ray cluster (--address) may take before the command gives up"
+    )
     head_grace_s: float = Field(
         15.0, gt=0, description="seconds a joined cluster's head may be unreachable before the driver gives up"
     )
     learners: str = Field("", description="learners outside this repository: name=package[,name=package...]")
     lease_s: float = Field(
-        30.0, gt=0, description="drivers sharing a grid take over the blocks of one silent this long (--lease)"
+        30.0,
+        gt=0,
+        description="drivers sharing a grid take over the blocks of one silent this long (--lease); a study's "
+        "driver takes over the study of one silent this long",
     )
     lock_lease_s: float = Field(
         30.0, gt=0, description="an object-store root's writers' lock passes on from a writer silent this long"
     )
     max_cells: int = Field(10_000_000, ge=1, description="grids of more cells are refused (--max-cells)")
+    max_workers: int = Field(
+        0,
+        ge=0,
+        description="the most --workers may ask for (an autoscaling cluster's full size); 0: the CPU slots the "
+        "machine or the joined cluster has",
+    )
     ray_cost_s: float = Field(
         5.0, ge=0, description="what starting, warming and stopping the embedded Ray costs (the auto executor)"
     )

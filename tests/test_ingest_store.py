@@ -224,7 +224,8 @@ def test_recovery_publishes_a_committed_workers_part_before_it_sweeps(
     monkeypatch.setattr(txn, "PHASE_HOOKS", [])
     assert incoming_files(tmp_path)  # committed, not published: the parts still lie in the session
     monkeypatch.setattr(incoming, "_last_sweep", {})
-    ResultStore(tmp_path).recover()
+    with ResultStore(tmp_path).writing():  # the next writer: recovery, then the sweep
+        pass
     assert incoming_files(tmp_path) == []
     store = ResultStore(tmp_path)
     for task in ("least_squares", "faulty"):

@@ -237,3 +237,29 @@ def test_compact_racing_a_live_driver_on_s3_loses_and_doubles_nothing(s3_root: s
     assert store.read_curves("faulty").num_rows == n  # every run kept its curve
     assert store.read_attempts("faulty").num_rows == n  # and ran once
     assert not store.files.listing("_store/txn")
+
+
+def test_a_study_lease_on_s3_refuses_a_second_driver_and_passes_on_when_freed(s3_root: str) -> None:
+    from runner.coord.study_lease import StudyBusy, StudyLease
+
+    def lease(host: str | None = None, clock: FakeClock | None = None) -> StudyLease:
+        files = ResultStore(s3_root).files
+        exclusive = for_root(s3_root, files.fs)
+        assert isinstance(exclusive, S3IfNoneMatch)
+        clock = clock or FakeClock()
+        return StudyLease(files, exclusive, "s3-study", "postgresql://db", 30.0, clock, clock.sleep, host=host)
+
+    first = lease()
+    first.acquire(beat=False)
+    with pytest.raises(StudyBusy, match="study 's3-study'"):
+        lease().acquire(beat=False)  # a live pid on this host, its lease object written just now
+    first.release()
+    elsewhere = lease(host="box-a")
+    elsewhere.acquire(beat=False)  # freed: taken at once
+    clock = FakeClock()
+    taker = lease(clock=clock)
+    taker.acquire(beat=False)  # box-a never beat: taken over after one lease of this driver's clock
+    assert clock.now - 100.0 >= 30.0
+    with pytest.raises(StudyBusy, match="taken over"):
+        elsewhere.check()
+    taker.release()

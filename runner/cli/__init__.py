@@ -2,7 +2,8 @@
 
 Exit codes: 0 all good; 1 `run` or `tune` ended with failed or timed-out runs (one line on stderr says
 how to see them; runner.cli.outcome), or `check --strict` found a surprise; 2 bad input (one message,
-nothing written); 3 the Ray cluster cannot be reached or was lost; 128 + N stopped by signal N."""
+nothing written); 3 the Ray cluster cannot be reached or was lost; 75 another driver runs the study
+(nothing changed: run it again later; runner.coord.study_lease); 128 + N stopped by signal N."""
 
 from __future__ import annotations
 
@@ -26,7 +27,17 @@ from runner.cli.options import (
     positive_float,
     positive_int,
 )
-from runner.errors import STORE_ERRNOS, ConfigError, StoreIOError, Terminated, raise_terminated, redact
+from runner.errors import (
+    EXIT_BUSY,
+    STORE_ERRNOS,
+    Busy,
+    ConfigError,
+    StoreIOError,
+    Terminated,
+    printable,
+    raise_terminated,
+    redact,
+)
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -126,9 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         grid = Grid("rerun", redact(str(args.results)), "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
-        return _dry_run(grid, ResultStore(args.results), args.retry_failed)
+        return _dry_run(grid, ResultStore(args.results), args.retry_failed, args.only)
+    join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
-    join_cluster(args)
     report = run_grid(
         grid, args.results, execution_options(args), retry_failed=args.retry_failed, only=args.only, lease_s=args.lease
     )
@@ -136,12 +147,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return outcome(grid.name, report.counts, report.skipped_failed, args.results)
 
 
-def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool) -> int:
-    from runner.run.plan import plan_grid
+def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool, only: list[str] | None) -> int:
+    from runner.run.plan import only_indices, plan_grid
 
     planned = plan_grid(grid, store, retry_failed)
     todo = planned.todo
-    print(f"{grid.name} ({grid.source}): {len(grid)} cells over tasks {', '.join(grid.tasks())}")
+    if only:  # --only reruns its cells whatever the store holds (runner.run.grid_run)
+        todo = only_indices(grid, only)
+        if not len(todo):
+            raise ConfigError("no cell of this grid has that run id", file=grid.source, key="--only")
+    print(printable(f"{grid.name} ({grid.source}): {len(grid)} cells over tasks {', '.join(grid.tasks())}"))
     print(f"  done: {planned.done}   failed/timeout skipped: {planned.skipped}   to run: {len(todo)}")
     for cell in grid.cells_at(todo[:5]):
         print(f"  {cell.run_id[:12]} {cell.task} {json.dumps(cell.params_json(), sort_keys=True)}")
@@ -193,7 +208,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from analysis.claims import evaluate
 
     table = evaluate(_existing_store(args.results).root)
-    print(table.format())
+    print(printable(table.format(), keep="\n\t"))
     surprises = [r for r in table.results if r.surprising]
     decided = sum(r.verdict.verdict != "not enough data" for r in table.results)
     print(
@@ -206,7 +221,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from runner.store.status import store_status
 
-    print(store_status(_existing_store(args.results)).format())
+    print(printable(store_status(_existing_store(args.results)).format(), keep="\n\t"))
     return 0
 
 
@@ -273,18 +288,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 3
+    except Busy as exc:  # another driver holds what this command needs; it changed nothing
+        print(f"convgrid: error: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_BUSY
     except StoreIOError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 4
+    except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours (before OSError: one)
+        sys.stderr.close()
+        return 0
     except OSError as exc:
         if exc.errno not in STORE_ERRNOS:
             raise
         # the store's own writes outside a flush (members, trials, compaction): the same one message
         print(f"convgrid: error: {StoreIOError(getattr(args, 'results', ''), exc)}", file=sys.stderr)
         return 4
-    except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt as exc:
         lost = head_lost()
         if lost is not None:

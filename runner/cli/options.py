@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from runner.errors import ConfigError, redact
 from runner.execute.options import EXECUTOR_KINDS, ExecutionOptions, FlushPolicy
+from runner.settings import env_name, settings
 
 
 # argparse turns the ValueError of a `type` into "argument --threads: invalid positive_int value: '-2'"
@@ -93,6 +96,12 @@ def check_results_root(results: str) -> None:
     if "://" in results:
         return  # an object store answers for itself
     path = Path(results)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(
+            f"the results root is a symbolic link to {os.readlink(path)}, which does not exist; create that folder "
+            "or give --results another path",
+            key="--results",
+        )
     if path.exists() and not path.is_dir():
         raise ConfigError("the results root is a file, not a folder", key="--results")
     try:
@@ -122,13 +131,54 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
 
 def join_cluster(args: argparse.Namespace) -> None:
     """Join the cluster named by --address before anything runs, so that an unreachable address or a
-    missing auth token is one clear message, and a head lost mid-run is noticed (cluster.head_lost)."""
-    if args.executor == "local" or args.address is None or getattr(args, "dry_run", False):
+    missing auth token is one clear message, and a head lost mid-run is noticed (cluster.head_lost);
+    then check --threads and --workers against the CPUs there are (this machine's, without --address)."""
+    if args.executor == "local" or args.address is None:
+        cpus = os.cpu_count() or 1
+        check_sizes(args, cpus, f"this machine has {cpus} CPUs", "this machine", workers=args.executor != "local")
+        return
+    if getattr(args, "dry_run", False):
         return
     from cluster import connect
     from runner.execute.learner_env import runtime_env
 
-    connect(args.address, runtime_env=runtime_env(), watch_head=True)
+    ray = connect(args.address, runtime_env=runtime_env(), watch_head=True)
+    total, largest = cluster_cpus(ray)
+    where = f"the cluster at {args.address}"
+    check_sizes(args, largest, f"the largest node of {where} has {largest} CPUs", where, cpus=total)
+
+
+def cluster_cpus(ray: Any) -> tuple[int, int]:
+    """(CPUs of the joined cluster, CPUs of its largest node) as Ray counts them now."""
+    nodes = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    return int(ray.cluster_resources().get("CPU", 0)), int(max(nodes, default=0))
+
+
+def check_sizes(
+    args: argparse.Namespace, largest: int, has: str, where: str, cpus: int | None = None, workers: bool = True
+) -> None:
+    """--threads within the CPUs of the largest machine there is (`has` says so), --workers within the
+    CPU slots of that many threads among `cpus` (default: `largest`): 100,000 threads per actor crashed
+    torch's thread pool, and 100,000 actors took the driver and Ray's GCS past 8 GB each. An
+    autoscaling cluster may grow past what it has now: CONVGRID_MAX_WORKERS."""
+    cpus = largest if cpus is None else cpus
+    if args.threads > max(largest, 1):
+        raise ConfigError(
+            f"{args.threads} threads per worker, but {has} (valid: 1 to {max(largest, 1)})", key="--threads"
+        )
+    ceiling = settings().max_workers or max(1, cpus // args.threads)
+    if workers and args.workers is not None and args.workers > ceiling:
+        why = (
+            f"{env_name('max_workers')} is {ceiling}"
+            if settings().max_workers
+            else f"{where} has {cpus} CPUs, {ceiling} slots of --threads {args.threads}"
+            + (
+                f"; an autoscaling cluster may set {env_name('max_workers')} to its full size"
+                if where != "this machine"
+                else ""
+            )
+        )
+        raise ConfigError(f"{args.workers} workers, but {why} (valid: 1 to {ceiling})", key="--workers")
 
 
 def outcome(what: str, counts: Counter[str], skipped_failed: int, results: str) -> int:

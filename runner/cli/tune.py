@@ -57,8 +57,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plans = [with_overrides(p, args.n_trials, args.parallel, args.deterministic) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
+    join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
-    join_cluster(args)
     reports = tune(plans, args.results, execution_options(args), storage=args.storage, retry_failed=args.retry_failed)
     for report in reports:
         print(report.format())

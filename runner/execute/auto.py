@@ -8,9 +8,11 @@ the cluster of `--address`). `auto`, the default, decides here, and nowhere else
 2. In process, without ever starting Ray, for a grid whose cells left are known to take less than
    `CONVGRID_SMALL_WORK_S` (3 s) by the median stored run time of each task (`runner.run.plan.
    expected_seconds`). Why: starting the embedded Ray, warming two actors (their torch imports) and
-   stopping it costs about 5 s of both cores on the project's 2-core machine, so any grid shorter than
-   that is faster alone (re-running `grids/least_squares/step_sweep.yaml` after a change to one cell:
-   see docs/performance_log.md, "auto policy").
+   stopping it costs about 5 s of both cores on the project's 2-core machine, so a grid shorter than that
+   is faster alone. Measured (`python benchmarks/auto_policy.py --repeats 3`: 8 new cells of a stored
+   least-squares grid, spawn to exit, 2026-11-27, load average ~8): as typed 8.4 / 9.6 / 12.8 s; the same
+   command without this rule (the warm start) 1.48x that at the median (0.94 / 1.48 / 1.91 within a
+   round); `--executor ray` 2.26x.
 3. Otherwise the warm start (runner.execute.warm): Ray starts in a thread while the first cells run in
    process, and a grid that ends first never waits for it (20 cells, spawn to exit: 8.6 / 9.9 s against
    16.3 / 15.5 s going to Ray at once; docs/architecture.md, "Start-up and teardown"). A study goes

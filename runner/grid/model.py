@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.errors import ConfigError, did_you_mean
+from runner.errors import ConfigError, did_you_mean, shown
 from runner.grid.identity import discriminators, tag_value, variants
 from runner.grid.yaml_source import read_yaml
 from tasks import TaskIdentity
@@ -100,8 +100,8 @@ def params_error(
     elif err["type"] == "literal_error":
         choices = [c.strip(" '") for c in str(err.get("ctx", {}).get("expected", "")).replace(" or ", ",").split(",")]
     if err["type"] not in ("extra_forbidden", "union_tag_not_found", "union_tag_invalid") and "input" in err:
-        message += f" (got {err['input']!r})"
+        message += f" (got {shown(err['input'])})"
     varied = {k: v for k, v in cell.items() if k != "seed"}
     if varied:
-        message += f"; in the cell with {varied}"
+        message += f"; in the cell with {shown(varied)}"
     return ConfigError(message, file=file, block=block, key=key, choices=choices)

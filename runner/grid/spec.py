@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, check_name
 from runner.grid.block_ids import block_ids
 from runner.grid.blocks import block_size, check_block
 from runner.grid.cells import GridFile
@@ -47,6 +47,7 @@ def load_grid(
         spec = GridSpec.model_validate(raw)
     except ValidationError as exc:
         raise structure_error(exc, GridSpec, file) from None
+    grid_name = check_name(spec.name or default_name, file, "name" if spec.name else None)
     limit = max_cells if max_cells is not None else max_cells_default()
     sizes = [block_size(b) for b in spec.blocks]
     if sum(sizes) > limit:
@@ -57,7 +58,7 @@ def load_grid(
             key="blocks",
         )
     blocks = [check_block(b, file, i) for i, b in enumerate(spec.blocks)]
-    every = GridFile(spec.name or default_name, file, spec.description, blocks, [block_ids(b) for b in blocks])
+    every = GridFile(grid_name, file, spec.description, blocks, [block_ids(b) for b in blocks])
     return dataclasses.replace(every, dropped=_repeated(every))
 
 

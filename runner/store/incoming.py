@@ -14,10 +14,10 @@ What no manifest will ever name is cleaned, never what one still may:
   - at the end of each `execute_cells` the driver deletes what is left in its session's folder (every
     record it was sent is committed by then: what remains was staged by a worker that died before its
     manifest arrived, or whose chunk was given up as lost);
-  - `recover` (every command, every writer, under the writers' lock, after committed markers are
-    applied) deletes the folders of drivers of this host whose process is gone, and any part older than
-    `STALE_INCOMING_S` (a driver on another host, which one look cannot tell dead from slow); `compact`
-    does the same. Staging's own rule (everything no marker names, at once) must never touch these: a
+  - every writer (`ResultStore.writing`: a flush, a merge, `compact`), under the writers' lock and
+    after committed markers are applied, deletes the folders of drivers of this host whose process is
+    gone, and any part older than `STALE_INCOMING_S` (a driver on another host, which one look cannot
+    tell dead from slow). Staging's own rule (everything no marker names, at once) must never touch these: a
     live driver's manifests may be on their way.
 A driver checks that every part it is about to commit is there with its recorded size (one stat each,
 under the lock), so a part cleaned from under a driver paused past the grace period costs its runs a

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from runner.coord.claims import live_claims
 from runner.coord.liveness import DriverInfo
+from runner.errors import printable
 from runner.settings import settings
 from runner.store.index import lookup, newest_of, order_values, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
@@ -43,7 +44,8 @@ class StatusReport:
             width = max(len(title), *(len(k) for k in table))
             lines.append(f"{title:<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS))
             for key in sorted(table):
-                lines.append(f"{key:<{width}}  " + "  ".join(f"{table[key][c]:>8}" for c in COLUMNS))
+                name = printable(key)  # a newline inside a name stays inside its row
+                lines.append(f"{name:<{width}}  " + "  ".join(f"{table[key][c]:>8}" for c in COLUMNS))
             lines.append("")
         if self.errors:
             lines.append(f"failures ({len(self.errors)}; first lines):")
@@ -64,7 +66,8 @@ class StatusReport:
                     f"  grid {key} driver {info.driver} (host {info.host}, pid {info.pid}): "
                     f"{held} blocks claimed, {finished} finished, last heartbeat {age:.0f}s ago"
                 )
-        return "\n".join(lines).rstrip() or "the store is empty"
+        # names come from the store's files: a newline or an escape sequence in one is shown, not obeyed
+        return printable("\n".join(lines).rstrip(), keep="\n") or "the store is empty"
 
 
 def damaged_parts(store: ResultStore) -> dict[str, str]:

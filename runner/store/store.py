@@ -21,7 +21,9 @@ lock of runner.coord; which driver runs which cells is not the store's business.
 
 from __future__ import annotations
 
+import errno
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -50,7 +52,7 @@ from runner.store.layout import (
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
 from runner.store.tables import kept_curves, latest_per_run, order_keys
-from runner.store.txn import INTERNAL, Transaction, View, recover
+from runner.store.txn import INTERNAL, STAGING_DIR, TXN_DIR, Transaction, View, recover
 
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
@@ -107,8 +109,21 @@ class ResultStore:
         A root without _store/ has no transaction to finish: nothing is created there."""
         if not self.files.exists(INTERNAL):
             return 0
-        with self.lock.held():
-            return recover(self.files, locked=self.local) + incoming.sweep(self.files)
+        left = len(self.files.listing(TXN_DIR)) + len(self.files.listing(STAGING_DIR))
+        if not left:
+            return 0  # nothing to finish: no lock taken, so a read-only root reads as any other
+        try:
+            with self.lock.held():
+                return recover(self.files, locked=self.local)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            warnings.warn(
+                f"{self.root} is read-only ({exc.strerror}): {left} files of unfinished transactions not recovered; "
+                "reading what was committed (a command that can write there finishes them)",
+                stacklevel=2,
+            )
+            return 0
 
     @contextmanager
     def writing(self) -> Iterator[None]:

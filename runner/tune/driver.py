@@ -17,7 +17,8 @@ params enqueued, so they are asked again (and told from the store if their run h
 trial is told as soon as its run finishes, before the run's part file is written; a driver killed
 in between leaves finished trials whose run is not in the store, and the next start runs those
 cells again (`repair_runs`: a run is a function of its params). A worker lost while the driver lives
-is handled by the executor, which runs the lost runs again. One driver per study at a time.
+is handled by the executor, which runs the lost runs again. One driver per study at a time: each holds
+the study's lease (runner.coord.study_lease), and a second one stops before it changes anything.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from runner.store import ResultStore, RunRecord
 from runner.store.columns import MEMBER_SCHEMA
 from runner.store.layout import MEMBERS
 from runner.store.trials import write_trials
+from runner.tune.one_driver import study_lease
 from runner.tune.optuna_adapter import (
     JOURNAL_NAME,
     State,
@@ -60,7 +62,7 @@ from runner.tune.spec import StudyPlan, with_overrides
 from runner.tune.trials import TuneReport, missing_rows, run_status, trial_row, trial_run_id
 from tasks.status import FAILED, PRUNED, RETRY_ON_REQUEST, is_settled
 
-__all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "tune", "with_overrides"]
+__all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "study_lease", "tune", "with_overrides"]
 
 
 class StudyDriver:
@@ -90,6 +92,7 @@ class StudyDriver:
         self.members = {
             r for g, r in zip(old["grid"].to_pylist(), old["run_id"].to_pylist(), strict=True) if g == p.name
         }
+        self.guard: Callable[[], None] = lambda: None  # raises where this driver lost the study's lease
         self.hub = PruningHub(self.study)
         self.executor = executor
         self.channel: ReportChannel | None = None
@@ -191,6 +194,7 @@ class StudyDriver:
         quiet_options = self.options.with_(progress=False)  # the study's own bar counts trials, not runs
 
         def finished(records: list[RunRecord]) -> None:
+            self.guard()  # still this study's driver (not paused and taken over) before telling anything
             schedule.finished(records)
             self.flush_if_due()
 
@@ -264,19 +268,23 @@ def run_study(
     storage: str | None = None,
     retry_failed: bool = False,
 ) -> TuneReport:
-    """Run one study on `executor` until n_trials of its trials are finished (COMPLETE + PRUNED)."""
+    """Run one study on `executor` until n_trials of its trials are finished (COMPLETE + PRUNED), holding
+    its lease throughout: one driver per study."""
     quiet()
     t0 = time.monotonic()
     store = ResultStore(results)
-    driver = StudyDriver(p, store, storage, executor, options, retry_failed)
-    write_trials(store, missing_rows(store, p, driver.label, driver.study.trials()))
-    try:
-        driver.repair_runs()
-        driver.run_baselines()
-        driver.loop()
-    finally:
-        driver.close()
-    driver.summarise()
+    with study_lease(store, p.name, storage) as lease:
+        driver = StudyDriver(p, store, storage, executor, options, retry_failed)
+        if lease is not None:
+            driver.guard = lease.check
+        write_trials(store, missing_rows(store, p, driver.label, driver.study.trials()))
+        try:
+            driver.repair_runs()
+            driver.run_baselines()
+            driver.loop()
+        finally:
+            driver.close()
+        driver.summarise()
     driver.report.wall_s = time.monotonic() - t0
     return driver.report
 

@@ -14,7 +14,9 @@ Used as Optuna's authors intend: `create_study(load_if_exists=True)`, its sample
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,6 +26,7 @@ from typing import Any
 
 from runner.errors import ConfigError, redact
 from runner.store import ResultStore
+from runner.tune.journal_tail import repair_tail
 from runner.tune.space import CategoricalParam, FloatParam, FloatVectorParam, IntParam, element_name
 from runner.tune.spec import StudyPlan, load_study
 
@@ -172,13 +175,28 @@ def grid_size(p: StudyPlan) -> int:
     return math.prod(len(v) for v in p.grid().values())
 
 
+def _check_option_types(cls: Any, options: dict[str, Any], file: str, key: str) -> None:
+    """A bool given for an option the class types as a number (`n_startup_trials: true`): Python would
+    take it as 1. The classes' annotations say which options are numbers."""
+    parameters = inspect.signature(cls).parameters
+    for name, value in options.items():
+        wanted = str(parameters[name].annotation) if name in parameters else ""
+        if isinstance(value, bool) and "bool" not in wanted and ("int" in wanted or "float" in wanted):
+            raise ConfigError(
+                f"a bool where a number belongs (got {value}; {cls.__name__} takes {wanted})",
+                file=file,
+                key=f"{key}.options.{name}",
+            )
+
+
 def check_plan(plan: StudyPlan) -> StudyPlan:
     """Build the plan's sampler and pruner now, so a bad option fails before anything runs (with the
     options the class takes), not after the first batch."""
-    for make, cls, key in (
-        (_make_sampler, _sampler_class(plan.sampler.name), "sampler"),
-        (_make_pruner, _pruner_class(plan.pruner.name), "pruner"),
+    for make, cls, key, options in (
+        (_make_sampler, _sampler_class(plan.sampler.name), "sampler", plan.sampler.options),
+        (_make_pruner, _pruner_class(plan.pruner.name), "pruner", plan.pruner.options),
     ):
+        _check_option_types(cls, options, plan.source, key)
         try:
             make(plan)
         except (TypeError, ValueError) as exc:
@@ -199,11 +217,10 @@ def open_storage(storage: str | None, store: ResultStore) -> StudyStorage:
     """Default: a journal file in the (local) results root; a URL is an RDB (PostgreSQL, MySQL, SQLite);
     any other string is a journal file path."""
     from optuna.storages import JournalStorage, RDBStorage
-    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
     if storage is not None and "://" in storage:
         try:
-            return StudyStorage(redact(storage), RDBStorage(storage))
+            return StudyStorage(storage_label(storage, store), RDBStorage(storage))
         except Exception as exc:  # noqa: BLE001 - a driver or connection error is the user's URL
             raise ConfigError(
                 f"cannot open storage {redact(storage)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
@@ -215,11 +232,39 @@ def open_storage(storage: str | None, store: ResultStore) -> StudyStorage:
         )
     path = Path(storage) if storage is not None else Path(store.base) / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
+    return StudyStorage(storage_label(storage, store), JournalStorage(_journal_backend(path)))
+
+
+def _journal_backend(path: Path) -> Any:
+    """Optuna's JournalFileBackend, whose every append first checks the file's last line under the
+    journal's lock and cuts a torn one (runner.tune.journal_tail): appending after a torn line made
+    the journal unreadable for good."""
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+
+    class RepairingJournal(JournalFileBackend):
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            # Optuna's own append (one write of whole lines, fsynced), with the tail checked under the lock
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
+            self._lock.acquire()
+            try:
+                repair_tail(self._file_path)
+                with open(self._file_path, "ab") as handle:
+                    handle.write(text.encode("utf-8"))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            finally:
+                self._lock.release()
+
     # The lock file is Optuna's default (optuna-dashboard uses the same); a driver SIGKILLed while
     # appending leaves it behind, and the next driver breaks it after 5 s instead of 30.
-    backend = JournalFileBackend(str(path), lock_obj=JournalFileSymlinkLock(str(path), grace_period=5))
-    label = "journal:" + (JOURNAL_NAME if storage is None else str(path.resolve()))
-    return StudyStorage(label, JournalStorage(backend))
+    return RepairingJournal(str(path), lock_obj=JournalFileSymlinkLock(str(path), grace_period=5))
+
+
+def storage_label(storage: str | None, store: ResultStore) -> str:
+    """How trials/ rows and a study's lease name a storage (credentials redacted), without opening it."""
+    if storage is not None and "://" in storage:
+        return redact(storage)
+    return "journal:" + (JOURNAL_NAME if storage is None else str(Path(storage).resolve()))
 
 
 def trial_counts(storage: StudyStorage) -> dict[str, int]:
@@ -250,14 +295,23 @@ class Study:
         """Create the study, or load it; a name reused for another task or direction is an error."""
         import optuna
 
-        study = optuna.create_study(
-            storage=storage._storage,
-            sampler=_make_sampler(p),
-            pruner=_make_pruner(p),
-            study_name=p.name,
-            directions=p.directions,
-            load_if_exists=True,
-        )
+        try:
+            study = optuna.create_study(
+                storage=storage._storage,
+                sampler=_make_sampler(p),
+                pruner=_make_pruner(p),
+                study_name=p.name,
+                directions=p.directions,
+                load_if_exists=True,
+            )
+        except json.JSONDecodeError as exc:
+            # a line before the last is damaged (a journal appended to after a torn line, before the tail
+            # was checked): the records after it cannot be trusted to be whole
+            raise ConfigError(
+                f"the journal of {storage.label} cannot be read: {exc}; move it aside (its studies start "
+                "again) or cut the damaged line by hand",
+                key="--storage",
+            ) from None
         have = [d.name.lower() for d in study.directions]
         if have != p.directions:
             raise ConfigError(

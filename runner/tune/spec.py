@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, check_name
 from runner.grid.cells import Cell
 from runner.grid.identity import run_id, validate_params
 from runner.grid.model import read_source
@@ -114,7 +114,7 @@ def _plans(spec: StudyFile, file: str, default_name: str) -> list[StudyPlan]:
             raise ConfigError("a sweep axis needs at least one value", file=file, key=f"sweep.{key}")
         if key in spec.space or key in spec.params:
             raise ConfigError("a swept param cannot also be fixed or searched", file=file, key=f"sweep.{key}")
-    base = spec.name or default_name
+    base = check_name(spec.name or default_name, file, "name" if spec.name else None)
     plans = []
     for combo in itertools.product(*[[(k, v) for v in vs] for k, vs in spec.sweep.items()]):
         fixed = {**spec.params, **dict(combo)}

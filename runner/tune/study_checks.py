@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from runner.errors import ConfigError, did_you_mean
+from runner.errors import ConfigError, did_you_mean, shown
 from runner.grid.identity import ParamValueError, validate_params
 from runner.grid.model import params_error
 from runner.tune.space import (
@@ -30,9 +30,9 @@ from tasks.base import BatchableTask
 
 def structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> ConfigError:
     errors = exc.errors()
-    # Of a union's alternatives, the literal one says most ("should be 'tpe', 'cmaes', ...").
-    # A misspelt key shows up twice (the required key missing, the typo extra): name the typo.
-    err = next((e for e in errors if e["type"] == "literal_error"), None)
+    # Of a union's alternatives, the literal one says most ("should be 'tpe', 'cmaes', ...") where a name
+    # was given. A misspelt key shows up twice (the required key missing, the typo extra): name the typo.
+    err = next((e for e in errors if e["type"] == "literal_error" and isinstance(e.get("input"), str)), None)
     err = err or next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     names = {"Objective", "list[Objective]", "SamplerSpec", "PrunerSpec"}
     loc = [str(x) for x in err["loc"]]
@@ -69,14 +69,10 @@ def structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> Con
         choices = ["float", "int", "categorical", "float_vector"]
     elif err["type"] == "literal_error":
         choices = [c.strip(" '") for c in str(err.get("ctx", {}).get("expected", "")).replace(" or ", ",").split(",")]
-    shown = (
-        "input" in err
-        and err["type"] not in ("extra_forbidden", "literal_error")
-        and not isinstance(err["input"], dict)
-    )
-    message = err["msg"] + (
-        f" (got {err['input']!r})" if shown else f" (got {err['input']!r})" if err["type"] == "literal_error" else ""
-    )
+    quoted = "input" in err and err["type"] != "extra_forbidden" and not isinstance(err["input"], dict)
+    message = err["msg"] + (f" (got {shown(err['input'])})" if quoted else "")
+    if isinstance(err.get("input"), bool) and err["type"] in ("int_type", "float_type"):
+        message = f"a bool where a number belongs (got {err['input']})"
     if err["type"] == "extra_forbidden" and choices and loc:
         message = "unknown key" + did_you_mean(loc[-1], choices)
     return ConfigError(message, file=file, key=key, choices=choices)
