@@ -33,21 +33,15 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ["CONVGRID_COMPACT_PARTS"] = "0"
-_learners = os.environ.get("CONVGRID_LEARNERS", "")
-os.environ["CONVGRID_LEARNERS"] = ",".join(filter(None, [_learners, "synth=benchmarks.ingest_learner"]))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-sys.path.insert(0, str(REPO))
+from ingest_learner.bench import prepare, synth_grid
+
+prepare()
 
 from runner.execute.options import ExecutionOptions  # noqa: E402 - after the environment above
 from runner.execute.ray_pool import RayExecutor  # noqa: E402
@@ -71,14 +65,6 @@ class Sample:
 
     def runs_per_s(self) -> float:
         return self.runs / statistics.median(self.wall_s)
-
-
-def grid(c: int, runs: int, tag: str, sleep_s: float = 0.0) -> dict[str, object]:
-    params: dict[str, object] = {"steps": c, **({"sleep_s": round(sleep_s, 4)} if sleep_s else {})}
-    return {
-        "name": f"ingest-{c}-{tag}",
-        "blocks": [{"task": "synth", "params": params, "product": {"seed": list(range(runs))}}],
-    }
 
 
 def cpu_of(pids: list[int]) -> float:
@@ -120,7 +106,7 @@ def measure(pool: RayExecutor, new: bool, c: int, sample: Sample, root: Path, sl
     pids = pool.worker_pids()
     actors0, cpu0, t0 = cpu_of(pids), time.process_time(), time.perf_counter()
     with PeakMemory() as memory:
-        report = run_grid(grid(c, sample.runs, root.name, sleep_s), root, QUIET, executor=pool)
+        report = run_grid(synth_grid(f"ingest-{c}-{root.name}", sample.runs, c, sleep_s), root, QUIET, executor=pool)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     sample.peak_mb.append(memory.peak - memory.start)
     if report.counts.get("ok") != sample.runs or pool.worker_pids() != pids:

@@ -5,7 +5,6 @@ curves (issue 27), measured on this machine.
     python benchmarks/ingest_sim.py actors [--actors 4,8,16] [--run-s 0.2] [--runs 1200] [--steps 1000]
     python benchmarks/ingest_sim.py nodes  [--nodes 4] [--cpus 2] [--runs 1200] [--steps 1000]
     python benchmarks/ingest_sim.py parts  [--parts 1000,10000,100000] [--flush 256]
-    python benchmarks/ingest_sim.py publish [--parts 64] [--repeat 3]
 
 `store`: the commit rate of the store for manifests alone, no Ray: runs' curves pre-staged in parts of
 `--runs-per-part` runs (as workers write them), then committed by `write_records` in flushes of
@@ -26,41 +25,25 @@ session), and the driver's CPU per run is that of one node's.
 run, for runs whose curves are long): curves/ is given P parts (copies of one small part under part
 names of their own), then flushes of `--flush` staged runs are timed (after one that reads the parts'
 footers, which a driver does once per process).
-
-`publish`: on a loopback S3 (moto, started here), one flush of `--parts` runs, each run's curve a staged
-part of its own (long curves: one part a run), committed with the parts published one after the other
-(as before this work) and sixteen at a time: a move on an object store is a copy and a delete.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ["CONVGRID_COMPACT_PARTS"] = "0"
-_learners = os.environ.get("CONVGRID_LEARNERS", "")
-os.environ["CONVGRID_LEARNERS"] = ",".join(filter(None, [_learners, "synth=benchmarks.ingest_learner"]))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-sys.path.insert(0, str(REPO))
+from ingest_learner.bench import prepare, synth_grid
+
+prepare()
 
 from runner.execute.options import ExecutionOptions  # noqa: E402 - after the environment above
 from runner.execute.ray_pool import RayExecutor  # noqa: E402
 from runner.run.grid_run import run_grid  # noqa: E402
 
 QUIET = ExecutionOptions(progress=False)
-
-
-def synth_grid(name: str, runs: int, steps: int, sleep_s: float = 0.0) -> dict[str, object]:
-    params: dict[str, object] = {"steps": steps, **({"sleep_s": sleep_s} if sleep_s else {})}
-    return {"name": name, "blocks": [{"task": "synth", "params": params, "product": {"seed": list(range(runs))}}]}
 
 
 def store_rate(args: argparse.Namespace) -> None:
@@ -213,63 +196,6 @@ def parts_cost(args: argparse.Namespace) -> None:
             shutil.rmtree(root)
 
 
-def publish_cost(args: argparse.Namespace) -> None:
-    import socket
-    import subprocess
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pyarrow.fs as pafs
-
-    from runner.execute.base import WorkItem
-    from runner.execute.staging import Stager, StagingTarget, open_target
-    from runner.execute.worker import run_item
-    from runner.grid.schema import task_schemas
-    from runner.grid.spec import load_grid
-    from runner.store import ResultStore, txn
-    from runner.store.flush import write_records
-    from runner.store.incoming import session_folder
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.environ.update(AWS_ACCESS_KEY_ID="sim", AWS_SECRET_ACCESS_KEY="sim", AWS_DEFAULT_REGION="us-east-1")
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        uri = f"s3://sim/r?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
-        pafs.FileSystem.from_uri(uri + "&allow_bucket_creation=true")[0].create_dir("sim")
-        cells = load_grid(synth_grid("publish", args.parts * args.repeat * 2, 1000)).cells
-        records = [run_item(WorkItem(c.run_id, c.task, c.params_json())) for c in cells]
-        timings: dict[str, list[float]] = {"one at a time": [], "sixteen at a time": []}
-        for i in range(args.repeat * 2):
-            name = list(timings)[i % 2]
-            root = uri.replace("s3://sim/r", f"s3://sim/r{i}")
-            target = StagingTarget(root, session_folder(), frozenset(), rows=1)  # a part per run
-            stager = Stager(target, open_target(root), clock=lambda: 0.0)
-            batch = records[i * args.parts : (i + 1) * args.parts]
-            sent = [r for rec in batch for r in stager.offer(rec)] + stager.drain()
-            txn._PUBLISHING = ThreadPoolExecutor(max_workers=1 if name == "one at a time" else 16)
-            store = ResultStore(root)
-            t0 = time.perf_counter()
-            write_records(store, sent, task_schemas)
-            timings[name].append(time.perf_counter() - t0)
-        for name, values in timings.items():
-            median = sorted(values)[len(values) // 2]
-            print(f"publish {args.parts} staged parts on the loopback S3, {name}: {median:.2f} s (median)")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -291,16 +217,12 @@ def main() -> None:
     f = sub.add_parser("parts")
     f.add_argument("--parts", default="1000,10000,100000")
     f.add_argument("--flush", type=int, default=256)
-    u = sub.add_parser("publish")
-    u.add_argument("--parts", type=int, default=64)
-    u.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     jobs = {
         "store": store_rate,
         "actors": actors_rate,
         "nodes": nodes_rate,
         "parts": parts_cost,
-        "publish": publish_cost,
     }
     jobs[args.what](args)
 

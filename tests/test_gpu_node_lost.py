@@ -11,7 +11,6 @@ this work."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from runner import RayExecutor, ResultStore, run_grid
 from runner.store.txn import INCOMING_DIR
 from tests.conftest import files_under
 from tests.options import opts
-from tests.test_cluster_faults import _alive_workers, _remove_node_once_stored
+from tests.test_cluster_faults import _alive_workers, losing_a_busy_node
 
 pytestmark = [pytest.mark.ray, pytest.mark.faults]
 
@@ -62,13 +61,8 @@ def test_a_lost_gpu_node_s_work_moves_to_the_other_gpu_node(tmp_path: Path, two_
     assert sorted(executor.kinds) == ["cpu", "gpu", "gpu"]
     gpu_nodes = {ray.get(executor.actors[i].placement.remote())[0] for i, k in enumerate(executor.kinds) if k == "gpu"}
     assert len(gpu_nodes) == 2  # one GPU actor on each GPU node
-    done = threading.Event()
-    remover = _remove_node_once_stored(two_gpu_nodes, executor, tmp_path, done)
-    try:
+    with losing_a_busy_node(two_gpu_nodes, executor, tmp_path):
         report = run_grid(grid, tmp_path, opts(flush_s=0.3), executor=executor)
-    finally:
-        done.set()
-        remover.join()
     try:
         assert len(_alive_workers(two_gpu_nodes)) == 1  # a GPU node really went while the grid ran
         assert report.counts == {"ok": N_GPU_CELLS + 4}

@@ -18,10 +18,10 @@ from runner.grid.spec import load_grid
 from runner.store import incoming
 from tests.conftest import files_under
 from tests.options import opts
-from tests.test_ingest_store import GRID, frames
+from tests.test_ingest_store import GRID
+from tests.test_store_damage import content
 
 pytestmark = pytest.mark.ray
-PROVENANCE = ["wall_s", "started", "finished", "host", "device", "commit_seq"]
 
 
 def _count_driver_curve_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -49,11 +49,10 @@ def test_actors_stage_the_curves_and_the_driver_builds_none(
     finally:
         pool.close()
     assert report.executed == 7 and built == [0]
-    a, b = frames(tmp_path / "local"), frames(tmp_path / "ray")
+    a, b = content(tmp_path / "local"), content(tmp_path / "ray")
     assert a.keys() == b.keys()
     for key in a:  # the same rows on disk whichever path they took (but where, when and in which commit)
-        where = [c for c in PROVENANCE if c in a[key]]
-        pd.testing.assert_frame_equal(a[key].drop(columns=where), b[key].drop(columns=where), check_exact=True, obj=key)
+        pd.testing.assert_frame_equal(a[key], b[key], check_exact=True, obj=key)
     assert files_under(tmp_path / "ray" / incoming.INCOMING_DIR) == []
 
 
@@ -164,8 +163,6 @@ def test_a_long_run_s_parts_are_merged_on_a_worker_while_it_runs(
     assert len(list(curves.glob("part-*.parquet"))) < before
     assert cadence  # the run's commits asked for merges (the first one at its first commit)
     for root in ("asked", "cadence"):
-        a, b = frames(tmp_path / "local"), frames(tmp_path / root)
+        a, b = content(tmp_path / "local"), content(tmp_path / root)
         for key in a:
-            where = [c for c in PROVENANCE if c in a[key]]
-            left, right = a[key].drop(columns=where), b[key].drop(columns=where)
-            pd.testing.assert_frame_equal(left, right, check_exact=True, obj=f"{root}: {key}")
+            pd.testing.assert_frame_equal(a[key], b[key], check_exact=True, obj=f"{root}: {key}")

@@ -27,6 +27,7 @@ from runner.store.flush import write_records
 from runner.store.part_names import expected
 from runner.store.txn import INCOMING_DIR, Marker, MarkerError
 from tests.conftest import files_under
+from tests.test_store_damage import content
 
 GRID = {
     "name": "ingest",
@@ -36,7 +37,6 @@ GRID = {
         {"task": "faulty", "params": {"x": 9.0, "fail": True}},  # no curve: it goes unstaged
     ],
 }
-TIMING = ["batch_id"]
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +54,6 @@ def stage(records: list[RunRecord], root: Path, rows: int, folder: str | None = 
     return sent + stager.drain()
 
 
-def frames(root: Path) -> dict[str, pd.DataFrame]:
-    store = ResultStore(root)
-    out = {}
-    for task in store.tasks():
-        runs = store.read_runs(task).to_pandas().drop(columns=TIMING)
-        out[f"runs/{task}"] = runs.sort_values("run_id").reset_index(drop=True)
-        curves = store.read_curves(task).to_pandas().drop(columns=TIMING)
-        out[f"curves/{task}"] = curves.sort_values(["run_id", "step"]).reset_index(drop=True)
-    return out
-
-
 def incoming_files(root: Path) -> list[Path]:
     return files_under(root / INCOMING_DIR)
 
@@ -79,7 +68,7 @@ def test_staged_curves_are_published_unread_and_store_what_the_driver_would(
     staged_files = {(e.size, e.footer_crc) for e in (expected(p.rsplit("/", 1)[-1]) for p in parts) if e}
     write_records(ResultStore(tmp_path / "workers"), sent, task_schemas)
 
-    a, b = frames(tmp_path / "driver"), frames(tmp_path / "workers")
+    a, b = content(tmp_path / "driver"), content(tmp_path / "workers")
     assert a.keys() == b.keys()
     for key in a:
         pd.testing.assert_frame_equal(a[key], b[key], check_exact=True, obj=key)
@@ -131,13 +120,13 @@ def test_a_lost_staged_part_costs_its_runs_a_failed_row_and_nothing_else(
     failed = write_isolated(ResultStore(tmp_path), sent, task_schemas)
     lost = {r.run_id for r in sent if r.staged is not None and r.staged.path == victim.path}
     assert {f.run_id for f in failed} == lost
-    runs = pd.concat([f for k, f in frames(tmp_path).items() if k.startswith("runs/")])
+    runs = pd.concat([f for k, f in content(tmp_path).items() if k.startswith("runs/")])
     status = dict(zip(runs["run_id"], runs["status"], strict=True))
     assert len(status) == len(records)
     assert {r for r, s in status.items() if s == "failed"} == lost | {r.run_id for r in records if r.status == "failed"}
     errors = runs.set_index("run_id").loc[sorted(lost), "error"]
     assert all("staged curve parts missing or cut short" in e for e in errors)
-    curves = frames(tmp_path)["curves/least_squares"]
+    curves = content(tmp_path)["curves/least_squares"]
     assert not set(curves["run_id"]) & lost  # no curve row of a run stored as failed
 
 

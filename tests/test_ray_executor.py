@@ -27,7 +27,8 @@ GRID = {
         {"task": "least_squares", "params": {"lr_rule": "optimal", "n_iters": 40}, "repeat": 2},
     ],
 }
-PROVENANCE = ["batch_id", "wall_s", "started", "finished", "host", "device"]
+# where and when a run ran, and in which of its store's commits (commit_seq: flushes split by timing)
+PROVENANCE = ["batch_id", "wall_s", "started", "finished", "host", "device", "commit_seq"]
 
 
 def _store_frames(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
