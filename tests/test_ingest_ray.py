@@ -136,11 +136,12 @@ def test_a_long_run_s_parts_are_merged_on_a_worker_while_it_runs(
 ) -> None:
     """Each staged part is a file in curves/ until a merge, and a flush lists the folders it writes: a
     merge asked of the pool runs on a worker's node and merges them (the bytes read and written there),
-    the commits of a run ask for merges (runner.execute.staging.MergeCadence), and the stores read
+    the commits of a run ask for merges (runner.execute.worker_merge.MergeCadence), and the stores read
     exactly as the in-process executor's."""
     import runner.execute.staging as staging
+    import runner.execute.worker_merge as worker_merge
 
-    monkeypatch.setattr(staging, "MERGE_EVERY_S", 0.0)  # at every commit that finds none under way
+    monkeypatch.setattr(worker_merge, "MERGE_EVERY_S", 0.0)  # at every commit that finds none under way
     monkeypatch.setattr(staging, "STAGE_WAIT_S", 0.0)  # a part per run: many parts in curves/
     monkeypatch.setenv("CONVGRID_COMPACT_PARTS", "0")  # no merge during or after a run, until set below
     block = {"task": "faulty", "params": {"sleep_s": 0.02}, "product": {"x": [float(x) for x in range(40)]}}
@@ -151,14 +152,14 @@ def test_a_long_run_s_parts_are_merged_on_a_worker_while_it_runs(
     try:
         run_grid(many, tmp_path / "asked", opts(), executor=pool)
         before = len(list(curves.glob("part-*.parquet")))
-        assert pool.merges == [] and before == 40  # a part per run, none merged
+        assert pool.merges.reports == [] and before == 40  # a part per run, none merged
         assert pool.merge_on_worker(str(tmp_path / "asked"), 4)
-        pool.wait_merge(120)  # done before the next run, which then asks for its own
+        pool.merges.wait(120)  # done before the next run, which then asks for its own
         monkeypatch.setenv("CONVGRID_COMPACT_PARTS", "4")
         run_grid(many, tmp_path / "cadence", opts(flush_every=4, flush_s=0.1), executor=pool)
     finally:
         pool.close()  # collects the merge under way
-    asked, *cadence = pool.merges
+    asked, *cadence = pool.merges.reports
     assert asked.startswith("merged ") and not asked.startswith("merged 0 "), asked
     assert len(list(curves.glob("part-*.parquet"))) < before
     assert cadence  # the run's commits asked for merges (the first one at its first commit)

@@ -274,7 +274,7 @@ def test_the_curve_rows_sent_back_inline_equal_the_run_s_own(records: list[RunRe
 
 
 def test_merges_are_asked_of_the_workers_at_most_every_interval_and_never_where_they_cannot() -> None:
-    from runner.execute.staging import MergeCadence
+    from runner.execute.worker_merge import MergeCadence
 
     class Pool:
         def __init__(self, busy: bool = False) -> None:

@@ -24,7 +24,7 @@ import ray
 
 from runner.execute import provenance
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
-from runner.execute.staging import Stager, StagingTarget, answer_probe, merge_here, open_target
+from runner.execute.staging import Stager, StagingTarget, answer_probe, open_target
 from runner.execute.worker import claim_device, configure_threads, run_items
 from runner.fs.root import Root
 from runner.store.records import RunRecord
@@ -124,7 +124,3 @@ class _ChunkActor:
 # handle factory below as what they are (Ray's own stubs do not describe decorated actor classes).
 _OPTIONS: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "concurrency_groups": {"control": 1}}
 ChunkActor: Any = ray.remote(**_OPTIONS)(_ChunkActor)
-# A merge of the store's small parts on a node that reaches the root (runner.execute.staging.MergeCadence).
-# No CPU reserved: every slot is an actor's, and a merge mostly reads and writes; one that dies is safe
-# (a merge is one transaction per group), so it is not retried.
-merge_on_node: Any = ray.remote(num_cpus=0, max_retries=0)(merge_here)

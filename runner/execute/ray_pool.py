@@ -23,6 +23,7 @@ from runner.execute import staging as workers_stage
 from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
 from runner.execute.feed import Feed
 from runner.execute.staging import StagingTarget, probe_nodes
+from runner.execute.worker_merge import WorkerMerges
 from runner.store.records import RunRecord
 
 MERGE_CLOSE_S = 120.0  # how long `close` waits for a merge under way on a worker
@@ -81,8 +82,7 @@ class RayExecutor:
     name: str = "ray"
     staging: StagingTarget | None = field(default=None, init=False)
     _probed_root: str | None = field(default=None, init=False, repr=False)  # the root `staging` was probed for
-    merges: list[str] = field(default_factory=list, init=False)  # reports of the merges run on workers
-    _merging: Any = field(default=None, init=False, repr=False)  # the merge under way (an ObjectRef)
+    merges: WorkerMerges = field(default_factory=WorkerMerges, init=False, repr=False)  # on workers' nodes
     actors: list[Any] = field(default_factory=list, init=False)
     kinds: list[str] = field(default_factory=list, init=False)  # "gpu" or "cpu", per actor
     down: dict[int, Any] = field(default_factory=dict, init=False)  # dead actor index -> its liveness probe
@@ -124,7 +124,6 @@ class RayExecutor:
         is left in it once everything is committed), or None where no node reaches it or `stage` is off.
         Probed once per root and pool."""
         if not self.stage:
-            self.staging = None
             return None
         self.start()
         if self._probed_root != root:
@@ -139,46 +138,11 @@ class RayExecutor:
         return self.staging.folder if self.staging is not None else None
 
     def merge_on_worker(self, root: str, max_parts: int) -> bool:
-        """Merge the root's fragmented folders (runner.store.merge) in a task on a node whose actors
-        stage there, one at a time, nodes in turn (runner.execute.staging.MergeCadence): the merged
-        bytes never pass through the driver. False where no node stages to `root`, or while the last
-        merge still runs."""
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        if self.staging is None or self.staging.root != root:
+        """Merge the root's fragmented folders on a node whose actors stage there
+        (runner.execute.worker_merge); False where none does, or while the last merge still runs."""
+        if not self.stage or self.staging is None or self.staging.root != root:
             return False
-        if self._merging is not None:
-            if not ray.wait([self._merging], timeout=0)[0]:
-                return False
-            self._merged()
-        from runner.execute.actor import merge_on_node
-
-        nodes = sorted(self.staging.nodes)
-        where = NodeAffinitySchedulingStrategy(nodes[len(self.merges) % len(nodes)], soft=True)
-        self._merging = merge_on_node.options(scheduling_strategy=where).remote(root, max_parts)
-        return True
-
-    def wait_merge(self, timeout_s: float) -> None:
-        """Wait up to `timeout_s` for the merge under way on a worker, and collect it if it ended."""
-        import ray
-
-        if self._merging is not None and ray.wait([self._merging], timeout=timeout_s)[0]:
-            self._merged()
-
-    def _merged(self) -> None:
-        """Collect the merge under way (its report, or the reason it failed: the next one tries again)."""
-        import ray
-
-        from runner.errors import redact
-
-        ref, self._merging = self._merging, None
-        try:
-            self.merges.append(ray.get(ref))
-        except Exception as exc:  # noqa: BLE001 - a merge that failed changed nothing (one transaction per group)
-            self.merges.append(
-                redact(f"merge failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            )
+        return self.merges.ask(self.staging.nodes, root, max_parts)
 
     def _actor_label(self, index: int, kind: str) -> str:
         """How the dashboard and the log prefixes name an actor: 'convgrid fig2_depth #0 cpu'."""
@@ -389,8 +353,7 @@ class RayExecutor:
     def close(self) -> None:
         import ray
 
-        self.wait_merge(MERGE_CLOSE_S)  # a merge is safe to stop, but the command's own merge comes next
-        self._merging = None
+        self.merges.wait(MERGE_CLOSE_S)  # a merge is safe to stop, but the command's own merge comes next
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

@@ -53,10 +53,6 @@ STAGE_ROWS = CURVE_ROWS_PER_PART
 # worker then come at most 1 / STAGE_WAIT_S a second, however fast its runs (docs/scale.md).
 STAGE_WAIT_S = 0.5
 PROBE_TIMEOUT_S = 30.0
-# How often, at most, a driver whose workers stage has the store's fragmented folders merged on a worker
-# while it runs (`MergeCadence`): a flush lists every folder it writes, and its cost grows with the
-# parts there (docs/scale.md).
-MERGE_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -83,53 +79,6 @@ class StagesResults(Protocol):
         """Let workers that can reach `root` stage there; returns the session's folder (relative) that
         the driver cleans when all is committed, or None where no worker stages."""
         ...
-
-
-@runtime_checkable
-class MergesOnWorkers(Protocol):
-    """An executor that can merge the store's small parts on one of its workers' nodes."""
-
-    def merge_on_worker(self, root: str, max_parts: int) -> bool:
-        """Start merging the small parts of every folder of `root` holding more than `max_parts`
-        (runner.store.merge) on a node whose workers stage; False where none does, or while the last
-        one still runs."""
-        ...
-
-
-class MergeCadence:
-    """A Flusher's commit listener: at most every `every_s`, the folders past `max_parts` parts are merged
-    on a worker (`MergesOnWorkers`), so that a long run's flushes do not slow down as curves/ fills with
-    the workers' parts, and the merged bytes never pass through the driver. Nothing where the executor
-    cannot, or `max_parts` is 0 (CONVGRID_COMPACT_PARTS). The merge after the run stays as it was."""
-
-    def __init__(
-        self,
-        executor: object,
-        root: str,
-        base: str,
-        max_parts: int,
-        every_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.executor, self.root, self.max_parts = executor, worker_root(root, base), max_parts
-        self.every_s, self.clock = MERGE_EVERY_S if every_s is None else every_s, clock
-        self._last = clock()
-
-    def __call__(self, _records: Sequence[RunRecord]) -> None:
-        if self.max_parts <= 0 or not isinstance(self.executor, MergesOnWorkers):
-            return
-        now = self.clock()
-        if now - self._last >= self.every_s and self.executor.merge_on_worker(self.root, self.max_parts):
-            self._last = now
-
-
-def merge_here(root: str, max_parts: int) -> str:
-    """What a worker runs for `MergeCadence`: runner.store.merge on the root as this node sees it, under the
-    store's writers' lock (flock locally, the lease lock on an object store). Returns its report line."""
-    from runner.store import ResultStore
-    from runner.store.merge import merge_parts
-
-    return merge_parts(ResultStore(root), max_parts).line()
 
 
 def worker_root(root: str, base: str) -> str:

@@ -30,9 +30,10 @@ from runner.errors import StoreIOError
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.options import ExecutionOptions, FlushPolicy
 from runner.execute.progress import Progress
-from runner.execute.staging import MergeCadence, stage_results
+from runner.execute.staging import stage_results
 from runner.execute.unwritable import write_isolated
 from runner.execute.waves import WaveSource
+from runner.execute.worker_merge import MergeCadence
 from runner.grid.cells import Cell, CellSource
 from runner.grid.schema import task_schemas
 from runner.run.plan import plan_grid

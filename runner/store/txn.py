@@ -308,16 +308,16 @@ class Transaction:
 def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
     fs = root.fs
-    touched: set[str | None] = set()
+    published: set[str | None] = set()
     if marker.adds:
-        touched.add(_publish(root, *marker.adds[0]))
+        published.add(_publish(root, *marker.adds[0]))
         reached("publishing", label)
         # the others at once: a flush of workers' parts (runner.store.incoming) publishes one a run of a
         # long curve, and on an object store a move is a copy and a delete, tens of ms each
-        touched.update(_PUBLISHING.map(lambda add: _publish(root, *add), marker.adds[1:]))
-    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched - {None}))
+        published.update(_PUBLISHING.map(lambda add: _publish(root, *add), marker.adds[1:]))
+    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), {d for d in published if d is not None}))
     reached("published", label)
-    touched = set()
+    touched: set[str] = set()
     for src, dest in marker.moves:
         if root.exists(src):
             ensure_dir(fs, root.abs(str(PurePosixPath(dest).parent)))
