@@ -34,7 +34,7 @@ PROVENANCE = ["batch_id", "wall_s", "started", "finished", "host", "device", "co
 def _store_frames(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     store = ResultStore(root)
     runs = store.read_runs("least_squares").to_pandas().drop(columns=PROVENANCE)
-    curves = store.read_curves("least_squares").to_pandas().drop(columns=["batch_id"])
+    curves = store.read_curves("least_squares").to_pandas()
     return runs.sort_values("run_id").reset_index(drop=True), curves.reset_index(drop=True)
 
 

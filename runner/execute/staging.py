@@ -186,7 +186,7 @@ class Stager:
             from runner.grid.schema import task_schemas
             from runner.store.flush import curve_table
 
-            piece = curve_table([record], held.batch_id, task_schemas(record.task)[1])
+            piece = curve_table([record], task_schemas(record.task)[1])
         except Exception as exc:  # noqa: BLE001 - a value the table refuses: the driver isolates that record
             self._warn(exc)
             return [record]
@@ -231,4 +231,4 @@ class Stager:
 
 def _inline(record: RunRecord, piece: pa.Table) -> RunRecord:
     """The record with its curve rows back in it, as the driver takes them without staging."""
-    return RunRecord(record.run_id, record.task, record.row, piece.drop_columns(["run_id", "batch_id"]).to_pydict())
+    return RunRecord(record.run_id, record.task, record.row, piece.drop_columns(["run_id"]).to_pydict())

@@ -150,10 +150,16 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
     if curves is not None and kept_curve_rows is not None:
         report.rows_dropped += curves.num_rows - kept_curve_rows.num_rows
         ordered = kept_curve_rows.sort_by([("run_id", "ascending"), ("step", "ascending")])
+        if "batch_id" in ordered.column_names:  # a store from before: curves/ loses the attempt id here
+            ordered = ordered.drop_columns(["batch_id"])
         _rewrite(txn, readable[CURVES], _chunks(ordered), curves.num_rows, task_dir(CURVES, name), report)
-        if kept_curve_rows.num_rows < curves.num_rows:  # superseded rows a store before attempt_curves/ kept
+        if kept_curve_rows.num_rows < curves.num_rows and "batch_id" in curves.column_names:
+            # superseded rows a store before attempt_curves/ kept in curves/ (the rest of the rows not
+            # kept are of runs with no runs row left: lost with a damaged part, run again); rows with no
+            # attempt id are the current layout's, kept by definition
             kept_pairs = _pairs(latest).combine_chunks()
-            superseded.append(curves.filter(pc.invert(pc.is_in(_pairs(curves), value_set=kept_pairs))))
+            stale = pc.and_(pc.is_valid(curves["batch_id"]), pc.invert(pc.is_in(_pairs(curves), value_set=kept_pairs)))
+            superseded.append(curves.filter(stale))
     if superseded:
         old = pa.concat_tables(superseded, promote_options="permissive")
         ordered = old.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])

@@ -38,7 +38,7 @@ from runner.store.columns import PARTITION
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
 from runner.store.store import ResultStore, SchemaFor
-from runner.store.tables import conform, last_per_run, latest_per_run
+from runner.store.tables import conform, last_per_run, latest_per_run, with_attempt
 from runner.store.txn import Transaction
 from runner.store.union import stage_union
 
@@ -68,15 +68,17 @@ def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: Sch
         txn.commit()
 
 
-def curve_table(recs: Sequence[RunRecord], batch_id: str, schema: pa.Schema) -> pa.Table:
-    """The curve rows of `recs`, built column by column: the ids by one `take` of each record's id
-    repeated over its steps, the values from one flattened list per column (a Python loop over rows
-    was most of a flush's CPU time)."""
+def curve_table(recs: Sequence[RunRecord], schema: pa.Schema) -> pa.Table:
+    """The curve rows of `recs` (curves/: no attempt id, runner.store.columns), built column by column:
+    the ids by one `take` of each record's id repeated over its steps, the values from one flattened
+    list per column (a Python loop over rows was most of a flush's CPU time)."""
     lengths = [len(rec.curve.get("step", [])) for rec in recs]
-    total = sum(lengths)
     owner = np.repeat(np.arange(len(recs)), lengths)
-    columns = [pa.array([rec.run_id for rec in recs], pa.string()).take(owner), pa.repeat(batch_id, total)]
-    for field in list(schema)[2:]:
+    columns = []
+    for field in schema:
+        if field.name == "run_id":
+            columns.append(pa.array([rec.run_id for rec in recs], pa.string()).take(owner))
+            continue
         values = (rec.curve.get(field.name, [None] * n) for rec, n in zip(recs, lengths, strict=True))
         columns.append(pa.array(list(chain.from_iterable(values)), field.type))
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
@@ -138,11 +140,9 @@ def stage_task(
     curve_parts = reader.readable(store.parts(curves_dir))
     ctarget = reader.unified_schema(curve_parts, base=curves_schema)
     chosen = {rec.run_id: rec for rec in recs}  # one record per run: the last, whose row was kept
-    fresh = curve_table([r for r in chosen.values() if r.staged is None], batch_id, curves_schema)
+    fresh = curve_table([r for r in chosen.values() if r.staged is None], curves_schema)
     copied = _adopt_staged(store, txn, list(chosen.values()), ctarget, curves_dir)
-    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks()) & pc.field("batch_id").isin(
-        pc.unique(gone["batch_id"].combine_chunks())
-    )
+    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks())  # curves/ holds a run's kept attempt only
     crewrite = _parts_with_rows(store, curve_parts, ctarget, stale) if gone.num_rows else set()
     crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
     csurvivors, superseded = [], []
@@ -156,8 +156,8 @@ def stage_task(
     if ctable.num_rows:
         _add(store, txn, ctable, curves_dir)
     old = pa.concat_tables(superseded) if superseded else None
-    if old is not None and old.num_rows:  # the history keeps them, out of every curves/ reader's way
-        _add(store, txn, old, task_dir(ATTEMPT_CURVES, task))
+    if old is not None and old.num_rows:  # the history keeps them, with their attempt's id, out of curves/
+        _add(store, txn, with_attempt(old, gone.select(["run_id", "batch_id"])), task_dir(ATTEMPT_CURVES, task))
 
 
 def _adopt_staged(
@@ -199,9 +199,8 @@ def _parts_with_rows(store: ResultStore, parts: Sequence[str], schema: pa.Schema
 
 
 def _pairs_mask(rows: pa.Table, gone: pa.Table) -> pa.ChunkedArray:
-    """True where a curve row belongs to a superseded (run_id, batch_id)."""
+    """True where a curve row belongs to a run whose stored attempt is superseded (every row of it in
+    curves/: the kept attempt's, or, in a store written before, any older attempt's left there)."""
     if gone.num_rows == 0 or rows.num_rows == 0:
         return pa.chunked_array([pa.array([False] * rows.num_rows)])
-    position = pc.index_in(rows["run_id"], value_set=gone["run_id"])
-    old_batch = pc.take(gone["batch_id"], position)
-    return pc.fill_null(pc.equal(old_batch, rows["batch_id"]), False)
+    return pc.is_in(rows["run_id"], value_set=gone["run_id"].combine_chunks())
