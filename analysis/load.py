@@ -121,4 +121,4 @@ def curves(
     table = store.read_curves(
         task, run_ids=None if every_run else keys["run_id"].to_pylist(), columns=wanted, keys=keys, sort=False
     )
-    return frame(table.drop_columns(["batch_id"]))
+    return frame(table)

@@ -41,7 +41,7 @@ def _items(grid: dict[str, Any]) -> list[WorkItem]:
 def _frames(root: Path, task: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     store = ResultStore(root)
     runs = store.read_runs(task).to_pandas().drop(columns=TIMING).sort_values("run_id").reset_index(drop=True)
-    curves = store.read_curves(task).to_pandas().drop(columns=["batch_id"])
+    curves = store.read_curves(task).to_pandas()
     return runs, curves.sort_values(["run_id", "step"]).reset_index(drop=True)
 
 

@@ -30,7 +30,8 @@ GRID = {
         {"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}},  # a task that computes on the CPU only
     ],
 }
-TIMING = ["batch_id", "commit_seq", "wall_s", "started", "finished", "host"]
+# where and when a run ran, and in which of its store's commits (commit_seq: flushes split by timing)
+TIMING = ["batch_id", "wall_s", "started", "finished", "host", "commit_seq"]
 NO_CUDA = "no CUDA device visible to torch on this machine"
 
 

@@ -67,7 +67,12 @@ def test_newest_row_wins_and_stale_curves_are_skipped(tmp_path: Path) -> None:
     assert runs.num_rows == 1
     curves = store.read_curves("least_squares")
     assert curves.num_rows == cells[0].params.n_iters  # one attempt's curve, not two
-    assert set(curves["batch_id"].to_pylist()) == set(runs["batch_id"].to_pylist())
+    assert "batch_id" not in curves.column_names  # curves/ joins runs/ on run_id alone
+    old = store.read_curves("least_squares", attempts="superseded")
+    assert old.num_rows == cells[0].params.n_iters
+    assert set(old["batch_id"].to_pylist()).isdisjoint(runs["batch_id"].to_pylist())
+    both = store.read_curves("least_squares", attempts="all")
+    assert set(both["batch_id"].to_pylist()) == set(old["batch_id"].to_pylist()) | set(runs["batch_id"].to_pylist())
 
 
 def test_temporary_and_orphan_files_are_invisible(tmp_path: Path) -> None:

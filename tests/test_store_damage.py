@@ -36,7 +36,7 @@ def content(root: Path) -> dict[str, pd.DataFrame]:
     for task in store.tasks():
         runs = store.read_runs(task).to_pandas().drop(columns=VOLATILE)
         out[f"runs/{task}"] = runs.sort_values("run_id").reset_index(drop=True)
-        curves = store.read_curves(task).to_pandas().drop(columns=["batch_id"])
+        curves = store.read_curves(task).to_pandas()
         out[f"curves/{task}"] = curves.sort_values(["run_id", "step"]).reset_index(drop=True)
     return out
 

@@ -24,7 +24,9 @@ import ray
 
 from runner.execute import provenance
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
+from runner.execute.staging import Stager, StagingTarget, answer_probe, open_target
 from runner.execute.worker import claim_device, configure_threads, run_items
+from runner.fs.root import Root
 from runner.store.records import RunRecord
 
 
@@ -44,6 +46,7 @@ class _ChunkActor:
         self.device = claim_device(device, gpu_fraction)
         self._lock = threading.Lock()
         self._current: tuple[tuple[str, ...], float] | None = None
+        self._roots: dict[str, Root] = {}  # results roots this actor stages to, opened once
 
     def __repr__(self) -> str:
         # Defined on this class itself: Ray 2.60 uses a repr only when the actor's class defines one.
@@ -55,11 +58,15 @@ class _ChunkActor:
         timeout_s: float | None,
         reporters: ReporterFactory | None = None,
         policy: BatchPolicy | None = None,
-    ) -> Iterator[RunRecord]:
-        """A Ray streaming generator: each record reaches the driver as its run (or its batch) finishes,
-        not when the chunk does, so a driver killed mid-chunk has already flushed what finished (the
-        results root stays with the driver)."""
-        yield from run_items(
+        staging: StagingTarget | None = None,
+    ) -> Iterator[list[RunRecord]]:
+        """A Ray streaming generator of lists of records: each record reaches the driver as its run (or
+        its batch) finishes, not when the chunk does, so a driver killed mid-chunk has already flushed
+        what finished. With `staging` (and this actor on one of its nodes) the curves are written to
+        the results root here and the records sent carry the staged part's name instead
+        (runner.execute.staging: a record may then be held a moment, to share a part)."""
+        stager = self._stager(staging)
+        for record in run_items(
             items,
             device=self.device,
             threads=self.threads,
@@ -67,9 +74,21 @@ class _ChunkActor:
             reporters=reporters,
             policy=policy,
             on_start=self._started,
-        )
+        ):
+            ready = [record] if stager is None else stager.offer(record)
+            if ready:
+                yield ready
+        if stager is not None and (rest := stager.drain()):
+            yield rest
         with self._lock:
             self._current = None
+
+    def _stager(self, staging: StagingTarget | None) -> Stager | None:
+        if staging is None or ray.get_runtime_context().get_node_id() not in staging.nodes:
+            return None  # a node the driver's probe did not find the root on (restarted elsewhere)
+        if staging.root not in self._roots:
+            self._roots[staging.root] = open_target(staging.root)
+        return Stager(staging, self._roots[staging.root])
 
     def _started(self, group: Sequence[WorkItem]) -> None:
         # A batch runs (and overruns its deadline) as one: the hard timeout kills it as one.
@@ -88,6 +107,12 @@ class _ChunkActor:
     @ray.method(concurrency_group="control")
     def pid(self) -> int:
         return os.getpid()
+
+    @ray.method(concurrency_group="control")
+    def answer_probe(self, root: str, probe: str, reply: str) -> bool:
+        """Whether this node reads the driver's probe under the results root and writes a reply there
+        (runner.execute.staging.probe_nodes)."""
+        return answer_probe(root, probe, reply, ray.get_runtime_context().get_node_id())
 
     @ray.method(concurrency_group="control")
     def placement(self) -> tuple[str, str]:

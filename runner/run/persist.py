@@ -7,6 +7,11 @@ what finished. A record the store refuses is stored as `failed` with the reason
 read-only root: runner.store.errors.StoreIOError), no run is stored as failed: the commit is tried again
 after a pause (`STORE_RETRY_S`: a disk freed meanwhile loses nothing), then the command stops with one
 message, and the runs it could not store run again with the next command.
+
+An executor whose workers can write to the results root is told so first (runner.execute.staging):
+their records then bring the name of a staged part instead of curve rows, and once everything is
+committed what is left in the session's folder (parts of workers that died before their manifest came)
+is deleted.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from contextlib import contextmanager
 from types import TracebackType
 
 import numpy as np
@@ -24,12 +30,15 @@ from runner.errors import StoreIOError
 from runner.execute.base import Executor, ReportChannel, WorkItem
 from runner.execute.options import ExecutionOptions, FlushPolicy
 from runner.execute.progress import Progress
+from runner.execute.staging import stage_results
 from runner.execute.unwritable import write_isolated
 from runner.execute.waves import WaveSource
+from runner.execute.worker_merge import MergeCadence
 from runner.grid.cells import Cell, CellSource
 from runner.grid.schema import task_schemas
 from runner.run.plan import plan_grid
-from runner.store import ResultStore, RunRecord
+from runner.settings import settings
+from runner.store import ResultStore, RunRecord, incoming
 from runner.store.group_commit import GroupCommit
 
 Refused = tuple[str, RunRecord]  # (status a record arrived with, the failed record stored instead)
@@ -119,6 +128,23 @@ class Flusher:
             self.bar.close()
 
 
+@contextmanager
+def staged_by_workers(executor: Executor, store: ResultStore) -> Iterator[None]:
+    """Around persisting an executor's records: its workers stage their curves where they can reach the
+    root, and the session's leftovers are deleted afterwards (under the writers' lock, after committed
+    markers are applied; a store that cannot be written now leaves them to the next sweep)."""
+    folder = stage_results(executor, store.root, store.base)
+    try:
+        yield
+    finally:
+        if folder is not None:
+            try:
+                with store.writing():
+                    incoming.discard(store.files, folder)
+            except OSError as exc:
+                warnings.warn(f"convgrid: staged parts left in {folder} for a later sweep: {exc}", stacklevel=3)
+
+
 def work_item(cell: Cell) -> WorkItem:
     return WorkItem(cell.run_id, cell.task, cell.params_json())
 
@@ -161,7 +187,9 @@ def execute_cells(
     options = options or ExecutionOptions()
     if total is None:
         total = len(cells) if isinstance(cells, Sized) else 0
-    with Flusher(store, options.flush, Progress(total, label, enabled=options.progress)) as flusher:
+    bar = Progress(total, label, enabled=options.progress)
+    with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
+        flusher.on_commit(MergeCadence(executor, store.root, store.base, settings().compact_parts))
         _pump(cells, executor, flusher, channel, [sink] if sink is not None else [])
     return flusher.counts
 
@@ -186,9 +214,10 @@ def execute_shared(
     claims.start()
     try:
         bar = Progress(len(todo), label, enabled=options.progress)
-        with Flusher(store, options.flush, bar) as flusher:
+        with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
             source = WaveSource(claims, grid, todo, still_todo, settle=flusher.settle)
             flusher.on_commit(source.committed)
+            flusher.on_commit(MergeCadence(executor, store.root, store.base, settings().compact_parts))
             _pump(source, executor, flusher, None, [source.arrived])
         return flusher.counts
     finally:

@@ -44,7 +44,14 @@ RUN_COLUMNS: list[pa.Field] = [
     pa.field("commit_seq", pa.int64()),
 ]
 SHARED_RUN_COLUMNS: list[str] = [f.name for f in RUN_COLUMNS] + [PARTITION]
+# curves/ holds the rows of each run's kept attempt only, so its rows need no attempt id: they join runs/
+# on run_id alone, with no column in common (before, batch_id was in both). attempt_curves/, the
+# history's curves, keeps the attempt's batch_id, to join attempts/ on (run_id, batch_id).
 CURVE_COLUMNS: list[pa.Field] = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("step", pa.int64(), nullable=False),
+]
+ATTEMPT_CURVE_COLUMNS: list[pa.Field] = [
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
     pa.field("step", pa.int64(), nullable=False),
@@ -97,7 +104,7 @@ _DECLARED: dict[str, dict[str, pa.DataType]] = {
     "runs": {f.name: f.type for f in RUN_COLUMNS},
     "attempts": {f.name: f.type for f in RUN_COLUMNS},
     "curves": {f.name: f.type for f in CURVE_COLUMNS},
-    "attempt_curves": {f.name: f.type for f in CURVE_COLUMNS},
+    "attempt_curves": {f.name: f.type for f in ATTEMPT_CURVE_COLUMNS},
     "members": {f.name: f.type for f in MEMBER_SCHEMA},
     "trials": {f.name: f.type for f in TRIAL_SCHEMA},
 }

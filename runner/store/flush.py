@@ -12,6 +12,13 @@ task (`stage_task`):
     version's column), so that one task's files always share one schema, as polars requires;
   - the kept attempts' rows go to runs/ and their curve rows to curves/; the curve rows of the
     attempts they supersede move to attempt_curves/ (the history's curves).
+
+A record whose curve rows a worker already wrote (`RunRecord.staged`, runner.store.incoming) brings its
+runs row and the part's name only: the part is published into curves/ as it is, unread, when this
+transaction keeps every run it holds with the part's schema; otherwise (a run of it superseded within
+the flush, a record stored alone after a bad value, a task whose stored parts have other columns) the
+rows it keeps are read from it and written with the others, and the part is left for the incoming
+cleanup. Every staged part is first checked to be there, whole (`incoming.lost`).
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from runner.store import incoming
 from runner.store.columns import PARTITION
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
 from runner.store.store import ResultStore, SchemaFor
-from runner.store.tables import conform, last_per_run, latest_per_run
+from runner.store.tables import conform, last_per_run, latest_per_run, with_attempt
 from runner.store.txn import Transaction
 from runner.store.union import stage_union
 
@@ -44,6 +52,9 @@ def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: Sch
     if not by_task:
         return
     with store.writing():
+        gone = incoming.lost(store.files, {rec.staged.path for rec in records if rec.staged is not None})
+        if gone:  # cleaned from under a driver paused past the grace period, or deleted by hand
+            raise incoming.StagedPartLost(f"staged curve parts missing or cut short: {', '.join(gone)}")
         txn = Transaction(store.files, "flush")
         written = {name: schemas(name) for name in by_task}
         for name, recs in by_task.items():
@@ -57,15 +68,17 @@ def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: Sch
         txn.commit()
 
 
-def curve_table(recs: Sequence[RunRecord], batch_id: str, schema: pa.Schema) -> pa.Table:
-    """The curve rows of `recs`, built column by column: the ids by one `take` of each record's id
-    repeated over its steps, the values from one flattened list per column (a Python loop over rows
-    was most of a flush's CPU time)."""
+def curve_table(recs: Sequence[RunRecord], schema: pa.Schema) -> pa.Table:
+    """The curve rows of `recs` (curves/: no attempt id, runner.store.columns), built column by column:
+    the ids by one `take` of each record's id repeated over its steps, the values from one flattened
+    list per column (a Python loop over rows was most of a flush's CPU time)."""
     lengths = [len(rec.curve.get("step", [])) for rec in recs]
-    total = sum(lengths)
     owner = np.repeat(np.arange(len(recs)), lengths)
-    columns = [pa.array([rec.run_id for rec in recs], pa.string()).take(owner), pa.repeat(batch_id, total)]
-    for field in list(schema)[2:]:
+    columns = []
+    for field in schema:
+        if field.name == "run_id":
+            columns.append(pa.array([rec.run_id for rec in recs], pa.string()).take(owner))
+            continue
         values = (rec.curve.get(field.name, [None] * n) for rec, n in zip(recs, lengths, strict=True))
         columns.append(pa.array(list(chain.from_iterable(values)), field.type))
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
@@ -89,7 +102,12 @@ def stage_task(
     attempts_dir = task_dir(ATTEMPTS, task)
     seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)))
     rows = [
-        {**rec.row, "batch_id": batch_id, "curve_rows": len(rec.curve.get("step", [])), "commit_seq": seq}
+        {
+            **rec.row,
+            "batch_id": rec.staged.batch_id if rec.staged is not None else batch_id,
+            "curve_rows": rec.curve_rows,
+            "commit_seq": seq,
+        }
         for rec in recs
     ]
     new = pa.Table.from_pylist(rows, schema=runs_schema)
@@ -122,10 +140,9 @@ def stage_task(
     curve_parts = reader.readable(store.parts(curves_dir))
     ctarget = reader.unified_schema(curve_parts, base=curves_schema)
     chosen = {rec.run_id: rec for rec in recs}  # one record per run: the last, whose row was kept
-    fresh = curve_table(list(chosen.values()), batch_id, curves_schema)
-    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks()) & pc.field("batch_id").isin(
-        pc.unique(gone["batch_id"].combine_chunks())
-    )
+    fresh = curve_table([r for r in chosen.values() if r.staged is None], curves_schema)
+    copied = _adopt_staged(store, txn, list(chosen.values()), ctarget, curves_dir)
+    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks())  # curves/ holds a run's kept attempt only
     crewrite = _parts_with_rows(store, curve_parts, ctarget, stale) if gone.num_rows else set()
     crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
     csurvivors, superseded = [], []
@@ -135,12 +152,35 @@ def stage_task(
         csurvivors.append(rows_.filter(pc.invert(doomed)))
         superseded.append(rows_.filter(doomed))
         txn.remove(part)
-    ctable = pa.concat_tables([conform(fresh, ctarget), *csurvivors])
+    ctable = pa.concat_tables([conform(fresh, ctarget), *copied, *csurvivors])
     if ctable.num_rows:
         _add(store, txn, ctable, curves_dir)
     old = pa.concat_tables(superseded) if superseded else None
-    if old is not None and old.num_rows:  # the history keeps them, out of every curves/ reader's way
-        _add(store, txn, old, task_dir(ATTEMPT_CURVES, task))
+    if old is not None and old.num_rows:  # the history keeps them, with their attempt's id, out of curves/
+        _add(store, txn, with_attempt(old, gone.select(["run_id", "batch_id"])), task_dir(ATTEMPT_CURVES, task))
+
+
+def _adopt_staged(
+    store: ResultStore, txn: Transaction, kept: Sequence[RunRecord], schema: pa.Schema, directory: str
+) -> list[pa.Table]:
+    """Publish the staged parts of the kept records into `directory` as they are where that is exact;
+    return the rows to copy from the others (see the module's docstring)."""
+    by_part: dict[str, list[RunRecord]] = defaultdict(list)
+    for rec in kept:
+        if rec.staged is not None:
+            by_part[rec.staged.path].append(rec)
+    copied = []
+    for path, recs in by_part.items():
+        part = recs[0].staged
+        assert part is not None
+        if len(recs) == part.runs and _same(schema, part.schema):
+            store.reader.known(txn.adopt(path, directory), part.schema)
+            continue
+        rows = store.reader.read([path], schema, filter=pc.field("run_id").isin([r.run_id for r in recs]))
+        if path in store.reader.damaged or rows.num_rows != sum(r.curve_rows for r in recs):
+            raise incoming.StagedPartLost(f"staged curve part {path} does not hold the rows its manifest names")
+        copied.append(conform(rows, schema))
+    return copied
 
 
 def _add(store: ResultStore, txn: Transaction, table: pa.Table, directory: str) -> str:
@@ -159,9 +199,8 @@ def _parts_with_rows(store: ResultStore, parts: Sequence[str], schema: pa.Schema
 
 
 def _pairs_mask(rows: pa.Table, gone: pa.Table) -> pa.ChunkedArray:
-    """True where a curve row belongs to a superseded (run_id, batch_id)."""
+    """True where a curve row belongs to a run whose stored attempt is superseded (every row of it in
+    curves/: the kept attempt's, or, in a store written before, any older attempt's left there)."""
     if gone.num_rows == 0 or rows.num_rows == 0:
         return pa.chunked_array([pa.array([False] * rows.num_rows)])
-    position = pc.index_in(rows["run_id"], value_set=gone["run_id"])
-    old_batch = pc.take(gone["batch_id"], position)
-    return pc.fill_null(pc.equal(old_batch, rows["batch_id"]), False)
+    return pc.is_in(rows["run_id"], value_set=gone["run_id"].combine_chunks())

@@ -70,3 +70,12 @@ def expected(rel: str) -> Expected | None:
     if match is None or match["size"] is None:
         return None
     return Expected(int(match["size"]), int(match["crc"], 16))
+
+
+def renamed(name: str) -> str:
+    """A new name, of this moment, for the part named `name`: the same recorded size and footer checksum
+    (a worker's part published by a driver sorts by when it was committed, not by the worker's clock)."""
+    match = PART.match(name)
+    if match is None or match["size"] is None:
+        raise ValueError(f"not a part name that records its size and footer checksum: {name[:200]!r}")
+    return f"part-{new_id()}-{match['size']}-{match['crc']}.parquet"

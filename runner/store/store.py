@@ -37,7 +37,8 @@ import pyarrow.fs as pafs
 from runner.coord.writers import writers_lock
 from runner.fs.files import is_local
 from runner.fs.root import Root, open_root
-from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
+from runner.store import incoming
+from runner.store.columns import ATTEMPT_CURVE_COLUMNS, CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
 from runner.store.layout import (
     ATTEMPT_CURVES,
     ATTEMPTS,
@@ -50,7 +51,7 @@ from runner.store.layout import (
 )
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
-from runner.store.tables import kept_curves, latest_per_run, order_keys
+from runner.store.tables import kept_curves, latest_per_run, order_keys, with_attempt
 from runner.store.txn import INTERNAL, STAGING_DIR, TXN_DIR, Transaction, View, recover
 
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
@@ -126,9 +127,11 @@ class ResultStore:
 
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """Hold the writer lock, with every earlier crash rolled forward or back first."""
+        """Hold the writer lock, with every earlier crash rolled forward or back first (and workers'
+        parts that no manifest will name any more deleted: runner.store.incoming)."""
         with self.lock.held():
             recover(self.files, locked=self.local)
+            incoming.sweep(self.files)
             yield
 
     def parts(self, *directory: str) -> list[str]:
@@ -179,7 +182,7 @@ class ResultStore:
     def file_schema(self, kind: str, task: str) -> pa.Schema:
         """The schema of a task's runs, curves or attempts as its files say: the union of every part's
         columns (a later code version may have added some), with the metadata of the newest part."""
-        fixed = CURVE_COLUMNS if kind in (CURVES, ATTEMPT_CURVES) else RUN_COLUMNS
+        fixed = {CURVES: CURVE_COLUMNS, ATTEMPT_CURVES: ATTEMPT_CURVE_COLUMNS}.get(kind, RUN_COLUMNS)
         rels = self.retrying(lambda: self.parts(task_dir(kind, task)))
         if kind == RUNS:  # legacy stores and a runs folder emptied by a repair: attempts say it too
             rels = rels + self.retrying(lambda: self.parts(task_dir(ATTEMPTS, task)))
@@ -264,31 +267,39 @@ class ResultStore:
         sort: bool = True,
         attempts: str = "kept",
     ) -> pa.Table:
-        """Curve rows of the newest attempt of each run (optionally only of `run_ids`, or of the
-        (run_id, batch_id) pairs in `keys`), sorted by run_id and step; with `sort=False` in the
-        order read, which is grouped by run in step order too, and cheaper on millions of rows.
+        """Curve rows (run_id, step, ...: no attempt id) of the newest attempt of each run (optionally
+        only of `run_ids`, or of the (run_id, batch_id) pairs in `keys`), sorted by run_id and step; with
+        `sort=False` in the order read, which is grouped by run in step order too, and cheaper on
+        millions of rows.
 
         `attempts="superseded"`: the curve rows of the attempts a later one replaced (attempt_curves/,
-        kept since this layout; join `read_attempts` on run_id and batch_id); `"all"`: both, sorted
-        by run_id, batch_id and step."""
+        kept since this layout; join `read_attempts` on run_id and batch_id); `"all"`: both, each row
+        with its attempt's batch_id, sorted by run_id, batch_id and step."""
         if attempts not in ATTEMPT_CHOICES:
             raise ValueError(f"attempts={attempts!r}: choose one of {', '.join(ATTEMPT_CHOICES)}")
         if attempts != "kept":
             old = self._superseded_curves(task, run_ids, columns)
             if attempts == "superseded":
                 return old.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
-            kept = self.read_curves(task, run_ids, columns, keys, sort=False)
+            runs = self.read_runs(task, columns=["batch_id"]).select(["run_id", "batch_id"])
+            kept = with_attempt(self.read_curves(task, run_ids, columns, keys, sort=False), runs)
             both = pa.concat_tables([kept, old], promote_options="permissive")
             return both.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
         if keys is None:
             keys = self.read_runs(task, columns=["batch_id"]).select(["run_id", "batch_id"])
         if run_ids is not None:
             keys = keys.filter(pc.is_in(keys["run_id"], value_set=pa.array(list(run_ids), pa.string())))
-        cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
-        expr = pc.field("batch_id").isin(pc.unique(keys["batch_id"]))
-        if run_ids is not None:
-            expr = expr & pc.field("run_id").isin(keys["run_id"])
-        table = kept_curves(self.read_table(CURVES, task, cols, expr), keys)
+        schema = self.file_schema(CURVES, task)
+        legacy = "batch_id" in schema.names  # parts written before curves/ lost its attempt id
+        wanted = ["run_id", "batch_id", "step"] if legacy else ["run_id", "step"]
+        cols = None if columns is None else list(dict.fromkeys([*wanted, *columns]))
+        expr = pc.field("run_id").isin(keys["run_id"]) if run_ids is not None else None
+        if legacy:  # a row of the current layout has no attempt id; an older one's must be a kept attempt's
+            by_batch = pc.field("batch_id").is_null() | pc.field("batch_id").isin(pc.unique(keys["batch_id"]))
+            expr = by_batch if expr is None else expr & by_batch
+        table = kept_curves(self.read_table(CURVES, task, cols, expr, schema=schema), keys)
+        if legacy and (columns is None or "batch_id" not in columns):
+            table = table.drop_columns(["batch_id"])  # one view of curves/ whatever wrote it
         return table.sort_by([("run_id", "ascending"), ("step", "ascending")]) if sort and table.num_rows else table
 
     def _superseded_curves(self, task: str, run_ids: Iterable[str] | None, columns: list[str] | None) -> pa.Table:

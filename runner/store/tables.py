@@ -8,16 +8,32 @@ import pyarrow.compute as pc
 
 
 def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:
-    """The rows of `table` whose (run_id, batch_id) is in `keys`, in the order read: each run's rows
-    lie in one part, written in step order, so they come grouped by run in step order (sorting 10
-    million rows would cost more than the whole read). In a settled store that is every row read;
-    rows of superseded attempts appear only in stores written before the current layout."""
+    """The rows of `table` of the runs in `keys` (run_id, batch_id) that belong to their kept attempt,
+    in the order read: each run's rows lie in one part, written in step order, so they come grouped by
+    run in step order (sorting 10 million rows would cost more than the whole read). A row without a
+    batch_id is a kept attempt's (curves/ holds nothing else now); rows with one come from stores written
+    before, where curves/ could also hold superseded attempts' rows: those must match."""
     if table.num_rows == 0:
         return table
     position = pc.index_in(table["run_id"], value_set=keys["run_id"])
-    expected = pc.take(keys["batch_id"], position)
-    keep = pc.fill_null(pc.equal(expected, table["batch_id"]), False)
+    if "batch_id" in table.column_names:
+        expected = pc.take(keys["batch_id"], position)
+        keep = pc.fill_null(pc.or_kleene(pc.is_null(table["batch_id"]), pc.equal(expected, table["batch_id"])), False)
+        keep = pc.and_(keep, pc.is_valid(position))
+    else:
+        keep = pc.is_valid(position)
     return table if pc.all(keep).as_py() else table.filter(keep)
+
+
+def with_attempt(rows: pa.Table, attempts: pa.Table) -> pa.Table:
+    """Curve rows with their attempt's batch_id (from `attempts`: run_id, batch_id), where they lack it:
+    the history's curves (attempt_curves/) join attempts/ on both."""
+    position = pc.index_in(rows["run_id"], value_set=attempts["run_id"])
+    batch = pc.take(attempts["batch_id"], position)
+    if "batch_id" in rows.column_names:
+        batch = pc.coalesce(rows["batch_id"], batch)
+        return rows.set_column(rows.schema.get_field_index("batch_id"), "batch_id", batch)
+    return rows.add_column(1, "batch_id", batch)
 
 
 def last_per_run(table: pa.Table) -> pa.Table:

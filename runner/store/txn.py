@@ -3,7 +3,8 @@ adds parts and removes parts atomically for convgrid's readers.
 
 The protocol, in the order it runs (each step durable before the next, but for 1 and 2: see below):
 
-    1. staging   new parts are written under _store/staging/<txn>.part-* (no reader, no glob sees them)
+    1. staging   new parts are written under _store/staging/<txn>.part-* (no reader, no glob sees them),
+                 or were written before by a worker under _store/incoming/ (runner.store.incoming)
     2. marker    _store/txn/<txn>.json names every add (staged -> final path), remove and move: the
                  commit point. Before it exists the transaction never happened; after, it did.
     3. publish   each staged part is renamed to its final path (runs/task=x/part-...parquet, ...)
@@ -37,23 +38,29 @@ from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, rea
 from runner.fs.root import Root, UnsafePath, check_relative
 from runner.store.files import encode_parquet, read_tail, write_durably
 from runner.store.layout import MEMBERS, TASK_KINDS, TRIALS
-from runner.store.part_names import name_for, new_id, tail_of
+from runner.store.part_names import name_for, new_id, renamed, tail_of
 
 INTERNAL = "_store"
 # The folders of data a transaction may add to or remove from.
 DATA_FOLDERS = frozenset({*TASK_KINDS, MEMBERS, TRIALS})
 TXN_DIR = f"{INTERNAL}/txn"
 STAGING_DIR = f"{INTERNAL}/staging"
+# Parts workers wrote for a driver to commit (runner.store.incoming): staged like staging's, but by
+# another process, and cleaned by their own rule (never with staging's, which runs under every lock).
+INCOMING_DIR = f"{INTERNAL}/incoming"
 QUARANTINE_DIR = f"{INTERNAL}/quarantine"
 # On an object store nothing tells a dead writer's staging from a live one's: leave it this long.
 STALE_STAGING_S = 3600.0
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="convgrid-store")
+_PUBLISHING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="convgrid-publish")
 
 # The phases a transaction passes through, in order. Fault tests install a hook in PHASE_HOOKS that
 # kills the process at one of them (tests/kill_at.py); production code installs none.
 PHASES = ("staging", "staged", "marked", "publishing", "published", "deleting", "deleted")
-PhaseHook = Callable[[str, str], None]  # (phase, the transaction's label: flush, compact, merge, append)
+# (phase, the transaction's label: flush, compact, merge, append; or "incoming": a worker's staged part,
+# runner.store.incoming, which reaches "staged" once written)
+PhaseHook = Callable[[str, str], None]
 PHASE_HOOKS: list[PhaseHook] = []
 
 
@@ -92,9 +99,9 @@ class Marker:
         return marker
 
     def check_paths(self) -> None:
-        """Every path lies where this kind of path must: a staged part in staging, a final or removed
-        part in a data folder, a quarantined one in quarantine; all inside the root (a planted marker
-        must not delete, move or overwrite anything else)."""
+        """Every path lies where this kind of path must: a staged part in staging (or a worker's, in
+        incoming), a final or removed part in a data folder, a quarantined one in quarantine; all inside
+        the root (a planted marker must not delete, move or overwrite anything else)."""
         for path, where in [
             *((a, "staged") for a, _ in self.adds),
             *((b, "data") for _, b in self.adds),
@@ -108,7 +115,8 @@ class Marker:
                 raise MarkerError(str(exc)) from None
             top = path.split("/", 1)[0]
             ok = {
-                "staged": path.startswith(f"{STAGING_DIR}/") and path.count("/") == 2,
+                "staged": (path.startswith(f"{STAGING_DIR}/") and path.count("/") == 2)
+                or (path.startswith(f"{INCOMING_DIR}/") and path.count("/") >= 3),
                 "data": top in DATA_FOLDERS and path.count("/") >= 1,
                 "quarantine": path.startswith(f"{QUARANTINE_DIR}/"),
             }[where]
@@ -185,11 +193,12 @@ class View:
         pending = {
             final: staged
             for final, staged in self.staged.items()
-            if str(PurePosixPath(final).parent) == directory and final not in listed
+            if final.rpartition("/")[0] == directory and final not in listed
         }
         visible = [p for p in listed if p not in self.removed]
-        # sorted by part name (its time prefix): oldest first, wherever the file currently lies
-        return sorted([*visible, *pending.values()], key=lambda p: PurePosixPath(p).name)
+        # sorted by part name (its time prefix): oldest first, wherever the file currently lies (string
+        # operations: a flush lists each folder it writes, and a folder may hold 10^4 parts)
+        return sorted([*visible, *pending.values()], key=lambda p: p.rpartition("/")[2])
 
 
 class Transaction:
@@ -199,6 +208,7 @@ class Transaction:
         self.root, self.label = root, label  # the label names it to the phase hooks
         self.marker = Marker(new_id())
         self._writes: list[Future[None]] = []
+        self._staging_ready = False
 
     def add(self, table: pa.Table, directory: str) -> str:
         """Stage `table` as a new part of `directory`; returns its final relative path, which records the
@@ -227,9 +237,17 @@ class Transaction:
             raise
         return self._added(staged, final)
 
+    def adopt(self, staged: str, directory: str) -> str:
+        """Add a part written (durably, its name in its folder made durable too) by another process under
+        _store/incoming/ (runner.store.incoming): published into `directory` under a new name of this
+        transaction's time that records the same size and footer checksum. Nothing is read or written
+        here; returns its final relative path."""
+        return self._added(staged, f"{directory}/{renamed(staged.rsplit('/', 1)[-1])}")
+
     def _staged(self, name: str) -> str:
-        if not self.marker.adds:
+        if not self._staging_ready:
             ensure_dir(self.root.fs, self.root.abs(STAGING_DIR))
+            self._staging_ready = True
         # one flat staging folder, files prefixed by their transaction: no folder to create (and
         # fsync) per transaction, which is most of a small flush's cost
         return f"{STAGING_DIR}/{self.marker.txn}.{name}"
@@ -290,21 +308,16 @@ class Transaction:
 def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
     fs = root.fs
-    touched: set[str] = set()
-    for i, (staged, final) in enumerate(marker.adds):
-        if root.exists(staged):
-            if root.exists(final):
-                delete_quietly(fs, root.abs(staged))  # an object store's move is copy then delete
-            else:
-                parent = str(PurePosixPath(final).parent)
-                ensure_dir(fs, root.abs(parent))
-                _move(root, staged, final)
-                touched.add(parent)
-        if i == 0:
-            reached("publishing", label)
-    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched))
+    published: set[str | None] = set()
+    if marker.adds:
+        published.add(_publish(root, *marker.adds[0]))
+        reached("publishing", label)
+        # the others at once: a flush of workers' parts (runner.store.incoming) publishes one a run of a
+        # long curve, and on an object store a move is a copy and a delete, tens of ms each
+        published.update(_PUBLISHING.map(lambda add: _publish(root, *add), marker.adds[1:]))
+    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), {d for d in published if d is not None}))
     reached("published", label)
-    touched = set()
+    touched: set[str] = set()
     for src, dest in marker.moves:
         if root.exists(src):
             ensure_dir(fs, root.abs(str(PurePosixPath(dest).parent)))
@@ -321,6 +334,19 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     # No fsync after this delete: if a crash undoes it, recovery applies the marker again, which
     # finds every add published and every remove gone, and changes nothing.
     delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
+
+
+def _publish(root: Root, staged: str, final: str) -> str | None:
+    """Move a staged part to its final path; returns the folder it went to (None: done before)."""
+    if not root.exists(staged):
+        return None
+    if root.exists(final):
+        delete_quietly(root.fs, root.abs(staged))  # an object store's move is copy then delete
+        return None
+    parent = final.rpartition("/")[0]
+    ensure_dir(root.fs, root.abs(parent))
+    _move(root, staged, final)
+    return parent
 
 
 def _move(root: Root, src: str, dest: str) -> None:
