@@ -247,3 +247,61 @@ def test_an_error_outside_the_tasks_reaches_the_caller_with_threads(monkeypatch:
     monkeypatch.setattr(worker, "run_items", broken)
     with pytest.raises(RuntimeError, match="a bug in the worker"):
         _records(LocalExecutor(workers=2), _faulty(3))
+
+
+def _record(item: WorkItem) -> RunRecord:
+    return RunRecord(item.run_id, item.task, {"status": "ok"}, {})
+
+
+def _until(condition: Any) -> None:
+    """Wait (at most TIMEOUT_S) for a condition another thread makes true; no timing is asserted."""
+    pause = threading.Event()  # never set: its wait is a sleep
+    for _ in range(int(TIMEOUT_S / 0.01)):
+        if condition():
+            return
+        pause.wait(0.01)
+    raise AssertionError("the pool's thread never got there")
+
+
+def test_records_before_a_bug_reach_the_caller_before_the_bug() -> None:
+    """A unit's `run` yields one record, then raises (a bug outside the tasks): once both (and the unit's
+    end) are on the pool's queue, `wait` returns the record, and only `check` raises the bug."""
+    from runner.execute.threads import RunThreads
+
+    def run(unit: Any) -> Iterator[RunRecord]:
+        yield _record(unit[0][0])
+        raise RuntimeError("a bug in the worker")
+
+    pool = RunThreads(2, run, lambda: None)
+    pool.submit(([WorkItem("a", "faulty", {}), WorkItem("b", "faulty", {})], None))
+    _until(lambda: pool._done.qsize() == 3)  # record, error, end: all in one `wait`
+    assert [r.run_id for r in pool.wait(TIMEOUT_S)] == ["a"]
+    assert pool.in_flight == 0  # b's record never comes: its slot is free
+    with pytest.raises(RuntimeError, match="a bug in the worker"):
+        pool.check()
+    pool.close()
+
+
+def test_a_closed_pool_starts_nothing_more_of_a_unit() -> None:
+    """The caller stops (Ctrl-C) while a unit of three runs is under way: its thread finishes the run
+    under way and starts neither of the others."""
+    from runner.execute.threads import RunThreads
+
+    closed, finished, ran = threading.Event(), threading.Event(), []
+
+    def run(unit: Any) -> Iterator[RunRecord]:
+        try:
+            for item in unit[0]:
+                if not ran:
+                    assert closed.wait(TIMEOUT_S)  # the first run ends once the caller has gone
+                ran.append(item.run_id)
+                yield _record(item)
+        finally:
+            finished.set()
+
+    pool = RunThreads(2, run, lambda: None)
+    pool.submit(([WorkItem(x, "faulty", {}) for x in "abc"], None))
+    pool.close()
+    closed.set()
+    assert finished.wait(TIMEOUT_S)
+    assert ran == ["a"]

@@ -137,6 +137,7 @@ class LocalExecutor:
                 if records:
                     units.arrived()
                 yield records  # [] when nothing finished for a while: the caller's chance to flush on time
+                pool.check()  # a bug in the worker's own path, once the records before it are out
         finally:
             pool.close()
 

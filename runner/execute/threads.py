@@ -9,7 +9,9 @@ overlap their arithmetic in threads as they would in processes, without starting
 executor's caller, where records are persisted and trials told). A unit submitted `alone` runs with
 nothing beside it: nothing else is accepted until it is through (a learner that is not thread-safe).
 Threads are daemons and the pool is one `execute` call's: a caller that stops early (Ctrl-C, an error)
-does not wait for the runs under way, whose records are dropped, as a process's exit would drop them.
+does not wait for the runs under way, whose records are dropped, as a process's exit would drop them;
+a thread starts nothing more of its unit once the pool is closed. An exception out of `run` (a bug
+outside the tasks) reaches the caller after every record that arrived before it, so none is lost.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class RunThreads:
         self._left: dict[int, int] = {}  # a unit in flight -> its records still to come
         self._ids = itertools.count()
         self._threads = 0
+        self._closed = threading.Event()
+        self._error: BaseException | None = None  # raised by `run`, for `check` once its records are out
         self.alone = False  # the unit in flight must run alone
         self.cpu_s = 0.0  # CPU seconds of the threads' units finished so far (thread CPU time)
 
@@ -59,7 +63,8 @@ class RunThreads:
 
     def wait(self, timeout: float) -> list[RunRecord]:
         """The records that arrived within `timeout` (all of them once one has): [] if none did. A unit's
-        slot frees with its last record. An exception raised by `run` is raised here."""
+        slot frees with its last record. An exception raised by `run` is kept for `check`: the records
+        that came before it are returned first."""
         try:
             events = [self._done.get(timeout=timeout)]
         except queue.Empty:
@@ -72,7 +77,8 @@ class RunThreads:
         records: list[RunRecord] = []
         for kind, uid, value in events:
             if kind == "error":
-                raise value
+                self._error = self._error or value
+                self._left.pop(uid, None)  # its records still missing never come
             if kind == "end":
                 self.cpu_s += value
                 if uid in self._left:
@@ -85,8 +91,15 @@ class RunThreads:
                     self.alone = self.alone and bool(self._left)
         return records
 
+    def check(self) -> None:
+        """Raise the exception a unit's `run` raised, if one did (its records before it were returned)."""
+        if self._error is not None:
+            raise self._error
+
     def close(self) -> None:
-        """Let the threads end once their unit is through (without waiting for them)."""
+        """Let the threads end once their run under way is through (without waiting for them): the rest
+        of their units is not started."""
+        self._closed.set()
         for _ in range(self._threads):
             self._work.put(None)
         self._threads = 0
@@ -99,6 +112,8 @@ class RunThreads:
             try:
                 for record in self._run(unit):
                     self._done.put(("record", uid, record))
+                    if self._closed.is_set():
+                        break  # the caller is gone: the rest of the unit would be computed for nothing
             except BaseException as exc:  # noqa: BLE001 - a bug outside the tasks' own (a judge's): the caller's
                 self._done.put(("error", uid, exc))
             self._done.put(("end", uid, time.thread_time() - cpu))
