@@ -67,10 +67,6 @@ REPO = Path(__file__).resolve().parent.parent
 TREE = Path(os.environ.get("BENCH_TREE") or REPO)  # the source tree a child runs (--against: another one)
 sys.path.insert(0, str(TREE))
 
-from runner.execute.options import ExecutionOptions  # noqa: E402 - after the environment and the path
-
-QUIET = ExecutionOptions(progress=False)  # the executor is the benchmark's own; no progress bar
-
 OBJECTIVES: dict[str, dict[str, Any]] = {
     "fast": {"d_in": 10, "d_out": 2, "m": 40, "cond": 3.0, "n_iters": 50, "tol": 1e-300, "log_every": 10},
     "slow": {"d_in": 200, "d_out": 10, "m": 100, "n_iters": 200, "tol": 1e-300, "log_every": 50},
@@ -99,6 +95,7 @@ def study_file(objective: str, trials: int, mode: str) -> dict[str, Any]:
 def child_convgrid(objective: str, trials: int, root: Path, mode: str) -> dict[str, Any]:
     from runner import RayExecutor
     from runner.execute.base import WorkItem
+    from runner.execute.options import ExecutionOptions  # here: a tree from before it (--against) runs the CLI only
     from runner.tune.driver import tune
     from runner.tune.optuna_adapter import load_plans
 
@@ -107,7 +104,7 @@ def child_convgrid(objective: str, trials: int, root: Path, mode: str) -> dict[s
     warm = [WorkItem(f"warm{i}", "least_squares", {**OBJECTIVES[objective], "lr": 0.1}) for i in range(2)]
     assert sum(len(r) for r in executor.execute(warm)) == 2  # both actors have imported and run the task
     t0 = time.perf_counter()
-    (report,) = tune(plans, root, QUIET, executor=executor)
+    (report,) = tune(plans, root, ExecutionOptions(progress=False), executor=executor)  # no progress bar
     wall = time.perf_counter() - t0
     executor.close()
     assert sum(report.states.values()) == trials, report.states

@@ -23,7 +23,7 @@ from tasks.registry import get_task
 # members), but once the members' data outgrow the caches every product streams it from memory, and a
 # batch of large members is slower than the members alone (least_squares d_in 200, 0.9 MB a member: 27 ms
 # alone, 23 at 4 members, 41 at 64). Measured on the project's 2-core AMD EPYC (1 MB of L2 a core, 32 MB
-# of L3), CPU time per member by batch size (docs/performance_log.md, "Batch sizes on the CPU"): 8 MiB
+# of L3), CPU time per member by batch size (docs/architecture.md, "Batch budget on the CPU"): 8 MiB
 # keeps every measured case within 20 % of its best size and none slower than alone.
 CPU_BUDGET_BYTES = 8 * 2**20
 GPU_FREE_FRACTION = 0.5  # of the memory free on the device when the batch is planned (the rest: allocator slack)
