@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Verdict, fmt
+from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Verdict, fmt
 from analysis.ldminv import paper
 from analysis.ldminv.frames import dsvd, med, minv, trained
 
@@ -137,16 +137,28 @@ def _table2(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return med(r, ["kappa"], "neg_log10_test_loss"), -med(r, ["kappa"], "log10_test_loss_dminv")
 
 
-def table2_ld_wins(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+def _ld_vs_d(runs: pd.DataFrame, kappa_min: float, paper_text: str) -> Verdict:
     ld, d = _table2(runs)
-    big = [k for k in ld.index if k >= 5]
+    big = [k for k in ld.index if k >= kappa_min]
     if len(big) < 2:
-        return Verdict(NO_DATA, f"kappas: {list(ld.index)}")
+        return Verdict(NO_DATA, f"needs two kappas >= {kappa_min:g} (have {list(ld.index)})")
+    wins = {k: bool(ld[k] > d[k]) for k in big}
     return Verdict(
-        HOLDS if all(ld[k] > d[k] for k in big) else FAILS,
-        "; ".join(f"kappa {k:g}: LD {ld[k]:.2f} vs D {d[k]:.2f}" for k in big) + " (-log10 loss, c0 fro, Adam 1e-3)",
-        paper="LD-Minv beats D-Minv for kappa >= 2 (kappa 2..4 here are still at D-Minv's float64 floor)",
+        HOLDS if all(wins.values()) else FAILS,
+        "; ".join(f"kappa {k:g}: LD {ld[k]:.2f} vs D {d[k]:.2f} ({'LD' if wins[k] else 'D'} better)" for k in big)
+        + " (-log10 test loss, c0 fro, Adam 1e-3)",
+        paper=paper_text,
     )
+
+
+def table2_ld_wins(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    """The paper's statement as printed: LD-Minv ahead at every kappa >= 2."""
+    return _ld_vs_d(runs, 2.0, "LD-Minv beats D-Minv for kappa >= 2: 5.01 vs 2.83 at kappa 2 ... 3.21 vs 2.25 at 1000")
+
+
+def table2_ld_wins_off_floor(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    """Narrowed to kappa >= 4, where D-Minv (c0 fro, K = 4, L = 10) is above its float64 floor."""
+    return _ld_vs_d(runs, 4.0, "the paper claims kappa >= 2; this claim is narrowed to kappa >= 4 (see its statement)")
 
 
 def table2_ld_flat(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -255,18 +267,26 @@ def dsvd_literal_uphill(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
+# Algorithm 3 at the paper's budget (spec 2.2): T_svd = 200 outer iterations on batches of 30, T_inv = 100 inner
+# LD-Minv steps per layer and outer iteration
+PAPER_DSVD_BUDGET = {"iters": 200, "inner_iters": 100, "batch": 30}
+
+
 def dsvd_training_helps(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     r = trained(dsvd(runs))
     if r.empty:
-        return Verdict(NO_DATA, "no trained D-SVD runs")
+        return Verdict(NO_DATA, "no trained D-SVD runs (iters > 0)")
     best = r["test_loss"].astype(float).groupby(r["K_svd"]).min()  # the best trained configuration per K_svd
     ratio = med(r, ["K_svd"], "test_loss_init") / best
     big = ratio[ratio.index >= 5]
     if big.empty:
-        return Verdict(NO_DATA, f"untrained/trained ratio: {fmt(ratio, 3)}")
-    return Verdict(
-        HOLDS if (big >= 10).all() else FAILS,
-        f"untrained / best trained test loss by K_svd: {fmt(ratio, 3)} "
-        f"(at most {int(r['iters'].max())} outer iterations)",
-        paper="trained < untrained by more than 10x for K_svd >= 5 (35.9 -> 0.96 at K_svd = 5)",
-    )
+        return Verdict(NO_DATA, f"no trained run at K_svd >= 5 (untrained/trained ratio: {fmt(ratio, 3)})")
+    top = {key: int(r[key].astype(int).max()) for key in PAPER_DSVD_BUDGET}
+    short = {k: v for k, v in top.items() if v < PAPER_DSVD_BUDGET[k]}
+    budget = ", ".join(f"{k} {top[k]} (paper {PAPER_DSVD_BUDGET[k]})" for k in PAPER_DSVD_BUDGET)
+    measured = f"untrained / best trained test loss by K_svd: {fmt(ratio, 3)}; largest budget run: {budget}"
+    paper = "trained < untrained by more than 10x for K_svd >= 5 (35.9 -> 0.96 at K_svd = 5)"
+    if (big >= 10).all():
+        return Verdict(HOLDS, measured, paper=paper, budget=budget)
+    # short of the paper's budget a ratio below 10 says nothing about what 200 x 100 steps reach
+    return Verdict(UNDECIDED if short else FAILS, measured, paper=paper, budget=budget)
