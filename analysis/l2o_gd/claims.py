@@ -62,7 +62,8 @@ def beats_constant_steps(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Ver
     verdict: VerdictText = HOLDS if above else UNDECIDED if epochs < PAPER_EPOCHS else FAILS
     trend_text, table = "", None
     if curves is not None:
-        table = ladder_table(r, curves)
+        ladder = ladder_table(r, curves)
+        table = None if ladder.empty else ladder  # no rung below a short run's last epoch: no table
         tr = trend(pd.concat([r_t_curve(curves, rid) for rid in r["run_id"]], axis=1).median(axis=1))
         if tr is not None:
             trend_text = f"; median over seeds: {tr.text()}"
