@@ -5,6 +5,7 @@ theory_* grid. `claims.py` lists them beside the paper's empirical claims."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -109,45 +110,44 @@ def _shape(r: pd.DataFrame) -> pd.Series:
     return r["rows"].astype(int).astype(str) + "x" + r["cols"].astype(int).astype(str) + ", L=" + r["L"].astype(str)
 
 
-def lemma2_gradient(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _warmup(runs)
-    if r.empty:
-        return Verdict(NO_DATA, "no trained warm-up runs (model: warmup)")
+def _lemma2(judge: Callable[[pd.DataFrame], tuple[bool, str]], theory: str) -> Check:
+    """A Lemma 2 check: `judge` reads the trained warm-up runs and says (holds, what it measured)."""
+
+    def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+        r = _warmup(runs)
+        if r.empty:
+            return Verdict(NO_DATA, "no trained warm-up runs (model: warmup)")
+        holds, measured = judge(r)
+        return Verdict(HOLDS if holds else FAILS, measured, theory=theory)
+
+    return check
+
+
+def _gradient_negative(r: pd.DataFrame) -> tuple[bool, str]:
     g = r["grad_init_max"].astype(float)  # the largest component: every dL/dC_k is at most this
     by = g.groupby(_shape(r)).max()
-    return Verdict(
-        HOLDS if bool((g < 0).all()) else FAILS,
-        f"largest component of dL/dC at C = 0, by shape (max over seeds): {fmt(by, 3)}",
-        theory="Lemma 2: dL/dC_k < 0 for C_k in [0, 1 + eps]",
-    )
+    return bool((g < 0).all()), f"largest component of dL/dC at C = 0, by shape (max over seeds): {fmt(by, 3)}"
 
 
-def lemma2_order(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _warmup(runs)
-    if r.empty:
-        return Verdict(NO_DATA, "no trained warm-up runs (model: warmup)")
+def _order_raised(r: pd.DataFrame) -> tuple[bool, str]:
     order, depth = r["order_empirical"].astype(float), r["L"].astype(float)
     inside = (order > depth) & (order <= depth + 1 + 1e-9)
     text = "; ".join(f"{k}: {np.round(v.to_numpy(), 3).tolist()}" for k, v in order.groupby(_shape(r)))
-    return Verdict(
-        HOLDS if bool(inside.all()) else FAILS,
-        f"empirical order log e_(k+1) / log e_k after GD (median over layers, per seed) by shape: {text}",
-        theory="Lemma 2: the learned D-Minv converges with an order L~ in (L, L+1]",
+    return bool(inside.all()), (
+        f"empirical order log e_(k+1) / log e_k after GD (median over layers, per seed) by shape: {text}"
     )
 
 
-def lemma2_c_to_one(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _warmup(runs)
-    if r.empty:
-        return Verdict(NO_DATA, "no trained warm-up runs (model: warmup)")
+def _c_near_one(r: pd.DataFrame) -> tuple[bool, str]:
     cs = [coeffs(v) for v in r["coeffs_json"]]
     near_one = all(0.5 <= c[k] <= 1.5 for c in cs for k in range(len(c) - 1))
     text = "; ".join(f"{s}: {np.round(c, 3).tolist()}" for s, c in zip(_shape(r), cs, strict=True))
-    return Verdict(
-        HOLDS if near_one else FAILS,
-        f"learned C_1..C_K after GD: {text}; every C_k (k < K) within [0.5, 1.5]: {near_one}",
-        theory="Lemma 2: from 0, GD drives C_k (k < K) into [1 - eps, 1 + eps]",
-    )
+    return near_one, f"learned C_1..C_K after GD: {text}; every C_k (k < K) within [0.5, 1.5]: {near_one}"
+
+
+lemma2_gradient = _lemma2(_gradient_negative, "Lemma 2: dL/dC_k < 0 for C_k in [0, 1 + eps]")
+lemma2_order = _lemma2(_order_raised, "Lemma 2: the learned D-Minv converges with an order L~ in (L, L+1]")
+lemma2_c_to_one = _lemma2(_c_near_one, "Lemma 2: from 0, GD drives C_k (k < K) into [1 - eps, 1 + eps]")
 
 
 THM1_REGIME = (
