@@ -98,6 +98,7 @@ class Claim:
     # labelled check outside them; "" for an empirical claim decided in the paper's own setting
     regime: str = ""
     spec: str = ""  # the spec's independent reference number [OURS] beside the paper's, when it has one
+    paper_says: str = ""  # the paper's number or statement (a verdict's own `paper` text takes precedence)
 
 
 @dataclass
@@ -136,6 +137,10 @@ class ClaimResult:
     @property
     def spec(self) -> str:
         return self.verdict.spec or self.claim.spec
+
+    @property
+    def paper(self) -> str:
+        return self.verdict.paper or self.claim.paper_says
 
     @property
     def lacks(self) -> str:
@@ -196,7 +201,7 @@ class ClaimsTable:
                 "verdict": r.verdict.verdict,
                 "expected": r.claim.expected,
                 "measured": r.verdict.measured,
-                "paper": r.verdict.paper,
+                "paper": r.paper,
                 "theory": r.verdict.theory,
                 "complete": r.complete,
                 "task": r.claim.task,
@@ -227,7 +232,7 @@ class ClaimsTable:
             if r.verdict.measured and r.verdict.verdict != NO_DATA:
                 lines.append(f"     ours: {r.verdict.measured}")
             for label, text in (
-                ("paper", r.verdict.paper),
+                ("paper", r.paper),
                 ("spec", r.spec),
                 ("theory", r.verdict.theory),
                 ("regime", r.regime),

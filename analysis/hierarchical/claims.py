@@ -44,7 +44,6 @@ def joint_beats_layerwise(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict
     return Verdict(
         HOLDS if min(ratios) > 2.0 else FAILS,
         "median [IQR] test MSE / Var(y): " + "; ".join(rows),
-        paper="training all layers together beats layer-wise training (Fig. 6, CIFAR; no synthetic number)",
         theory="holds when the layer-wise / joint ratio of medians exceeds 2 in every cell",
     )
 
@@ -61,7 +60,6 @@ def layerwise_plateaus(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         HOLDS if holds else FAILS,
         f"median improvement from the end of stage 2 to the end: joint {gain['joint']:.1f}x, "
         f"layerwise {gain['layerwise']:.2f}x",
-        paper="layer-wise training stops improving with depth (footnote 6; no synthetic number)",
     )
 
 
@@ -89,7 +87,6 @@ def bfc_lower_features_improve(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     return Verdict(
         HOLDS if ok else FAILS,
         "; ".join(out) + " (medians over every gamma and seed of that depth and input law)",
-        paper="Theorem 2 / Fig. 9: training higher layers improves lower-layer features",
         theory="holds when, for every input law, joint's fe_2 falls at every stage (to under half in all) and "
         "layer-wise's stays constant",
     )
@@ -105,7 +102,6 @@ def feature_error_grows_with_gap(runs: pd.DataFrame, _: pd.DataFrame | None) -> 
     return Verdict(
         HOLDS if monotone and 1.0 < slope <= 2.0 else FAILS,
         f"median fe_2 after stage 2 by gamma: {fmt(fe)}; log-log slope {slope:.2f}",
-        paper="Theorem 2: the over-fitting of layer l is of the size of the next layer's weight",
         theory="Theorem 2: fe_l <~ (alpha_{l+1}^2 + eps^2)/alpha_l^2, i.e. gamma^a with 1 < a <= 2",
     )
 
@@ -122,7 +118,6 @@ def deeper_window_better(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     return Verdict(
         HOLDS if bool(np.all(np.diff(t.to_numpy()) < 0)) else FAILS,
         "median [IQR] test MSE: " + "; ".join(parts),
-        paper="Fig. 9/14: BFC must reach several layers back",
     )
 
 
@@ -147,7 +142,6 @@ def correction_is_local(mode: str) -> Check:
             HOLDS if holds else FAILS,
             f"optimiser state {mode}: median cosine(W_2 after stage 2, final) by (optimizer, m): {fmt(pre)}; "
             f"cosine(init, final): {fmt(init)}",
-            paper="Fig. 9: correlation with the pre-BFC weights > 0.9, with the init ~0.03-0.35",
             theory="decided on the SGD runs (the paper's optimiser); Adam reported beside",
         )
 
@@ -172,7 +166,6 @@ def kernels_need_more_samples(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ver
     return Verdict(
         HOLDS if float(network[n_max]) < 0.1 * best_kernel else FAILS,
         "median test MSE / Var(y): " + " | ".join(rows),
-        paper="Thm I.1/I.3: kernels need d^Omega(2^(L-1)) samples",
         theory="holds when, at the largest n both ran, the network's median is below a tenth of the best kernel's",
     )
 
@@ -188,7 +181,6 @@ def overparameterisation_needed(runs: pd.DataFrame, _: pd.DataFrame | None) -> V
     return Verdict(
         HOLDS if smallest > 2.0 * largest else FAILS,
         f"median test MSE by m (k_2 = {k2}): {fmt(t)}; share of runs above 0.01: {fmt(fail)}",
-        paper="Sec. 6.1 / footnote 22: over-parameterisation gives the richer representation the next layer needs",
         theory="holds when the narrowest W-path's median is over twice the widest's",
     )
 
@@ -221,7 +213,6 @@ def distillation_keeps_features(runs: pd.DataFrame, _: pd.DataFrame | None) -> V
         HOLDS if holds else FAILS,
         f"wd = {decide_on:g}: median fe_2 orth by lam_mult: {fmt(orth)}; linear: {fmt(lin)}; test MSE: {fmt(mse)}"
         + beside,
-        paper="lam3-5 play no role in BFC, but without them S_l loses meaning",
         theory="holds when at lam = 0 fe_lin < 0.1 while fe_orth is 10x fe_lin and 10x the best lam's, and the MSE "
         "is within 10x of the best lam's",
     )
@@ -244,8 +235,6 @@ def staging_matches_all_from_start(runs: pd.DataFrame, _: pd.DataFrame | None) -
     return Verdict(
         HOLDS if ok else FAILS,
         "median test MSE: " + "; ".join(rows),
-        paper="Sec. 4 / footnote 29: layer-wise pre-training gives almost identical performance to training all layers "
-        "from the start",
         theory="holds when the medians are within a factor 3",
     )
 
@@ -258,7 +247,6 @@ def gap_matters_at_depth(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     return Verdict(
         HOLDS if ok else FAILS,
         f"joint, L = {int(runs['L'].max())}: median test MSE by gamma: {fmt(t)}",
-        paper="Sec. 3.1: without an information gap hierarchical learning may fail",
         theory="holds when the largest gamma's median is over twice the smallest's",
     )
 
@@ -273,7 +261,6 @@ def truncation_changes_nothing(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
         HOLDS if float(gap.max()) < 1e-3 else FAILS,
         f"median E(F - F~)^2 / Var(y) by B': {fmt(gap)}; test MSE of the untruncated F: {fmt(mse)}; "
         f"of the trained truncated F~: {fmt(mse_tr)}",
-        paper="Remark 2.1 / Claim D.1: the truncation is inactive at the end, the returned net is truly quadratic",
         theory="holds when every median gap is below 1e-3",
     )
 
@@ -286,7 +273,6 @@ def quadratic_nets_win(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     return Verdict(
         HOLDS if quad < float(t["relu"]) else FAILS,
         f"plain DenseNet median test MSE: {fmt(t)}",
-        paper="Fig. 12 (CIFAR): quadratic WRN-22-10 95.08% vs ReLU 96.59% (comparable)",
     )
 
 
@@ -305,6 +291,7 @@ CLAIMS: list[Claim] = [
         spec="spec 3.11 prototype (1 seed each), joint vs layer-wise: L=3 g=0.3 uniform 0.00115 vs 0.0333 (29x), "
         "g=0.1 0.00042 vs 0.0078, g=1 0.00166 vs 0.123, Gaussian g=0.3 0.00406 vs 0.0344 (8.5x), L=4 g=0.3 0.00138 vs "
         "0.0488 (35x)",
+        paper_says="training all layers together beats layer-wise training (Fig. 6, CIFAR; no synthetic number)",
     ),
     Claim(
         "004.C1.layerwise_plateaus",
@@ -315,6 +302,7 @@ CLAIMS: list[Claim] = [
         layerwise_plateaus,
         regime=SETTING + "; L in {3, 4}, gamma in {0.1, 0.3, 1}, uniform and Gaussian inputs",
         spec="spec 3.11 prototype L=3 g=0.3: layer-wise 0.0425 -> 0.0333; L=4: 0.070 -> 0.0488 (joint 0.070 -> 0.0014)",
+        paper_says="layer-wise training stops improving with depth (footnote 6; no synthetic number)",
     ),
     Claim(
         "004.C2.bfc",
@@ -326,6 +314,7 @@ CLAIMS: list[Claim] = [
         regime=SETTING + "; decided at the deepest L (4) per input law",
         spec="spec 3.11 prototype L=4 g=0.3 uniform: fe_2 0.0251 -> 0.0096 -> 0.0029 -> 0.0015 joint, constant 0.0251 "
         "layer-wise",
+        paper_says="Theorem 2 / Fig. 9: training higher layers improves lower-layer features",
     ),
     Claim(
         "004.C3.gap_overfit",
@@ -336,6 +325,7 @@ CLAIMS: list[Claim] = [
         feature_error_grows_with_gap,
         regime=SETTING + "; L = 3, uniform, gamma 0.05..1",
         spec="spec 3.11 prototype: 0.0036, 0.0174, 0.114 at gamma 0.1, 0.3, 1 (slope 1.5)",
+        paper_says="Theorem 2: the over-fitting of layer l is of the size of the next layer's weight",
     ),
     Claim(
         "004.C4.window",
@@ -346,6 +336,7 @@ CLAIMS: list[Claim] = [
         deeper_window_better,
         regime=SETTING + "; L = 4, gamma = 0.3, uniform",
         spec="spec 3.11 prototype L=4: w=0 0.0488, w=1 0.0068, w=2 0.0014",
+        paper_says="Fig. 9/14: BFC must reach several layers back",
     ),
     Claim(
         "004.C5.local",
@@ -358,6 +349,7 @@ CLAIMS: list[Claim] = [
         regime=SETTING + "; L = 3, gamma = 0.3, uniform, m in {6, 64}, optimiser state reset at every phase",
         spec="spec 3.11 prototype (one optimiser state for the whole run): SGD m=64 0.984 (init 0.435), Adam m=6 "
         "0.996, Adam m=64 0.653",
+        paper_says="Fig. 9: correlation with the pre-BFC weights > 0.9, with the init ~0.03-0.35",
     ),
     Claim(
         "004.C5.local_kept_state",
@@ -370,6 +362,7 @@ CLAIMS: list[Claim] = [
         regime=SETTING + "; L = 3, gamma = 0.3, uniform, m in {6, 64}, one optimiser state for the whole run",
         spec="spec 3.11 prototype (one optimiser state for the whole run): SGD m=64 0.984 (init 0.435), Adam m=6 "
         "0.996, Adam m=64 0.653",
+        paper_says="Fig. 9: correlation with the pre-BFC weights > 0.9, with the init ~0.03-0.35",
     ),
     Claim(
         "004.C6.kernels",
@@ -382,6 +375,7 @@ CLAIMS: list[Claim] = [
         "instances)",
         spec="spec 3.11 prototype poly ridge: p=4 0.619 (n=2000), 0.291 (n=8000); p=8 0.725, 0.372; network "
         "0.0006-0.0012 at n=2e4",
+        paper_says="Thm I.1/I.3: kernels need d^Omega(2^(L-1)) samples",
     ),
     Claim(
         "004.C7.overparam",
@@ -394,6 +388,7 @@ CLAIMS: list[Claim] = [
         why_expected="spec prototype: m = 6 worked as well as m = 64 at this scale",
         regime=SETTING + "; L = 4, gamma = 0.3, uniform, m 6..96",
         spec="spec 3.11 prototype (1 seed, L=3): m=6 0.00049 vs m=64 0.00115, i.e. not needed at this scale",
+        paper_says="Sec. 6.1 / footnote 22: over-parameterisation gives the richer representation the next layer needs",
     ),
     Claim(
         "004.C8.distill",
@@ -405,6 +400,7 @@ CLAIMS: list[Claim] = [
         regime=SETTING + "; L = 3, gamma = 0.3, uniform, decided without weight decay (lam6 = 0), which otherwise "
         "is K_2's only gradient in stage 2^Nabla at lam_mult = 0",
         spec="spec 3.11 prototype lam=0: MSE 0.0035 vs 0.00115, fe_2 orth 1.05 vs 0.0009, linear 0.026",
+        paper_says="lam3-5 play no role in BFC, but without them S_l loses meaning",
     ),
     Claim(
         "004.C9.staging",
@@ -415,6 +411,8 @@ CLAIMS: list[Claim] = [
         staging_matches_all_from_start,
         regime=SETTING + "; L in {3, 4}, gamma = 0.3, uniform",
         spec="spec 3.11 prototype L=3: all-from-start 0.00052 vs staged 0.00115",
+        paper_says="Sec. 4 / footnote 29: layer-wise pre-training gives almost identical performance to "
+        "training all layers from the start",
     ),
     Claim(
         "004.C10.gap",
@@ -426,6 +424,7 @@ CLAIMS: list[Claim] = [
         regime=SETTING + "; L = 4, uniform, gamma 0.1..1",
         spec="spec 3.11 prototype at L=3 with gamma=1 still reached 0.0017 (the gap is sufficient, not necessary, at "
         "small depth)",
+        paper_says="Sec. 3.1: without an information gap hierarchical learning may fail",
     ),
     Claim(
         "004.C11.truncation",
@@ -438,6 +437,7 @@ CLAIMS: list[Claim] = [
         why_expected="measured here (Gaussian inputs, B' = 3, 5, 10 x the pre-activation RMS): the truncation "
         "bites on the tails, gap 0.27, 0.075, 0.006 (falling with B'); the theory's B' is poly(d/eps)-large",
         regime="outside Remark 2.1's B' = poly(d/eps): B' = 3, 5, 10 x the pre-activation RMS, Gaussian inputs, L = 3",
+        paper_says="Remark 2.1 / Claim D.1: the truncation is inactive at the end, the returned net is truly quadratic",
     ),
     Claim(
         "004.C12.quadratic",
@@ -448,5 +448,6 @@ CLAIMS: list[Claim] = [
         quadratic_nets_win,
         regime=SETTING + "; plain DenseNet, all layers from the start",
         spec="spec: on a polynomial target the quadratic nets should win (no prototype number)",
+        paper_says="Fig. 12 (CIFAR): quadratic WRN-22-10 95.08% vs ReLU 96.59% (comparable)",
     ),
 ]

@@ -28,7 +28,6 @@ def alignment(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
     return Verdict(
         HOLDS if max(worst) == 0.0 else FAILS,
         f"max |r_T|, max |mean_t r_t| at k = 0 over {len(first)} runs: {worst[0]:.3g}, {worst[1]:.3g}",
-        paper="W_L = 0 gives P = 1: the first forward pass is GD with step 1/beta (sec. 5.1)",
     )
 
 
@@ -45,7 +44,6 @@ def headline(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         verdict,
         f"median over {len(r)} runs after {epochs} epochs: r_T = {last:.3f}, mean_t r_t = {mean:.3f} "
         f"(best over epochs {best_mean:.3f})",
-        paper="'exceeding 50% outperformance over the GD methods' (abstract); 'around 50%' (contributions)",
         theory="spec [ours] 32/20, N=8, 150 epochs: r_T 0.795, mean 0.121 (e=100, lr=1e-7)",
         budget=budget_text(epochs),
     )
@@ -73,7 +71,6 @@ def beats_constant_steps(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Ver
         f"lr {lr:g} (the grid's best), {len(r)} run(s), {epochs} epochs: median r_T L2O {med['imp_last']:.3f}, "
         f"GD 2/(beta+beta0) {med['imp_last_opt']:.3f}, best scanned c {med['imp_last_best_c']:.3f}; mean_t r_t: "
         f"L2O {med['imp_mean']:.3f}, 2/(beta+beta0) {med['imp_mean_opt']:.3f}" + trend_text,
-        paper="the paper compares with GD at 1/beta only",
         theory="spec G4: 2/(beta+beta0) alone gives r_T 0.75-0.90 and mean 0.61-0.74 over the paper's scales",
         table=table,
         budget=budget_text(epochs),
@@ -103,7 +100,6 @@ def e_small_zero(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
     return Verdict(
         verdict,
         f"median r_T by e after {epochs} epochs: {fmt(med)}" + reach_text,
-        paper="'when e = 1 or e = 5, training leads to zero improvement' (App. C.2)",
         theory="spec G6: the first-order effect is lr e^{2(L-1)} = 1e-7 (e=1), 6.25e-5 (e=5)",
         budget=budget_text(epochs),
     )
@@ -120,7 +116,6 @@ def e50_best(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         f"median r_T by e after {int(r['epochs'].max())} epochs: {fmt(med)}",
         budget=budget_text(int(r["epochs"].max()))
         + "; at any budget e = 50 trains like e = 100 at 1/16 of its epochs (spec G6), so it stays behind",
-        paper="'60% improvement when e = 50 ... even outperforms ... e = 100' (App. C.2)",
         theory="spec [ours] 150 epochs: e=50 0.428 < e=100 0.795 (e=50 is e=100 with a 16x smaller lr e^4)",
     )
 
@@ -134,7 +129,6 @@ def lr_1e3_best(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         HOLDS if med.idxmax() == 1e-3 else FAILS,
         f"median r_T by lr: {fmt(med)}; median saturated fraction of P at the end by lr: "
         f"{fmt(r.groupby('lr')['p_sat_final'].median())}",
-        paper="'0.001 learning rate is the best setting that achieves largest improve of the final objective' (C.3)",
         theory="spec G5: lr >= 1e-5 saturates P at 0/2 at e = 100 (spec: r_T about -16 on its Gaussian draw; "
         "ours saturate at P = 2 and stall at r_T ~0.46, below lr 1e-6)",
     )
@@ -156,7 +150,6 @@ def trajectory_tradeoff(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         f"median (best mean_t r_t over epochs - final mean_t r_t) by lr after {epochs} epochs: {fmt(drop)}"
         + (f" (best at epoch {fmt(peak)})" if peak is not None else "")
         + f"; median (r_T - mean_t r_t) at the end: {fmt(last_gain)}",
-        paper="small scales: the last objective keeps decreasing while early iterations get worse (C.1, Fig. 6b)",
         theory="spec G13: only F(X_T) is trained; at lr 1e-7 mean_t r_t peaks (k~60) then declines",
         budget=budget_text(epochs),
     )
@@ -171,7 +164,6 @@ def monotone(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         HOLDS if bad == 0 else FAILS,
         f"{bad} of {len(r)} runs have an epoch where F(X_T) increased; median fitted rate per epoch "
         f"{r['rate_fit'].median():.5f}; Thm 4.7's log10(1 - rate) = {r['th_log10_rate_deficit'].median():.3g}",
-        paper="training decreases F(X_T) at a linear rate (Thm 4.7)",
         theory="the theorem's rate factor is 1 - 10^(th_log10_rate_deficit): vacuous (spec C2)",
     )
 
@@ -270,7 +262,6 @@ def deeper_needs_smaller_e(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdic
     return Verdict(
         HOLDS if holds else FAILS,
         f"smallest e with median r_T > 1e-3 by (L, T): {fmt(s)}",
-        paper="'a deeper NN with more layers alleviates the requirement for a large e' (Lemmas 5.1-5.4)",
         theory="confounded at a fixed lr: the effective step lr e^{2(L-1)} grows with L (spec G6)",
     )
 
@@ -303,6 +294,7 @@ CLAIMS = [
         alignment,
         needs_curves=True,
         regime="W_L = 0 at init (sec. 5), any scale",
+        paper_says="W_L = 0 gives P = 1: the first forward pass is GD with step 1/beta (sec. 5.1)",
     ),
     _c(
         "abstract.over_50pct",
@@ -311,6 +303,7 @@ CLAIMS = [
         headline,
         regime="e = 100, lr = 1e-7, Gaussian data; the paper's 512/400 scale on main, else " + REFERENCE,
         spec="spec 7 [ours], 32/20, N = 8: r_T 0.449 / 0.684 / 0.760 / 0.795 at 10 / 50 / 100 / 150 epochs",
+        paper_says="'exceeding 50% outperformance over the GD methods' (abstract); 'around 50%' (contributions)",
     ),
     _c(
         "g4.beats_constant_steps",
@@ -323,6 +316,7 @@ CLAIMS = [
         why_expected=BUDGET_EXPECTED,
         regime="e = 100, Gaussian data, " + REFERENCE + " (main: the paper's 512/400)",
         spec=SPEC_STEPS,
+        paper_says="the paper compares with GD at 1/beta only",
     ),
     _c(
         "g4.beats_tuned_step",
@@ -336,6 +330,7 @@ CLAIMS = [
         extra=TUNED_STEP_STUDIES,
         regime="e = 100, Gaussian data, " + REFERENCE + " (main: the paper's 512/400)",
         spec=SPEC_STEPS,
+        paper_says="the paper compares with GD at 1/beta only",
     ),
     _c(
         "c2.e_small_zero",
@@ -348,6 +343,7 @@ CLAIMS = [
         "paper's 50,000 it would pass 1e-3 (the first-order effect lr e^{2(L-1)} = 6.25e-5 is small, not zero)",
         regime="lr = 1e-7, Gaussian data, " + REFERENCE,
         spec="spec 7 [ours]: 0.000 for e in {1, 5} up to 150 epochs",
+        paper_says="'when e = 1 or e = 5, training leads to zero improvement' (App. C.2)",
     ),
     _c(
         "c2.e50_best",
@@ -359,6 +355,7 @@ CLAIMS = [
         "budget we can run it trails e = 100 (spec: 0.428 vs 0.795 at 150 epochs)",
         regime="lr = 1e-7, Gaussian data, " + REFERENCE,
         spec="spec 7 [ours], 150 epochs: e = 50 0.428 vs e = 100 0.795 (e = 50 at k = 150 ~ e = 100 at k = 10)",
+        paper_says="'60% improvement when e = 50 ... even outperforms ... e = 100' (App. C.2)",
     ),
     _c(
         "c3.lr_1e3_best",
@@ -369,6 +366,8 @@ CLAIMS = [
         why_expected="spec G5: lr >= 1e-5 at e = 100 saturates the sigmoid at once and training stalls worse than GD",
         regime="e = 100, Gaussian data, " + REFERENCE,
         spec="spec G5 [ours]: lr >= 1e-5 saturates P, r_T -16.0 on its draw",
+        paper_says="'0.001 learning rate is the best setting that achieves largest improve of the final objective' "
+        "(C.3)",
     ),
     _c(
         "c1.trajectory_tradeoff",
@@ -381,6 +380,7 @@ CLAIMS = [
         "epochs; a fall-back seen at any budget decides it",
         regime="e = 100, Gaussian data, lr <= 1e-6, " + REFERENCE,
         spec="spec G13 [ours], lr 1e-7: mean_t r_t peaks at 0.570 (k ~ 60), 0.121 at k = 150",
+        paper_says="small scales: the last objective keeps decreasing while early iterations get worse (C.1, Fig. 6b)",
     ),
     _c(
         "thm47.monotone",
@@ -389,6 +389,7 @@ CLAIMS = [
         monotone,
         regime="e = 100, lr = 1e-7, Gaussian data (outside Thm 4.7's conditions, see 001.c12.conditions)",
         spec="spec 7 [ours]: 0 non-monotone steps in 80 epochs",
+        paper_says="training decreases F(X_T) at a linear rate (Thm 4.7)",
     ),
     _c(
         "c6.alpha0_positive",
@@ -399,6 +400,7 @@ CLAIMS = [
         why_expected="spec G8: no biases and 2-D inputs make G piecewise rank 2; rank(G) < N d even at n2 = 4 N d",
         regime="at initialisation, K = N d = 256, n2 from K/4 to 4K",
         spec="spec G8 [ours]: rank(G) 987 of 1024 even at n1 = n2 = 4096",
+        paper_says="Thm 4.7 assumes alpha_0 = sigma_min(G_{L-1,T}^0) > 0, given a width n_{L-1} of order N d (sec. 4)",
     ),
     _c(
         "c4.lemma_a3",
@@ -409,6 +411,7 @@ CLAIMS = [
         why_expected="with d > b, M^T M has a null space where the matrix is the identity: the norm is >= 1",
         regime="d > b (under-determined instances, sec. 6.1)",
         spec="spec C4 [ours]: max over random P 1.3805 (d = 32, b = 20); 1.0159 during training",
+        paper_says="Lemma A.3: ||I - (1/beta) diag(P) M^T M||_2 < 1 for P in (0, 2)",
     ),
     _c(
         "c3.lemma42",
@@ -417,6 +420,7 @@ CLAIMS = [
         lemma42,
         regime="lr = 1e-7, the paper's (the lemma's small-lr regime)",
         spec="spec 7 [ours]: ratio 0.5 at k = 0, 0.998 at k = 80",
+        paper_says="Lemma 4.2: ||X_t|| <= (2t/beta) ||M^T Y||",
     ),
     _c(
         "c5.weights_and_gradients",
@@ -425,6 +429,7 @@ CLAIMS = [
         weights_invariant,
         regime="lr = 1e-7, the paper's (the lemma's small-lr regime)",
         spec="spec 7 [ours]: ||W_l|| / lam_bar_l = 0.9901 throughout",
+        paper_says="Lemma A.12: ||W_l^k|| <= ||W_l^0|| + 1; Lemma 4.3: a bound on the gradient",
     ),
     _c(
         "c11.semi_smooth",
@@ -432,6 +437,7 @@ CLAIMS = [
         "Lemma 4.5 (semi-smoothness): one training step moves every iterate X_t by at most the lemma's bound",
         semi_smooth,
         regime="lr = 1e-7, the paper's (weights within lam_bar, C5)",
+        paper_says="Lemma 4.5: ||X_t^(k+1) - X_t^k|| <= 1/2 delta_1^t Theta_L sum_l ||W_l^(k+1) - W_l^k|| / lam_bar_l",
     ),
     _c(
         "c12.conditions",
@@ -442,6 +448,7 @@ CLAIMS = [
         why_expected="spec C12: delta_4 ~ exp(-1e5..1e8) and alpha_0 = 0: the margins are astronomically negative",
         regime="the experimental configurations (Thm 4.7's own conditions are what is checked)",
         spec="spec C12 [ours]: delta_3 Theta_L 2.81e8 at e = 100 (d = 32, N = 32): delta_4 underflows",
+        paper_says="Thm 4.7: under (13a-d) F(X_T^k) decreases linearly in k",
     ),
     _c(
         "c8.deeper_smaller_e",
@@ -452,6 +459,7 @@ CLAIMS = [
         + REFERENCE.replace("n1 = 64, ", "")
         + ", 50 epochs",
         spec="spec C8: leading orders e = Omega(T^{4/(L-1)}) etc. (constants unknown)",
+        paper_says="'a deeper NN with more layers alleviates the requirement for a large e' (Lemmas 5.1-5.4)",
     ),
     _c(
         "c8.deeper_smaller_e_fixed_eta",
@@ -463,5 +471,6 @@ CLAIMS = [
         + REFERENCE.replace("n1 = 64, ", "")
         + ", 50 epochs",
         spec="spec C8: leading orders e = Omega(T^{4/(L-1)}) etc. (constants unknown)",
+        paper_says="'a deeper NN with more layers alleviates the requirement for a large e' (Lemmas 5.1-5.4)",
     ),
 ]

@@ -92,7 +92,6 @@ def beats_tuned_step(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict
         f"{med['imp_mean']:.3f} vs {med['imp_mean_tuned']:.3f}"
         + trend_text
         + (f"; {unpaired} learner run(s) without a tuned trial on their problems" if unpaired else ""),
-        paper="the paper compares with GD at 1/beta only",
         theory="spec section 7 [ours], 32/20, N=8: the best constant c = 1.949 gives r_T 0.971 on its draw",
         table=_comparison_table(pairs),
         budget=budget_text(epochs),

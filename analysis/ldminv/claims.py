@@ -72,6 +72,7 @@ CLAIMS = [
         k_matters_more,
         regime=FIG1,
         spec="spec 7.2, Adam 1e-3: (7,4) -5.21 vs (2,9) -1.33",
+        paper_says="(7,4) -1.0 vs (2,9) +0.32: depth matters more than order ('large K, small L')",
     ),
     Claim(
         "000.fig1a.values",
@@ -86,6 +87,7 @@ CLAIMS = [
         regime=FIG1,
         spec="spec 7.2, D-Minv -> SGD 1e-4 / Adam 1e-3: (7,4) -4.43 -> -4.44 / -5.21, (7,9) -7.77 -> -7.77 / -8.48, "
         "(2,9) -0.99 -> -1.00 / -1.33",
+        paper_says="log10 TestLoss (7,4) -1.0, (7,9) -4.6, (2,9) +0.32",
     ),
     Claim(
         "000.fig1b.ld_beats_d",
@@ -96,6 +98,7 @@ CLAIMS = [
         ld_beats_d_moderate_k,
         regime=FIG1 + "; L = 4, K in 2..10, Adam 1e-3 (the paper's SGD barely moves C: 000.fig1b.paper_sgd)",
         spec="spec 7.2, (7,4): D-Minv -4.43, Adam 1e-3 -5.21",
+        paper_says="Fig. 1(b): LD-Minv better than D-Minv for moderate K (L = 4)",
     ),
     Claim(
         "000.fig1c.ld_beats_d",
@@ -106,6 +109,7 @@ CLAIMS = [
         ld_beats_d_across_l,
         regime=FIG1 + "; K = 5, L in 4..12, Adam 1e-3",
         spec="spec 7.2, (7,9): D-Minv -7.77, Adam 1e-3 -8.48",
+        paper_says="Fig. 1(c): LD-Minv below D-Minv at every L (K = 5)",
     ),
     Claim(
         "000.fig1b.paper_sgd",
@@ -118,6 +122,7 @@ CLAIMS = [
         why_expected="spec 6.5: with the mean-normalised loss, SGD 1e-4 moves C by < 1e-2 and gains < 0.1 log10",
         regime=FIG1 + "; SGD 1e-4, lr halved every 300 iterations (the paper's)",
         spec="spec 6.5: SGD 1e-4 gains 0.1-0.6 log10 at most in the Fig. 1 setting (2.56 -> 2.57 in Table 2's)",
+        paper_says="SGD lr 1e-4 (halved every 300), 1200 iterations: learning gains about 1 log10 over D-Minv",
     ),
     Claim(
         "000.fig1b.floor_1e8",
@@ -130,6 +135,7 @@ CLAIMS = [
         why_expected="1e-8 is the float32 floor (spec 3.1); float64 goes down to about 1e-28",
         regime=FIG1 + "; float64 (spectral) and float32 (matrix path) at K > 15",
         spec="spec 3.1: float32 matrix path -8.2 at K = 20, L = 4",
+        paper_says="for K > 15 D-Minv's error is of order 1e-8 and LD = D",
     ),
     Claim(
         "000.thm.frob_slope",
@@ -141,6 +147,7 @@ CLAIMS = [
         regime="inside spec 4.1b's derivation: square Gaussian A (flat singular-value density near 0), K from 2 "
         "until sigma_min converges, far above the float64 floor",
         spec="spec 4.1b: -0.89 (L = 4) and -1.41 (L = 9) against the predicted -0.90, -1.43",
+        paper_says="- (derived from Lemma 1 by the spec, 4.1b)",
     ),
     Claim(
         "000.table2.ld_wins",
@@ -155,6 +162,7 @@ CLAIMS = [
         "(000.table2.ld_wins_kappa_ge_4)",
         regime=TABLE2 + "; c0 = ||A||_F^2, Adam 1e-3 (the paper's SGD 1e-4 moves nothing)",
         spec=SPEC_TABLE2_LD,
+        paper_says="LD-Minv beats D-Minv for kappa >= 2: 5.01 vs 2.83 at kappa 2 ... 3.21 vs 2.25 at 1000",
     ),
     Claim(
         "000.table2.ld_wins_kappa_ge_4",
@@ -166,6 +174,8 @@ CLAIMS = [
         table2_ld_wins_off_floor,
         regime=TABLE2 + "; c0 = ||A||_F^2, Adam 1e-3",
         spec=SPEC_TABLE2_LD,
+        paper_says="LD-Minv beats D-Minv for kappa >= 2 (narrowed here to kappa >= 4): 3.62 vs 2.36 at kappa 4 ... "
+        "3.21 vs 2.25 at 1000",
     ),
     Claim(
         "000.table2.ld_flat",
@@ -180,6 +190,7 @@ CLAIMS = [
         "improves on it to about 7.9",
         regime=TABLE2 + "; c0 = ||A||_F^2, Adam 1e-3",
         spec=SPEC_TABLE2_LD,
+        paper_says="LD-Minv about flat in kappa: 3.30, 3.21, 3.22, 3.21 for kappa 10, 50, 100, 1000",
     ),
     Claim(
         "000.table2.large_kappa_values",
@@ -191,6 +202,7 @@ CLAIMS = [
         regime=TABLE2 + "; c0 = ||A||_F^2, Adam 1e-3",
         spec="spec 7.3: D-Minv 2.57 / 2.52 / 2.53 at kappa 50 / 100 / 1000 (0.27-0.31 above the paper's 2.26-2.25); "
         "LD 3.25 at kappa 1000",
+        paper_says="-log10 TestLoss at kappa 50, 100, 1000: D-Minv 2.26, 2.26, 2.25; LD-Minv 3.21, 3.22, 3.21",
     ),
     Claim(
         "000.table2.small_kappa_dminv",
@@ -203,6 +215,7 @@ CLAIMS = [
         why_expected="contradicts Lemma 1: with sigma in [1/kappa, 1] and L^K = 1e4 D-Minv is far more accurate",
         regime=TABLE2 + "; c0 = ||A||_F^2",
         spec="spec 7.3, c0 fro: exact, 29.9, 20.1, 13.5, 9.70 at kappa 1..5",
+        paper_says="D-Minv 7.64, 2.83, 2.49, 2.36, 2.30 at kappa 1..5",
     ),
     Claim(
         "000.table2.easy_data",
@@ -213,6 +226,7 @@ CLAIMS = [
         table2_easy_data_dminv_better,
         regime=TABLE2 + "; c0 = ||A||_F^2, Adam 1e-3",
         spec="spec 7.3: kappa 2, D 29.9 -> LD 12.2 (Adam 1e-3)",
+        paper_says="D-Minv better at kappa = 1 (7.64 vs 5.95)",
     ),
     Claim(
         "000.table3.init_decreases",
@@ -223,6 +237,7 @@ CLAIMS = [
         dsvd_untrained_decreases,
         regime=TABLE3 + ", untrained",
         spec="spec 3.4 [OURS]: 16.55, 2.82, 2.08, 1.28, 0.87, 0.64, 0.40 at K_svd 1..60",
+        paper_says="untrained loss falls with K_svd (44.998 -> 5.015)",
     ),
     Claim(
         "000.table3.init_values",
@@ -235,6 +250,7 @@ CLAIMS = [
         why_expected="spec 7.5: the box-rule Cayley solver decays much faster than the paper's Init row",
         regime=TABLE3 + ", untrained",
         spec="spec 3.4 [OURS]: 16.55, 2.82, 2.08, 1.28, 0.87, 0.64, 0.40 at K_svd 1..60",
+        paper_says="Init Test Loss 44.998, 35.900, 26.661, 15.613, 10.356, 7.706, 5.015 at K_svd 1..60",
     ),
     Claim(
         "000.table3.literal_rule_uphill",
@@ -245,6 +261,7 @@ CLAIMS = [
         dsvd_literal_uphill,
         regime=TABLE3 + ", untrained, literal against box step rule",
         spec="spec 7.5: literal 87.4 (K_svd 1) .. 87.0 (60), uphill in 50% of first-layer updates",
+        paper_says="Eq. 12's step min{2/||P||, -f'/f''} (Eq. 8, the line search it stands for, is lost)",
     ),
     Claim(
         "000.table3.training_helps",
@@ -259,6 +276,8 @@ CLAIMS = [
         "alone, a GPU job that no session here was lent",
         regime=TABLE3 + ", Algorithm 3 training of the step offsets (SGD 1e-2 or Adam 1e-2)",
         spec="spec 7.5: not run (too expensive on a 2-core CPU)",
+        paper_says="Final Test Loss 23.18, 0.9565, 0.4043, 0.2694, 0.2018, 0.1243, 0.0305 against Init 45.00 .. "
+        "5.015 (35.9 -> 0.96 at K_svd = 5)",
     ),
     Claim(
         "000.lemma1.exact",
@@ -269,6 +288,7 @@ CLAIMS = [
         lemma1_exact,
         regime="inside Lemma 1: c0 > ||A||_2^2 / 2 (spec2 x1, x0.6, fro), float64, any shape and rank",
         spec="spec 4.1: verified on a 60x90 rank-30 matrix with c0 in {||A||^2, 0.6 ||A||^2, ||A||_F^2}",
+        paper_says="Lemma 1: ||AA+ - AX_k|| = e0^(L^k)",
     ),
     Claim(
         "000.prop1.invariant",
@@ -279,6 +299,7 @@ CLAIMS = [
         prop1_invariance(1e-10),
         regime="inside Prop. 1 up to rounding: float64, K = 8",
         spec="spec 4.2: 2e-15 -> 4e-13 over 6 layers at L = 4",
+        paper_says="Prop. 1: X_k A A+ = X_k = A+ A X_k for all k",
     ),
     Claim(
         "000.prop1.float64_deep",
@@ -292,6 +313,7 @@ CLAIMS = [
         "4^20 x 1e-16 = 1e-4 at K = 20 (see 000.prop1.rounding_growth)",
         regime="outside Prop. 1's exact arithmetic: float64 rounding, 100x100 rank 50, K to 20",
         spec="spec 4.2: 2e-15 -> 4e-13 over 6 layers at L = 4",
+        paper_says="Prop. 1: X_k A A+ = X_k = A+ A X_k for all k (exact arithmetic)",
     ),
     Claim(
         "000.prop1.rounding_growth",
@@ -302,6 +324,7 @@ CLAIMS = [
         prop1_rounding_growth,
         regime="float64 rounding, 100x100 rank 50, K 4..20, L = 4",
         spec="spec 6.4: float64 stays stable to K = 20",
+        paper_says="Prop. 1 (exact arithmetic); rounding is not discussed",
     ),
     Claim(
         "000.prop1.float32_bounded",
@@ -314,6 +337,7 @@ CLAIMS = [
         why_expected="spec 6.4: float32 null-space rounding is amplified by sum C = L per layer",
         regime="practice: float32 rounding, 100x100 rank 50, K 4..20, L = 4",
         spec="spec 6.4: ||X|| 5.5 at K = 12, 140 at K = 16, 3.7e4 at K = 20",
+        paper_says="Prop. 1: zero singular values stay zero, so rank-deficient A work unchanged",
     ),
     Claim(
         "000.cost.l_over_ln_l",
@@ -324,6 +348,7 @@ CLAIMS = [
         cost_l_over_ln_l,
         regime="fixed D-Minv (no training), 100x100 U S V at kappa 100, c0 = ||A||_2^2, L 2..12",
         spec="spec 4.3: L/ln L is smallest at L = 3; L = 2 and 4 tie",
+        paper_says="for a fixed precision the total cost grows like O(L / ln L) in L",
     ),
     Claim(
         "000.lemma2.gradient",
@@ -333,6 +358,7 @@ CLAIMS = [
         "Lemma 2: at C = 0 the training loss decreases in every C_k (dL/dC_k < 0)",
         lemma2_gradient,
         regime=LEMMA2_REGIME,
+        paper_says="Lemma 2: dL/dC_k < 0 for all C_k in [0, 1 + eps]",
     ),
     Claim(
         "000.lemma2.order",
@@ -342,6 +368,7 @@ CLAIMS = [
         "Lemma 2: after GD the learned D-Minv converges with an order in (L, L+1]",
         lemma2_order,
         regime=LEMMA2_REGIME,
+        paper_says="Lemma 2: with C_k around 1 the order of convergence is L~ in (L, L+1]",
     ),
     Claim(
         "000.lemma2.c_to_one",
@@ -357,6 +384,7 @@ CLAIMS = [
         "(their gradient ~ e_k^(2L) vanishes once e_k is small); the order is raised all the same "
         "(000.lemma2.order)",
         regime=LEMMA2_REGIME,
+        paper_says="Lemma 2: from 0, the C_k (k < K) converge into [1 - eps, 1 + eps] under GD with a proper step",
     ),
     Claim(
         "000.thm1.linear",
@@ -368,6 +396,8 @@ CLAIMS = [
         thm1_linear,
         needs_curves=True,
         regime=THM1_REGIME,
+        paper_says="Thm 1: L_n(C^(T)) < eps for T = Theta(d L K n b_a^-2 ln 1/eps), eta = Theta(1/(d L)), K = "
+        "Omega(n d)",
     ),
     Claim(
         "000.thm1.practice",
@@ -383,6 +413,7 @@ CLAIMS = [
         "3000 steps: the runs at K = 8 and 16 slow down 4-10x between the second and the last quarter; at K = 4 "
         "the loss still falls at a constant 4-6% per 1000 steps (its minimum is not yet in sight)",
         regime=THM1_PRACTICE,
+        paper_says="Thm 1 (its hypotheses: K = Omega(n d), eta = Theta(1/(d L))); the abstract: O(n K L log 1/eps)",
     ),
     Claim(
         "000.thm2.gap_in_n",
@@ -396,6 +427,7 @@ CLAIMS = [
         "test set (K*L shared coefficients generalise almost perfectly), so no n^-1/2 trend is resolvable",
         regime="practice: Adam 1e-2 from C = 1 on 20x20 Gaussian (Thm 2 assumes GD from |C - 1| = O(K^-alpha), "
         "alpha >= 1)",
+        paper_says="Thm 2: gap <= O~(min{b d^3 L / K^(alpha/2), sqrt(d^3 K / n)}) + O(sqrt(ln(1/delta)/n))",
     ),
     Claim(
         "000.thm2.double_descent",
@@ -408,6 +440,7 @@ CLAIMS = [
         why_expected="a bound's shape, not the gap's: the measured gaps are monotone or noise",
         regime="practice: Adam 1e-2 from C = 1 on 20x20 Gaussian (Thm 2 assumes GD from |C - 1| = O(K^-alpha), "
         "alpha >= 1)",
+        paper_says="Thm 2's bound first grows like sqrt(K/n), then decays like K^(-alpha/2): a double descent in K",
     ),
     Claim(
         "000.prop4.floor",
@@ -418,5 +451,6 @@ CLAIMS = [
         prop4_floor,
         regime="inside Prop. 4: |C - 1| = delta fixed (no training), 100x100 U S V at kappa 10, K = 8, L = 4",
         spec="spec 4.9: the floor is about 2 delta",
+        paper_says="Prop. 4: ||e_k||_inf <= e0^(L^k) + (17/8) delta",
     ),
 ]
