@@ -63,11 +63,13 @@ def layerwise_plateaus(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
-def bfc_lower_features_improve(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    wk = runs[runs["learner"] == "wk"]
-    out, ok = [], True
-    # per input law: Gaussian labels have kurtosis ~1e3 at L = 4 (spec 6.3), pooling would hide either law
-    for dist, law in wk.groupby("dist", sort=True):
+def bfc_lower_features_improve(dist: str) -> Check:
+    """C2 on the runs with `dist` inputs: decided per input law, since Gaussian labels have kurtosis 1e3-2e4 at
+    L = 4 (spec 6.3) and pooling the laws would hide either."""
+
+    def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+        law = runs[(runs["learner"] == "wk") & (runs["dist"] == dist)]
+        out, ok = [], True
         for proto in ("joint", "layerwise"):
             sub = law[law["protocol"] == proto]
             if sub.empty:
@@ -82,14 +84,14 @@ def bfc_lower_features_improve(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
                 ok &= all(b < a for a, b in itertools.pairwise(med)) and med[-1] < 0.5 * med[0]
             else:
                 ok &= max(med) == min(med)  # frozen: bit-for-bit constant
-    if not out:
-        return Verdict(NO_DATA, "no K/W runs")
-    return Verdict(
-        HOLDS if ok else FAILS,
-        "; ".join(out) + " (medians over every gamma and seed of that depth and input law)",
-        theory="holds when, for every input law, joint's fe_2 falls at every stage (to under half in all) and "
-        "layer-wise's stays constant",
-    )
+        return Verdict(
+            HOLDS if ok else FAILS,
+            "; ".join(out) + " (medians over every gamma and seed of the deepest L)",
+            theory="holds when joint's fe_2 falls at every stage (to under half in all) and layer-wise's stays "
+            "constant",
+        )
+
+    return check
 
 
 def feature_error_grows_with_gap(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -276,6 +278,14 @@ def quadratic_nets_win(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
+GAUSSIAN_L4 = (
+    "measured (c1, Gaussian L = 4, medians over gamma and 3 seeds): joint training makes fe_2 worse while layers 3 "
+    "and 4 are added (0.047 -> 0.13 -> 0.16, final 0.10), most at gamma 0.1 (0.0083 -> 0.015 -> 0.054) where stage 4 "
+    "also raises the test MSE (0.0083 -> 0.028) though layer 4 carries 0.26% of the variance: the layer-4 term has "
+    "kurtosis ~2e4, so a few training points carry its variance and their minibatch gradients pull the trainable "
+    "layer-2 features (layer-wise freezes them); the test MSE is 50-100x the median squared error there "
+    "(docs/hierarchical.md, and the truncated-activation intervention c1_gaussian_l4_tails)"
+)
 SETTING = "spec 3.10's synthetic protocol: d = 20, k = (6, 4, 3), m = 64, n = 2e4, Adam 3e-3, 10 + 10 epochs per layer"
 
 
@@ -309,11 +319,28 @@ CLAIMS: list[Claim] = [
         "004",
         TASK,
         _grids("c1_joint_vs_layerwise"),
-        "the layer-2 feature error falls as higher layers are trained (joint) and stays put under layer-wise",
-        bfc_lower_features_improve,
-        regime=SETTING + "; decided at the deepest L (4) per input law",
+        "the layer-2 feature error falls as higher layers are trained (joint) and stays put under layer-wise "
+        "(uniform inputs)",
+        bfc_lower_features_improve("uniform"),
+        regime=SETTING + "; uniform (bounded) inputs, decided at the deepest L (4)",
         spec="spec 3.11 prototype L=4 g=0.3 uniform: fe_2 0.0251 -> 0.0096 -> 0.0029 -> 0.0015 joint, constant 0.0251 "
         "layer-wise",
+        paper_says="Theorem 2 / Fig. 9: training higher layers improves lower-layer features",
+    ),
+    Claim(
+        "004.C2.bfc_gaussian",
+        "004",
+        TASK,
+        _grids("c1_joint_vs_layerwise"),
+        "the layer-2 feature error falls as higher layers are trained (joint) and stays put under layer-wise "
+        "(Gaussian inputs, untruncated activation)",
+        bfc_lower_features_improve("gaussian"),
+        expected=FAILS,
+        why_expected=GAUSSIAN_L4,
+        regime=SETTING + "; outside the theory's bounded regime: Gaussian inputs with the plain z^2 activation "
+        "(Thm 2 works with the truncated one), labels of kurtosis 1e3-2e4 at L = 4; decided at the deepest L (4)",
+        spec="spec 6.3: Gaussian-input labels have kurtosis ~1e4 at L = 4: 'MSE estimates are dominated by rare "
+        "points, SGD steps blow up'",
         paper_says="Theorem 2 / Fig. 9: training higher layers improves lower-layer features",
     ),
     Claim(
