@@ -1,10 +1,10 @@
-# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Two commands do all set-up on a fresh machine: `make demo` and `make test` (`make test-all`: every tier).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RESULTS ?= results/demo
 
-.PHONY: install demo test lint faults bench clean-demo
+.PHONY: install demo test test-all lint faults bench clean-demo
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,7 +20,12 @@ demo: $(STAMP)
 	$(VENV)/bin/convgrid report $(RESULTS) --out $(RESULTS)/report
 	@echo "Parquet results: $(RESULTS)/runs, $(RESULTS)/curves   report and figures: $(RESULTS)/report"
 
+# The fast tier (a few minutes): everything but the tests that start Ray, kill processes or need a
+# local S3/PostgreSQL. `make test-all` runs every tier; CI runs it.
 test: $(STAMP)
+	$(PY) -m pytest -q -m "not ray and not faults and not services"
+
+test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 # ruff (lint + format check) and mypy, configured in pyproject.toml; zero findings is the bar.
@@ -29,9 +34,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The whole fault matrix of docs/reliability.md (real signals at 20 random moments per row; ~30 min).
+# The whole fault matrix of docs/reliability.md (real signals at 20 random moments per row, every byte of
+# two committed parts flipped, and every test of the faults tier; about an hour).
 faults: $(STAMP)
 	$(PY) -m tests.fault_matrix --moments 20
+	$(PY) -m tests.fuzz_parts
+	$(PY) -m pytest -q -m faults
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

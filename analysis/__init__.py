@@ -6,6 +6,6 @@ curves = analysis.curves("results", task="deep_linear", runs=runs)
 """
 
 from analysis.aggregate import curve_band, over_seeds
-from analysis.load import curves, load, members, task_names
+from analysis.load import curves, finished, finished_runs, load, members, task_names
 
-__all__ = ["curve_band", "curves", "load", "members", "over_seeds", "task_names"]
+__all__ = ["curve_band", "curves", "finished", "finished_runs", "load", "members", "over_seeds", "task_names"]

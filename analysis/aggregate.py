@@ -8,6 +8,11 @@ Two kinds of input and their conventions:
   that it can only make the median worse instead of dropping out; quartiles are inf-safe.
 - curves (one value per run and step): a non-finite value (a diverged step) is missing, so the band
   of a group is drawn from the runs still finite at that step.
+
+Any param may group: list-valued ones (deep_linear's `widths`) are grouped as tuples (`group_keys`),
+and a param named like a curve column (`lr`, `loss`, `flops`) is the run's param in `by` and the
+curve's column in `x` / `y` (`curve_band`). A statistic named like a group key gets the suffix
+`_stat` (linear_resnet's param `n`, the number of samples: the count of runs is then `n_stat`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ import pandas as pd
 from scipy import stats
 
 QUARTILES = (0.25, 0.5, 0.75)
+STATISTICS = ("n", "median", "q25", "q75", "mean", "ci_low", "ci_high")
+
+
+def stat_names(by: Sequence[str]) -> dict[str, str]:
+    """The output column of each statistic, `_stat` appended where a group key has its name."""
+    return {s: f"{s}_stat" if s in by else s for s in STATISTICS}
 
 
 def never_as_inf(values: pd.Series, never: float | None = -1) -> pd.Series:
@@ -60,15 +71,33 @@ def median(values: Any) -> float:
     return quartiles(values)[1]
 
 
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple | np.ndarray):
+        return tuple(_hashable(v) for v in value)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def group_keys(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """`frame` with its `by` columns groupable: list or array values (a list param, as the store gives
+    it back) become tuples; other columns are left as they are."""
+    listy = [
+        col
+        for col in by
+        if frame[col].dtype == object and frame[col].map(lambda v: isinstance(v, list | np.ndarray)).any()
+    ]
+    return frame.assign(**{col: frame[col].map(_hashable) for col in listy}) if listy else frame
+
+
 def seed_quartiles(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     """Per group of `by` (missing keys kept as a group, sorted): n (non-missing values), q25, median,
     q75 of `value`. Convert sentinels with `never_as_inf` first where unreached must count as worse."""
     rows = []
-    for key, grp in frame.groupby(list(by), dropna=False, sort=True):
+    for key, grp in group_keys(frame, by).groupby(list(by), dropna=False, sort=True):
         keys = key if isinstance(key, tuple) else (key,)
         q25, med, q75 = quartiles(grp[value])
         rows.append((*keys, int(grp[value].notna().sum()), q25, med, q75))
-    return pd.DataFrame(rows, columns=[*by, "n", "q25", "median", "q75"])
+    names = stat_names(by)
+    return pd.DataFrame(rows, columns=[*by, names["n"], names["q25"], names["median"], names["q75"]])
 
 
 def median_by(values: pd.Series, keys: Sequence[pd.Series] | pd.Series) -> pd.Series:
@@ -94,23 +123,31 @@ def median_table(runs: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> 
 def band(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     """Per group of `by`: median, q25, q75 and n (finite values) of `value`, inf counted as missing:
     the band of a curve over seeds at each step (vectorised; curves have many steps)."""
-    finite = frame.assign(**{value: frame[value].astype(float).replace([np.inf, -np.inf], np.nan)})
+    finite = group_keys(frame, by).assign(**{value: frame[value].astype(float).replace([np.inf, -np.inf], np.nan)})
     grouped = finite.groupby(list(by), dropna=False, sort=True)[value]
+    names = stat_names(by)
     out = pd.DataFrame(
         {
-            "median": grouped.median(),
-            "q25": grouped.quantile(0.25),
-            "q75": grouped.quantile(0.75),
-            "n": grouped.count(),
+            names["median"]: grouped.median(),
+            names["q25"]: grouped.quantile(0.25),
+            names["q75"]: grouped.quantile(0.75),
+            names["n"]: grouped.count(),
         }
     )
     return out.reset_index()
 
 
 def curve_band(curves: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str], x: str, y: str) -> pd.DataFrame:
-    """Median and IQR of curve column `y` at each `x`, per group of run params `by` (seeds pooled)."""
-    merged = curves.merge(runs[["run_id", *by]], on="run_id")
-    return band(merged, [*by, x], y)
+    """Median and IQR of curve column `y` at each `x`, per group of run params `by` (seeds pooled).
+
+    `by` names run columns and `x`, `y` curve columns, also where both frames have a column of that
+    name (deep_linear's curve `lr` is the step taken at each iteration, its run `lr` the param)."""
+    if x in by:
+        raise ValueError(f"x {x!r} is also a group key in by={list(by)}: the band's columns would clash")
+    # The curve's columns under names no run column has, so the merge cannot suffix them away.
+    picked = pd.DataFrame({"run_id": curves["run_id"], "__x": curves[x], "__y": curves[y]})
+    merged = picked.merge(runs[["run_id", *by]], on="run_id")
+    return band(merged, [*by, "__x"], "__y").rename(columns={"__x": x})
 
 
 def mean_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -129,6 +166,8 @@ def mean_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, 
 def over_seeds(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95) -> pd.DataFrame:
     """Per group of `by`: n, median, q25, q75, mean and the t-interval of the mean of `value`."""
     out = seed_quartiles(frame, by, value)
-    intervals = [mean_interval(grp[value], confidence) for _, grp in frame.groupby(list(by), dropna=False, sort=True)]
-    out[["mean", "ci_low", "ci_high"]] = pd.DataFrame(intervals, index=out.index)
-    return out[[*by, "n", "median", "q25", "q75", "mean", "ci_low", "ci_high"]]
+    groups = group_keys(frame, by).groupby(list(by), dropna=False, sort=True)
+    intervals = [mean_interval(grp[value], confidence) for _, grp in groups]
+    names = stat_names(by)
+    out[[names["mean"], names["ci_low"], names["ci_high"]]] = pd.DataFrame(intervals, index=out.index)
+    return out[[*by, *names.values()]]

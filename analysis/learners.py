@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from pathlib import Path
 from types import ModuleType
 
-LEARNERS_ENV = "CONVGRID_LEARNERS"  # the same variable tasks.registry reads (analysis must not import it)
+from runner.settings import settings
+
 _HERE = Path(__file__).resolve().parent
 
 
 def _external() -> dict[str, str]:
-    pairs = (e.partition("=") for e in os.environ.get(LEARNERS_ENV, "").split(",") if "=" in e)
-    return {name.strip(): package.strip() for name, _, package in pairs}
+    return settings().learner_packages()
 
 
 def learners() -> list[str]:

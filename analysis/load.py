@@ -4,7 +4,7 @@ and rows asked for, newest attempt per run, curves of those attempts only. Never
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from runner.store import ResultStore
+from tasks.status import FINAL_STATUSES
 
 Filters = Mapping[str, Any]
 
@@ -24,6 +25,16 @@ def _expression(filters: Filters | None) -> ds.Expression | None:
         term = pc.field(key).isin(list(value)) if many else pc.field(key) == value
         expr = term if expr is None else expr & term
     return expr
+
+
+def frame(table: pa.Table) -> pd.DataFrame:
+    """`table` in pandas, typed as stored: an integer column with nulls (a param some variants lack, such
+    as `width`) stays an integer column, pandas' nullable Int64, where a plain conversion makes it float."""
+    out = table.to_pandas()
+    for field in table.schema:
+        if pa.types.is_integer(field.type) and table[field.name].null_count:
+            out[field.name] = table[field.name].to_pandas(types_mapper={field.type: pd.Int64Dtype()}.get)
+    return out
 
 
 def task_names(root: str | os.PathLike[str]) -> list[str]:
@@ -61,7 +72,28 @@ def load(
     table = store.read_runs(task, cols, expr)
     if statuses is not None:
         table = table.filter(pc.is_in(table["status"], value_set=pa.array(list(statuses))))
-    return table.to_pandas().reset_index(drop=True)
+    return frame(table).reset_index(drop=True)
+
+
+def finished(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that are results: a final status (ok or diverged, `tasks.status.FINAL_STATUSES`); a
+    pruned, failed or timed-out run is not one. A frame without a status column is taken as it is."""
+    return runs[runs["status"].isin(sorted(FINAL_STATUSES))] if "status" in runs else runs
+
+
+def finished_runs(root: str | os.PathLike[str], task: str, sources: Sequence[str]) -> pd.DataFrame:
+    """The finished runs of `task` that any of the grids or studies `sources` asked for, one row per
+    (run, source), with a `grid` column naming the source (a source not in the store gives no rows)."""
+    frames = []
+    for source in sources:
+        try:
+            frames.append(finished(load(root, task, grid=source)).assign(grid=source))
+        except FileNotFoundError:  # no run of the task at all
+            frames.append(pd.DataFrame(columns=["run_id", "status", "grid"]))
+    nonempty = [f for f in frames if not f.empty]  # concat with an empty frame would turn typed columns to object
+    if nonempty:
+        return pd.concat(nonempty, ignore_index=True)
+    return frames[0].reset_index(drop=True) if frames else pd.DataFrame(columns=["run_id", "status", "grid"])
 
 
 def curves(
@@ -89,4 +121,4 @@ def curves(
     table = store.read_curves(
         task, run_ids=None if every_run else keys["run_id"].to_pylist(), columns=wanted, keys=keys, sort=False
     )
-    return table.drop_columns(["batch_id"]).to_pandas()
+    return frame(table)

@@ -1,20 +1,22 @@
-"""`convgrid report RESULTS --out DIR`: every figure, the claims table, the grids run and their sizes,
-failures and provenance, as Markdown and as one self-contained HTML page (figures inlined).
+"""`convgrid report RESULTS --out DIR`: a results section as one page. It opens with what ran (grids and
+studies, their status counts, the failures grouped by reason with their run ids) and the claims of the
+grids in the store (ours beside the paper's and the spec's); then each grid with its figures and the
+tables of the claims it decided, each study with Optuna's own plots (analysis.studies), and provenance.
 
 The Markdown is the single source: the HTML page is that Markdown rendered by Python-Markdown (tables,
 fenced code) inside a Jinja template (analysis/templates/report.html.j2), with each figure's path
-replaced by a data: URI so that the page fetches nothing. Free text (claims, errors) is escaped for
-Markdown, so that TeX such as `$\\|W\\|_F$` or `||Y||` reaches the page as written.
+replaced by a data: URI so that the page fetches nothing (analysis.markdown escapes free text).
 """
 
 from __future__ import annotations
 
 import base64
+import html as html_lib
 import json
 import os
-import re
+import struct
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,63 +27,45 @@ import pandas as pd
 
 from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
-from analysis.load import curves, load, members
+from analysis.load import curves, finished, load, members
+from analysis.markdown import code_md, escape_md, header, row, table
+from analysis.studies import StudyFigures, study_figures, trials_frame
+from analysis.style import DPI
+from analysis.summary import NO_DATA, claim_rows, failure_groups, status_totals
 from runner.errors import redact
 from runner.store import ResultStore
 from runner.store.status import store_status
 from tasks.status import ALL_STATUSES
 
+__all__ = ["GridSection", "Report", "build_report", "code_md", "escape_md"]
+
 MARKDOWN_EXTENSIONS = ("tables", "fenced_code")
 STATUS_COLUMNS = (*ALL_STATUSES, "missing")
 RERUN_GRID = "rerun"  # what `convgrid run --only` without a grid file links its runs to
-
-# Markdown syntax that may appear in free text: backslash, code spans, emphasis, links, table pipes.
-_MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
-# An underscore opens emphasis only at a word boundary (Python-Markdown ignores intra-word ones,
-# so iters_rel_1e6 stays readable in report.md).
-_MD_UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")
-# Raw HTML passes through Markdown: a tag-like `<` and an entity-like `&` are written as entities.
-_MD_HTML = re.compile(r"&(?=#?\w+;)|<(?=[A-Za-z/!?])")
-
-
-def escape_md(text: object) -> str:
-    """`text` as Markdown inline text that renders to exactly `text` (one line: table cells cannot break)."""
-    out = _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
-    out = _MD_UNDERSCORE.sub(r"\\_", out)
-    return _MD_HTML.sub(lambda m: "&amp;" if m.group() == "&" else "&lt;", out)
-
-
-def code_md(text: object) -> str:
-    """`text` as a Markdown code span (fenced with more backticks than it contains)."""
-    text = " ".join(str(text).split())
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _row(cells: Sequence[object]) -> str:
-    return "| " + " | ".join(escape_md(c) for c in cells) + " |"
-
-
-def _cell(value: object) -> object:
-    if isinstance(value, float):
-        return "-" if value != value else f"{value:.4g}"  # NaN: a number the row does not have
-    return value
-
-
-def _table(frame: pd.DataFrame) -> list[str]:
-    """`frame` as Markdown table lines: its column names as the header, floats to 4 significant digits."""
-    body = [_row([_cell(v) for v in row]) for row in frame.itertuples(index=False)]
-    return [_row(frame.columns), "|---" * len(frame.columns) + "|", *body]
+CSS_DPI = 96  # a CSS pixel is 1/96 inch
+MAX_IDS = 20  # run ids listed per failure reason; the rest are counted
+REDUCED_NOTE = "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid."
 
 
 def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
+def _inline_image(path: Path) -> str:
+    """The PNG as an <img> of its data, shown at its size in print (DPI px per inch) so that every
+    figure's text has one size on the page, whatever the figure's width (narrower screens scale it)."""
+    width = struct.unpack(">I", path.read_bytes()[16:20])[0]  # the PNG header's width
+    css_px = round(width * CSS_DPI / DPI)
+    return f'<img alt="{html_lib.escape(path.stem)}" src="{_data_uri(path)}" width="{css_px}">'
+
+
 def _template() -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.PackageLoader("analysis", "templates"), autoescape=True)
     return env.get_template("report.html.j2")
+
+
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {words or word + 's'}"
 
 
 @dataclass
@@ -95,6 +79,16 @@ class GridSection:
     images: list[Path] = field(default_factory=list)
     note: str = ""
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (title, table) of the claims it decided
+    kind: str = "grid"  # or "study": its runs were asked for by an Optuna study
+    study: StudyFigures | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "study":
+            return "Optuna study"
+        if self.grid == RERUN_GRID:
+            return "reruns of stored runs (`run --only`)"
+        return "reduced (CI/demo size, not a reproduction)" if self.reduced else "full grid"
 
 
 @dataclass
@@ -105,50 +99,123 @@ class Report:
     provenance: dict[str, list[str]]
     claims: ClaimsTable = field(default_factory=ClaimsTable)
 
-    def markdown(self, out: Path, image_src: Callable[[Path], str] | None = None) -> str:
-        """The report as Markdown; figures link to `image_src(path)` (default: the path relative to `out`)."""
+    def markdown(self, out: Path, image: Callable[[Path], str] | None = None) -> str:
+        """The report as Markdown; a figure is `image(path)` (default: a Markdown image of the path
+        relative to `out`)."""
         # quoted: a space or parenthesis in a folder name would end the Markdown link early
-        src = image_src or (lambda p: urllib.parse.quote(os.path.relpath(p, out)))
+        src = image or (lambda p: f"![{escape_md(p.stem)}]({urllib.parse.quote(os.path.relpath(p, out))})")
         lines = [f"# convgrid report: {code_md(self.root)}", ""]
-        lines += [_row(["grid", "task", "cells", *STATUS_COLUMNS, "kind"]), "|---" * (4 + len(STATUS_COLUMNS)) + "|"]
+        lines += self._what_ran() + self._failures() + self._claims()
         for s in self.sections:
-            kind = "reduced (CI/demo size, not a reproduction)" if s.reduced else "full grid"
-            if s.grid == RERUN_GRID:
-                kind = "reruns of stored runs (`run --only`)"
-            lines.append(_row([s.grid, s.task, s.cells, *(s.counts.get(k, 0) for k in STATUS_COLUMNS), kind]))
-        for s in self.sections:
-            lines += ["", f"## {escape_md(s.grid)} ({escape_md(s.task)})", ""]
-            if s.figure:
-                lines.append(f"Figure {code_md(s.figure)}." + (f" {escape_md(s.note)}" if s.note else ""))
-            elif s.note:
-                lines.append(escape_md(s.note))
-            for img in s.images:
-                lines += ["", f"![{escape_md(img.stem)}]({src(img)})"]
-            for title, table in s.tables:
-                lines += ["", escape_md(title), "", *_table(table)]
-        decided = [r for r in self.claims.results if r.grid is not None]
-        if decided:
-            header = ["claim", "grid", "size", "verdict", "expected", "measured", "paper"]
-            lines += ["", "## Claims", "", _row(header), "|---" * len(header) + "|"]
-            for r in decided:
-                v = r.verdict
-                lines.append(_row([r.claim.id, r.sources, r.size, v.verdict, r.claim.expected, v.measured, v.paper]))
-            lines += [
-                "",
-                "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid.",
-            ]
-        if self.failures:
-            lines += ["", "## Failures", ""]
-            lines += [f"- {code_md(task)} {code_md(rid[:12])}: {escape_md(err)}" for task, rid, err in self.failures]
+            lines += self._study(s, src) if s.kind == "study" else self._grid(s, src)
         lines += ["", "## Provenance", ""]
         lines += [f"- {escape_md(k)}: {', '.join(code_md(v) for v in vs)}" for k, vs in self.provenance.items()]
         return "\n".join(lines) + "\n"
 
+    def _what_ran(self) -> list[str]:
+        grids = [s for s in self.sections if s.kind != "study"]
+        studies = [s for s in self.sections if s.kind == "study"]
+        total = status_totals(s.counts for s in self.sections)
+        counts = ", ".join(f"{k} {total[k]}" for k in STATUS_COLUMNS if total.get(k))
+        lines = ["## What ran", ""]
+        lines.append(
+            f"{_plural(len(grids), 'grid')} and {_plural(len(studies), 'study', 'studies')}, "
+            f"{_plural(sum(s.cells for s in self.sections), 'run')} asked for" + (f": {counts}." if counts else ".")
+        )
+        lines += ["", *header(["grid", "task", "cells", *STATUS_COLUMNS, "kind"])]
+        for s in self.sections:
+            lines.append(row([s.grid, s.task, s.cells, *(s.counts.get(k, 0) for k in STATUS_COLUMNS), s.label]))
+        return lines
+
+    def _failures(self) -> list[str]:
+        if not self.failures:
+            return []
+        groups = failure_groups(self.failures)
+        lines = ["", "### Failures by reason", ""]
+        lines.append(f"{_plural(len(self.failures), 'run')} failed or timed out, for {len(groups)} reasons:")
+        lines.append("")
+        for g in groups:
+            ids = ", ".join(code_md(rid[:12]) for rid in g.run_ids[:MAX_IDS])
+            more = f" and {len(g.run_ids) - MAX_IDS} more" if len(g.run_ids) > MAX_IDS else ""
+            lines.append(
+                f"- {code_md(g.task)}, {_plural(len(g.run_ids), 'run')}: {escape_md(g.reason)}. Run ids: {ids}{more}"
+            )
+        lines += ["", "`convgrid run --only RUN_ID --executor local` reruns one in process, with its traceback."]
+        return lines
+
+    def _claims(self) -> list[str]:
+        rows = claim_rows(self.claims)
+        if rows.empty:
+            if not self.claims.results:
+                return []
+            none = "No registered claim reads the grids in this store (`convgrid check --all` lists them)."
+            return ["", "## Claims", "", none]
+        undecided = int((rows["verdict"] == NO_DATA).sum())
+        lines = ["", "## Claims", ""]
+        lines.append(
+            f"The claims of the grids in this store: {len(rows) - undecided} decided, {undecided} undecided "
+            "(`convgrid check --all` lists every claim). Ours is the number measured here."
+        )
+        lines += ["", *table(rows)]
+        if rows["size"].astype(str).str.startswith("reduced").any():
+            lines += ["", REDUCED_NOTE]
+        return lines
+
+    def _grid(self, s: GridSection, src: Callable[[Path], str]) -> list[str]:
+        lines = ["", f"## {escape_md(s.grid)} ({escape_md(s.task)})", ""]
+        if s.figure:
+            lines.append(f"Figure {code_md(s.figure)}." + (f" {escape_md(s.note)}" if s.note else ""))
+        elif s.note:
+            lines.append(escape_md(s.note))
+        if s.images:  # one paragraph: figures sit side by side where the page is wide enough
+            lines += ["", *(src(img) for img in s.images)]
+        for title, claim_table in s.tables:
+            lines += ["", escape_md(title), "", *table(claim_table)]
+        return lines
+
+    def _study(self, s: GridSection, src: Callable[[Path], str]) -> list[str]:
+        lines = ["", f"## Study {escape_md(s.grid)} ({escape_md(s.task)})", ""]
+        study = s.study
+        if study is not None:
+            states = ", ".join(f"{k} {v}" for k, v in study.states.items()) or "none recorded"
+            storage = f"; storage {code_md(study.storage)}" if study.storage else ""
+            lines.append(f"Trials: {escape_md(states)}{storage}. Plots: Optuna's own (`optuna.visualization`).")
+            if study.best is not None and not study.best.empty:
+                best = study.best.rename(columns={"params_json": "params", "run_id": "run id"})
+                lines += ["", "Best trials (value: what Optuna was told, the study's objective):", "", *table(best)]
+        if s.note:
+            lines += ["", escape_md(s.note)]
+        if s.images:  # one paragraph: figures sit side by side where the page is wide enough
+            lines += ["", *(src(img) for img in s.images)]
+        return lines
+
     def html(self, out: Path) -> str:
         """One self-contained page: the Markdown rendered, figures inlined as data: URIs."""
-        text = self.markdown(out, image_src=_data_uri)
+        text = self.markdown(out, image=_inline_image)
         body = markdown_lib.markdown(text, extensions=list(MARKDOWN_EXTENSIONS), output_format="html")
         return _template().render(title=f"convgrid report: {self.root}", body=markupsafe.Markup(body)) + "\n"
+
+
+def _folder(name: str) -> str:
+    """A folder name for a grid or study (a swept study's name holds brackets and '=')."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, trials: pd.DataFrame) -> None:
+    """The section's figures: Optuna's plots for a study, the learner's figure for a grid."""
+    if section.kind == "study":
+        section.study = study_figures(root, section.grid, trials, fig_dir / _folder(section.grid))
+        section.images, section.note = section.study.images, section.study.note
+        return
+    found = figure_for(section.task, section.grid)
+    done = finished(runs)
+    if found is None:
+        section.note = "No figure module draws this grid."
+    elif done.empty:
+        section.figure, section.note = found[0], "No finished runs to draw."
+    else:
+        section.figure = found[0]
+        section.images = found[1](done, curves(root, section.task, runs=done), fig_dir / _folder(section.grid))
 
 
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:
@@ -158,8 +225,8 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
     member_frame = members(root)
     # the same counts and failures `convgrid status` prints: one definition of what a grid's state is
     status = store_status(ResultStore(root), verify=False)
+    trials = trials_frame(root)
     sections: list[GridSection] = []
-    failures = list(status.errors)
     provenance: dict[str, set[str]] = {"code_version": set(), "host": set(), "packages": set()}
     for (grid, task), group in member_frame.groupby(["grid", "task"], sort=True):
         try:
@@ -167,21 +234,14 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         except FileNotFoundError:
             runs = pd.DataFrame(columns=["run_id", "status"])
         counts = dict(status.by_grid_task.get((grid, task), {}))
-        section = GridSection(grid, task, len(group), counts, is_reduced(grid))
+        kind = "study" if (group["kind"] == "study").any() else "grid"
+        section = GridSection(grid, task, len(group), counts, is_reduced(grid), kind=kind)
         for key, seen in provenance.items():
             if key in runs:
                 seen.update(str(v) for v in runs[key].dropna().unique())
-        found = figure_for(task, grid)
-        if found is None:
-            section.note = "No figure module draws this grid."
-        elif runs.empty:
-            section.figure, section.note = found[0], "No finished runs to draw."
-        else:
-            section.figure = found[0]
-            grid_dir = fig_dir / grid
-            grid_dir.mkdir(exist_ok=True)
-            section.images = found[1](runs, curves(root, task, runs=runs), grid_dir)
+        _draw(str(root), section, runs, fig_dir, trials)
         sections.append(section)
+    sections.sort(key=lambda s: (s.kind == "study", s.grid, s.task))  # grids first, then studies
     prov = {k: sorted(v) for k, v in provenance.items()}
     prov["packages"] = [json.dumps(json.loads(p)) for p in prov["packages"]][:3]
     claims = evaluate(str(root))
@@ -193,7 +253,7 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
             title = f"{r.claim.id} ({r.verdict.verdict}, on {r.sources}): {r.claim.statement}"
             home.tables.append((title, r.verdict.table))
     # the root as shown: a results URI's credentials never reach the page
-    report = Report(redact(str(root)), sections, failures, prov, claims)
+    report = Report(redact(str(root)), sections, list(status.errors), prov, claims)
     (out_dir / "report.md").write_text(report.markdown(out_dir))
     (out_dir / "report.html").write_text(report.html(out_dir))
     return report

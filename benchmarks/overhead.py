@@ -23,9 +23,12 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner.execute.base import WorkItem
+from runner.execute.options import ExecutionOptions
 from runner.execute.ray_pool import RayExecutor
 from runner.execute.worker import configure_threads, run_item
 from runner.grid.spec import load_grid
+
+QUIET = ExecutionOptions(progress=False)  # the executor is the benchmark's own; no progress bar
 
 
 def learner_grid(runs: int, n_iters: int) -> dict:
@@ -108,18 +111,18 @@ def main() -> None:
         f"(sequential ~{len(trivial) / seq_triv:,.0f} runs/s); chunks submitted: {executor.chunks_submitted}"
     )
 
-    from runner.api import run_grid
+    from runner.run.grid_run import run_grid
 
     with tempfile.TemporaryDirectory() as root:
         t0 = time.perf_counter()
-        report = run_grid(learner_grid(args.runs, n_iters), root, executor, progress=False, close_executor=False)
+        report = run_grid(learner_grid(args.runs, n_iters), root, QUIET, executor=executor)
         full = time.perf_counter() - t0
         print(
             f"full run_grid ({report.executed} runs, validation + Parquet writes): {full:.2f} s, "
             f"ratio to sequential {full / seq:.3f}"
         )
         t0 = time.perf_counter()
-        again = run_grid(learner_grid(args.runs, n_iters), root, executor, progress=False, close_executor=False)
+        again = run_grid(learner_grid(args.runs, n_iters), root, QUIET, executor=executor)
         print(f"resume of the finished grid: {time.perf_counter() - t0:.2f} s, executed {again.executed}")
     executor.close()
 

@@ -15,7 +15,7 @@ run's row, copied under each cell's run id, status ok) and the grid's members; t
 `run` are then measured against it.
 The grid: one block `product: {lr: 10 values}, repeat: size/10`, plus a one-cell block (the one
 edited). The dry-runs and the commands after `run` repeat `--repeats` times, interleaved with a
-baseline process that only imports the driver (`python -c "import runner.api"`): printed are
+baseline process that only imports the driver (`python -c "import runner.run.grid_run"`): printed are
 min/median/max of seconds and of the ratio to the baseline within each round (the machine is shared;
 ratios travel better). `--against TREE` runs each of those commands a second time in every round
 from another source tree (say, a `git archive` of the commit before a change) with this Python,
@@ -65,11 +65,11 @@ def fill_store(results: str, grid: str, env: dict[str, str]) -> None:
     timed(convgrid("run", str(template), "--results", results, "--executor", "local", "--no-progress"), env)
     fill = (
         "import pyarrow as pa, pyarrow.parquet as pq, numpy as np\n"
-        "from runner.api import write_grid_members\n"
+        "from runner.run.members import write_grid_members\n"
         "from runner.grid.spec import load_grid\n"
         "from runner.store import ResultStore\n"
         f"store, grid = ResultStore({results!r}), load_grid({grid!r})\n"
-        "row = pq.read_table(store.part_files('runs/task=least_squares')[0])  # the file's own schema\n"
+        "row = pq.read_table(store.files.abs(store.parts('runs/task=least_squares')[0]))  # the file's own schema\n"
         "table = row.take(np.zeros(len(grid.ids), dtype=np.int64))\n"
         "table = table.set_column(0, row.schema.field(0), pa.array(grid.ids.astype(str), pa.string()))\n"
         "store.write_part(table, 'runs/task=least_squares')\n"
@@ -112,7 +112,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; times in s (spawn to exit), memory in MB")
-    baseline = [PY, "-c", "import runner.api"]
+    baseline = [PY, "-c", "import runner.run.grid_run"]
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"scale{size}-") as tmp:
             root, results = Path(tmp), str(Path(tmp) / "results")

@@ -29,6 +29,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from runner.store.flush import write_records
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -95,7 +97,7 @@ def worker(root: Path, runs: int, steps: int, flush: int, write_only: bool = Fal
 
     store = ResultStore(root)
     batches = [_records(min(flush, runs - start), steps, seed=start) for start in range(0, runs, flush)]
-    write_s = sum(_timed(lambda b=batch: store.write_records(b, task_schemas))[0] for batch in batches)
+    write_s = sum(_timed(lambda b=batch: write_records(store, b, task_schemas))[0] for batch in batches)
     result: dict[str, Any] = {
         "write_s": round(write_s, 2),
         "runs_per_s": round(runs / write_s),
@@ -108,7 +110,7 @@ def worker(root: Path, runs: int, steps: int, flush: int, write_only: bool = Fal
     else:
         other = ResultStore(f"{root}-group")
         t0 = time.perf_counter()
-        writer = GroupCommit(lambda records: other.write_records(records, task_schemas) or [])
+        writer = GroupCommit(lambda records: write_records(other, records, task_schemas) or [])
         for batch in batches:  # all at once: the writer takes what has queued during each commit
             writer.submit(batch)
         writer.close()

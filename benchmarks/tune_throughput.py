@@ -57,6 +57,10 @@ os.environ["RAY_worker_niceness"] = "0"  # noqa: SIM112 - Ray reads this exact n
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from runner.execute.options import ExecutionOptions  # noqa: E402 - after the environment and the path
+
+QUIET = ExecutionOptions(progress=False)  # the executor is the benchmark's own; no progress bar
+
 OBJECTIVES: dict[str, dict[str, Any]] = {
     "fast": {"d_in": 10, "d_out": 2, "m": 40, "cond": 3.0, "n_iters": 50, "tol": 1e-300, "log_every": 10},
     "slow": {"d_in": 200, "d_out": 10, "m": 100, "n_iters": 200, "tol": 1e-300, "log_every": 50},
@@ -91,7 +95,7 @@ def child_convgrid(objective: str, trials: int, root: Path, mode: str) -> dict[s
     warm = [WorkItem(f"warm{i}", "least_squares", {**OBJECTIVES[objective], "lr": 0.1}) for i in range(2)]
     assert sum(len(r) for r in executor.execute(warm)) == 2  # both actors have imported and run the task
     t0 = time.perf_counter()
-    (report,) = tune(plans, root, executor, progress=False)
+    (report,) = tune(plans, root, QUIET, executor=executor)
     wall = time.perf_counter() - t0
     executor.close()
     assert sum(report.states.values()) == trials, report.states

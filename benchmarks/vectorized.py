@@ -38,10 +38,13 @@ sys.path.insert(0, str(REPO))
 
 from runner import ResultStore, run_grid  # noqa: E402 - after the Ray environment and the path are set
 from runner.execute.local import LocalExecutor  # noqa: E402
+from runner.execute.options import ExecutionOptions  # noqa: E402
 from runner.grid.identity import validate_params  # noqa: E402
 from runner.grid.spec import load_grid  # noqa: E402
 from tasks.base import BatchableTask  # noqa: E402
 from tasks.registry import get_task  # noqa: E402
+
+QUIET = ExecutionOptions(progress=False)  # the executor is the benchmark's own; no progress bar
 
 GRID_FILE = REPO / "grids" / "bench" / "batched_deep_linear.yaml"
 
@@ -93,7 +96,7 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
     )
     with tempfile.TemporaryDirectory() as tmp:
         warm = grid_of("warm", *cases(4)[2][1:])  # imports and first-call costs out of the timings
-        run_grid(warm, Path(tmp, "warm"), LocalExecutor(device=device), progress=False)
+        run_grid(warm, Path(tmp, "warm"), QUIET, executor=LocalExecutor(device=device))
         for label, task, fixed, axes in cases(n):
             if only not in label:
                 continue
@@ -110,8 +113,8 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
                 run_grid(
                     warm_case,
                     Path(tmp, f"{grid['name']}-warm-{batch}"),
-                    LocalExecutor(batch=batch, device=device, max_batch=max_batch),
-                    progress=False,
+                    QUIET,
+                    executor=LocalExecutor(batch=batch, device=device, max_batch=max_batch),
                 )
             # one at a time on the first k configs only where a sample is asked for (on a GPU a run alone costs
             # the same whatever its seed or step): its time per run is what the batched time per run is held to
@@ -122,7 +125,7 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
                     root = Path(tmp, f"{grid['name']}-{r}-{batch}")
                     executor = LocalExecutor(batch=batch, device=device, max_batch=max_batch)
                     g = grid if batch else single
-                    per_run[batch].append(timed(lambda g=g, d=root, e=executor: run_grid(g, d, e, progress=False)))
+                    per_run[batch].append(timed(lambda g=g, d=root, e=executor: run_grid(g, d, QUIET, executor=e)))
                     per_run[batch][-1] /= n if batch else k
             ms = {b: (1e3 * min(v), 1e3 * statistics.median(v)) for b, v in per_run.items()}
             print(

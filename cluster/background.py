@@ -19,16 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from cluster.connect import connect, on_shutdown, starting
-
-# ray.init warns that it installs no SIGTERM handler when called outside the main thread. That is what
-# this module wants: the command line's handlers (flush, then exit 143) stay the ones that answer.
-_NO_SIGTERM_HANDLER = "SIGTERM handler is not set because current thread is not the main thread"
-
-
-class _DropNoSigtermWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_NO_SIGTERM_HANDLER)
+from cluster.connect import DropNoSigtermWarning, connect, on_shutdown, starting
 
 
 class BackgroundStart:
@@ -44,7 +35,7 @@ class BackgroundStart:
         # ray.init in this thread cannot restore the command line's handlers (only the main thread
         # may set them), and Ray's C++ handler takes SIGTERM first meanwhile; `check` puts them back.
         self._handlers = _main_thread_handlers()
-        logging.getLogger("ray._private.worker").addFilter(_DropNoSigtermWarning())
+        logging.getLogger("ray._private.worker").addFilter(DropNoSigtermWarning())
         self._thread = threading.Thread(target=self._run, name="convgrid-ray-start", daemon=True)
         starting(+1)
         self._thread.start()

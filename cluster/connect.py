@@ -1,6 +1,7 @@
 """Start or join Ray.
 
-The embedded default binds to 127.0.0.1 and sends no usage statistics. Ray reads both settings when
+The embedded default binds to 127.0.0.1, sends no usage statistics and runs with Ray's token auth,
+set explicitly (which spares every start Ray's notice about its default). Ray reads both settings when
 it is imported, so nothing in convgrid imports ray at module level: this module sets the environment
 first, then imports it. When joining a cluster (`--address`), the host's address is left alone.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -26,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from runner.settings import settings
 
 _OWNED = False  # whether this process started the Ray instance it is connected to
 _WATCH: HeadWatch | None = None
@@ -37,11 +41,9 @@ _STARTING = 0  # starts under way in threads of their own (cluster.background): 
 _STARTING_LOCK = threading.Lock()
 
 AUTH_MODE = "RAY_AUTH_MODE"
-# Seconds the head may be unreachable before the driver gives up. Ray's own driver aborts (a C++
-# fatal exit, no Python cleanup) once the GCS has been gone for gcs_rpc_server_reconnect_timeout_s
-# (60 s by default), so the watch must decide well before that to leave with a message.
-HEAD_GRACE_ENV = "CONVGRID_HEAD_GRACE_S"
-DEFAULT_HEAD_GRACE_S = 15.0
+# Seconds the head may be unreachable before the driver gives up (CONVGRID_HEAD_GRACE_S, 15). Ray's own
+# driver aborts (a C++ fatal exit, no Python cleanup) once the GCS has been gone for
+# gcs_rpc_server_reconnect_timeout_s (60 s by default), so the watch must decide well before that.
 
 
 class ClusterError(RuntimeError):
@@ -74,6 +76,15 @@ def _prepare_env(embedded: bool) -> None:
         # user: on a busy machine the runs then get the CPU last, though a sequential loop in the
         # driver would get its fair share. Our private instance's workers run at the driver's priority.
         os.environ.setdefault(WORKER_NICENESS, "0")
+        if AUTH_MODE not in os.environ and "ray._raylet" not in sys.modules:
+            # With RAY_AUTH_MODE unset, Ray 2.60 turns token auth on for a new local instance and says so
+            # on stderr at every start ("Token authentication is enabled for this Ray cluster. Set
+            # RAY_AUTH_MODE=disabled to opt out..."), a notice that asks nothing of the user. A mode set
+            # explicitly is followed without the notice (ray._private.authentication.
+            # authentication_token_setup): naming the mode Ray would pick keeps auth on, token and all.
+            # Ray reads the variable when ray._raylet is imported; a process that imported ray before
+            # keeps Ray's own default, and its notice. A user's RAY_AUTH_MODE is left as it is.
+            os.environ[AUTH_MODE] = "token"
     elif AUTH_MODE not in os.environ and token_given():
         # Read by Ray when its config is first used (the command line imports ray only after this).
         # Only a token handed to this process counts, not ~/.ray/auth_token, which any local
@@ -180,7 +191,7 @@ def _init(ray: Any, address: str | None, num_cpus: int | None, watch_head: bool,
     from ray.exceptions import AuthenticationError
 
     try:
-        ray.init(address=address, **init_kwargs)
+        _init_bounded(ray, address, init_kwargs)
     except AuthenticationError as exc:
         raise ClusterError(f"Ray at {address} refused this driver: {_auth_advice()}. Ray said: {exc.message}") from exc
     except ConnectionError as exc:
@@ -191,6 +202,54 @@ def _init(ray: Any, address: str | None, num_cpus: int | None, watch_head: bool,
     if watch_head and "://" not in address:  # Ray Client (ray://) reconnects and reports on its own
         host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
         start_watch(host, int(port))
+
+
+# ray.init warns that it installs no SIGTERM handler when called outside the main thread. That is what
+# convgrid wants (the embedded start in the background, a bounded join): the command line's handlers
+# (flush, then exit 143) stay the ones that answer.
+_NO_SIGTERM_HANDLER = "SIGTERM handler is not set because current thread is not the main thread"
+
+
+class DropNoSigtermWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_NO_SIGTERM_HANDLER)
+
+
+def _init_bounded(ray: Any, address: str, init_kwargs: dict[str, Any]) -> None:
+    """ray.init(address=...) within CONVGRID_CONNECT_TIMEOUT_S, in a thread of its own. Against an address
+    where no GCS answers, Ray 2.60 retries for ~14 minutes (RAY_NUM_REDIS_GET_RETRIES, 20 tries of a GCS
+    client that waits ~40 s), inside C++ calls that hold off a Python signal handler until they return
+    (SIGTERM took 35 s to act). Waiting on an Event here keeps the main thread where signals are
+    handled: SIGTERM and Ctrl-C end the command at once, and the timeout is one message. The thread left
+    behind is a daemon: the command exits without it."""
+    timeout = settings().connect_timeout_s
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, **init_kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    logging.getLogger("ray._private.worker").addFilter(DropNoSigtermWarning())
+    threading.Thread(target=init, name="convgrid-ray-connect", daemon=True).start()
+    if not done.wait(timeout):
+        where = (
+            f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
+            if address == "auto" and os.environ.get("RAY_ADDRESS")
+            else "the cluster last started on this machine"
+            if address == "auto"
+            else address
+        )
+        raise ClusterError(
+            f"no Ray cluster answered at {address} ({where}) within {timeout:g} s (CONVGRID_CONNECT_TIMEOUT_S); "
+            "start one, or check the address, the port and the firewall"
+        )
+    if failed:
+        raise failed[0]
 
 
 class HeadWatch:
@@ -237,7 +296,7 @@ def start_watch(host: str, port: int) -> HeadWatch:
     global _WATCH
     if _WATCH is not None:
         _WATCH.stop()
-    grace = float(os.environ.get(HEAD_GRACE_ENV, DEFAULT_HEAD_GRACE_S))
+    grace = settings().head_grace_s
     _WATCH = HeadWatch(host, port, grace)
     return _WATCH
 

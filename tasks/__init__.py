@@ -9,7 +9,6 @@ from __future__ import annotations
 from tasks.lazy import lazy_exports
 
 _EXPORTS = {
-    "FINAL_STATUSES": "tasks.status",
     "Result": "tasks.base",
     "RunContext": "tasks.base",
     "Task": "tasks.base",

@@ -18,7 +18,6 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from tasks.status import ALL_STATUSES, DIVERGED, PRUNED, TIMEOUT, Status
-from tasks.status import FINAL_STATUSES as FINAL_STATUSES  # re-exported for code written against this module
 
 # Column types a task may declare for its summary metrics and curve columns. Declared up front so
 # the store writes an explicit schema (a metric that first appears in a late run is never dropped).

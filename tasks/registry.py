@@ -13,13 +13,12 @@ which needs pydantic only, so the driver validates and counts a grid without tor
 from __future__ import annotations
 
 import importlib
-import os
 from functools import cache
 from pathlib import Path
 
+from runner.settings import settings
 from tasks.base import Task, TaskIdentity, TaskSpec
 
-LEARNERS_ENV = "CONVGRID_LEARNERS"
 _HERE = Path(__file__).resolve().parent
 
 
@@ -36,14 +35,8 @@ def _builtin_names() -> tuple[str, ...]:
 
 
 def external_learners() -> dict[str, str]:
-    """name -> package of the learners named in CONVGRID_LEARNERS."""
-    found: dict[str, str] = {}
-    for entry in filter(None, (e.strip() for e in os.environ.get(LEARNERS_ENV, "").split(","))):
-        name, sep, package = entry.partition("=")
-        if not sep or not name.strip() or not package.strip():
-            raise ValueError(f"{LEARNERS_ENV}: entry {entry!r} is not of the form name=package")
-        found[name.strip()] = package.strip()
-    return found
+    """name -> package of the learners named in CONVGRID_LEARNERS (runner.settings parses it)."""
+    return settings().learner_packages()
 
 
 def learner_package(name: str) -> str:

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parent.parent
 # The fault-injection task lives in tests/; Ray workers and driver subprocesses inherit these.
@@ -29,6 +29,17 @@ os.environ["CONVGRID_CACHE"] = tempfile.mkdtemp(prefix="convgrid-test-cache-")
 
 import pytest
 
+if TYPE_CHECKING:
+    from runner.execute.options import ExecutionOptions
+    from runner.store import ResultStore
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the module's embedded Ray is in the `ray` tier, wherever it lives."""
+    for item in items:
+        if "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+
 
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator[object]:
@@ -38,6 +49,16 @@ def ray_local() -> Iterator[object]:
     ray = connect(None, num_cpus=2)
     yield ray
     shutdown_if_owned()
+
+
+def done_ids(store: ResultStore, task: str | None = None) -> set[str]:
+    """Run ids whose newest row is final (ok or diverged): what a `run` never runs again."""
+    from tasks.status import FINAL_STATUSES
+
+    table = store.read_runs(task, columns=["status"])
+    return {
+        r for r, s in zip(table["run_id"].to_pylist(), table["status"].to_pylist(), strict=True) if s in FINAL_STATUSES
+    }
 
 
 def files_under(root: Path) -> list[Path]:
@@ -75,12 +96,13 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
     return run
 
 
-def run_cell_by_cell(grid: dict[str, Any], root: Path, **options: Any) -> None:
+def run_cell_by_cell(grid: dict[str, Any], root: Path, options: ExecutionOptions | None = None) -> None:
     """Run each cell of `grid` (blocks of one-key products, or single cells) as a `run_grid` of its own
     under the grid's name, so each run is committed as a part of its own: flushes of one `run_grid`
     that arrive while its writer thread commits share one part (runner.store.group_commit), which makes
     "a part per run" a matter of timing there. Fixtures that damage or compact single parts need it."""
     from runner import run_grid
+    from tests.options import opts
 
     for block in grid["blocks"]:
         product = block.get("product") or {None: [None]}
@@ -88,4 +110,4 @@ def run_cell_by_cell(grid: dict[str, Any], root: Path, **options: Any) -> None:
         for value in values:
             params = {**block.get("params", {}), **({} if key is None else {key: value})}
             cell = {"task": block["task"], "params": params}
-            run_grid({"name": grid["name"], "blocks": [cell]}, root, "local", progress=False, **options)
+            run_grid({"name": grid["name"], "blocks": [cell]}, root, options or opts())

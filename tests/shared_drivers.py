@@ -1,4 +1,4 @@
-"""Two drivers on one grid and one store, one a `convgrid run` process SIGKILLed midway (runner.store.claims).
+"""Two drivers on one grid and one store, one a `convgrid run` process SIGKILLed midway (runner.coord.claims).
 
 The `faulty` learner appends '<x> <pid>' to a ledger file each time a run finishes: the witness,
 outside the store, of what each driver computed (also what a killed driver computed and never stored).
@@ -21,8 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from runner import ResultStore, run_grid
-from runner.api import RunReport
-from runner.store.claims import block_size
+from runner.coord.claims import block_size
+from runner.run.grid_run import RunReport
+from tests.options import opts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,8 +89,8 @@ def kill_one_driver_midway(
 
     def survive() -> None:
         try:
-            same = {"lease_s": lease_s, "batch": batch, "flush_s": flush_s}  # as the first driver's options
-            reports.append(run_grid(str(grid), root, "local", progress=False, **same))
+            same = opts(batch=batch, flush_s=flush_s)  # as the first driver's options
+            reports.append(run_grid(str(grid), root, same, lease_s=lease_s))
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread, which fails on it
             errors.append(exc)
 

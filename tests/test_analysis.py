@@ -13,10 +13,11 @@ import analysis
 from analysis.claims import FAILS, HOLDS, Claim, Verdict, evaluate
 from analysis.report import build_report
 from runner import run_grid
-from runner.api import member_rows
 from runner.cli import main
 from runner.grid.spec import load_grid
+from runner.run.members import member_row
 from runner.store import ResultStore
+from tests.options import opts
 
 LSQ = {
     "name": "lsq_full",
@@ -40,11 +41,9 @@ RESNET_SMALL = Path(__file__).resolve().parent.parent / "grids" / "linear_resnet
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("store")
-    run_grid(LSQ, root, "local", progress=False)
-    run_grid(RESNET_SMALL, root, "local", progress=False)
-    run_grid(
-        {"name": "other", "blocks": [{"task": "least_squares", "params": {"lr": 0.01}}]}, root, "local", progress=False
-    )
+    run_grid(LSQ, root, opts())
+    run_grid(RESNET_SMALL, root, opts())
+    run_grid({"name": "other", "blocks": [{"task": "least_squares", "params": {"lr": 0.01}}]}, root, opts())
     return root
 
 
@@ -134,10 +133,10 @@ def test_claims_decide_and_strict_flags_surprises(
 def test_check_says_how_much_of_a_partial_grid_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A verdict on half a grid must not be labelled like one on the whole grid ("[full]")."""
     block = {"task": "least_squares", "params": {"d_in": 4, "m": 10, "n_iters": 20}}
-    run_grid({"name": "lsq_full", "blocks": [block]}, tmp_path, "local", progress=False)
+    run_grid({"name": "lsq_full", "blocks": [block]}, tmp_path, opts())
     # the grid grows to three cells; only the first has run
     grown = load_grid({"name": "lsq_full", "blocks": [{**block, "product": {"lr": [0.01, 0.02]}}, block]})
-    ResultStore(tmp_path).write_members(member_rows(grown))
+    ResultStore(tmp_path).write_members([member_row(c, grown.name, "grid", grown.source) for c in grown.cells])
 
     def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         return Verdict(HOLDS, f"{len(runs)} runs")
@@ -164,9 +163,9 @@ def test_curves_of_a_retried_run_come_from_its_newest_attempt(tmp_path: Path) ->
         "name": "g",
         "blocks": [{"task": "least_squares", "params": {"n_iters": 30}, "product": {"lr": [0.01, 0.02]}}],
     }
-    run_grid(grid, tmp_path, "local", progress=False)
+    run_grid(grid, tmp_path, opts())
     rid = analysis.load(tmp_path, "least_squares")["run_id"].iloc[0]
-    run_grid(grid, tmp_path, "local", progress=False, only=[rid])  # a second attempt of one run
+    run_grid(grid, tmp_path, opts(), only=[rid])  # a second attempt of one run
     cur = analysis.curves(tmp_path, "least_squares")
     assert cur.groupby("run_id").size().to_dict() == {r: 30 for r in cur["run_id"].unique()}
     assert len(cur) == 60
@@ -177,7 +176,7 @@ def test_deep_linear_claims_on_reduced_grids(tmp_path: Path) -> None:
 
     small = Path(__file__).resolve().parent.parent / "grids" / "deep_linear" / "small"
     for name in ("fig2_depth", "fig5_width", "fig6_order_init"):
-        run_grid(small / f"{name}.yaml", tmp_path, "local", progress=False)
+        run_grid(small / f"{name}.yaml", tmp_path, opts())
     results = {r.claim.id: r for r in evaluate(str(tmp_path), CLAIMS).results}
     for cid in (
         "002.fig2.sweeps_decrease",

@@ -7,6 +7,7 @@ dependency), plus fresh interpreters that check what importing the bottom layers
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 # runner's subpackages, lowest first: a module may import its own subpackage and anything lower.
-RUNNER_LAYERS = ["errors", "store", "grid", "execute", "api", "tune", "cli"]
+# errors and settings are leaves that every layer (tasks, analysis and cluster too) may import.
+RUNNER_LAYERS = ["errors", "settings", "fs", "coord", "store", "grid", "execute", "run", "tune", "cli"]
+LEAVES = ("runner.errors", "runner.settings")
 
 
 def _modules(package: str) -> list[Path]:
@@ -28,13 +31,26 @@ def _name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute module names imported anywhere in the file (relative imports resolved)."""
+def _type_only(tree: ast.Module) -> set[int]:
+    """ids of the nodes under `if TYPE_CHECKING:`: imports that never run (annotations only)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            skipped.update(id(n) for child in node.body for n in ast.walk(child))
+    return skipped
+
+
+def _imports(path: Path, runtime_only: bool = False) -> set[str]:
+    """Absolute module names imported anywhere in the file (relative imports resolved); with
+    `runtime_only`, not those under `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text(), filename=str(path))
     here = _name(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
+    skipped = _type_only(tree) if runtime_only else set()
     found: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -97,42 +113,148 @@ def test_only_the_command_line_imports_analysis_and_nothing_imports_the_command_
 def test_the_store_knows_data_not_code() -> None:
     def allowed(_importer: str, imported: str) -> bool:
         if imported.startswith(("runner.", "tasks")):
-            return (
-                imported.startswith("runner.store")
-                or imported.startswith("runner.errors")
-                or imported.startswith("tasks.status")
-            )
+            return imported.startswith(("runner.store", "runner.fs", "runner.coord", *LEAVES, "tasks.status"))
         return not imported.startswith(("torch", "ray", "optuna", "cluster", "analysis"))
 
     bad = [v for v in _violations("runner", allowed) if v.startswith("runner/store/")]
     assert bad == []
 
 
+def test_coordination_is_apart_from_data() -> None:
+    """Drivers' coordination (runner/coord: locks, leases, heartbeats, claims) and the files under them
+    (runner/fs) know no Parquet, no run and no task: the store uses them, never the other way round."""
+
+    def allowed(_importer: str, imported: str) -> bool:
+        if imported.startswith(("runner.", "tasks")):
+            return imported.startswith(("runner.fs", "runner.coord", *LEAVES))
+        return not imported.startswith(("pyarrow.parquet", "pyarrow.dataset", "torch", "ray", "optuna", "pandas"))
+
+    bad = [v for v in _violations("runner", allowed) if v.startswith(("runner/coord/", "runner/fs/"))]
+    assert bad == []
+
+
+def _cycles(package: str) -> list[list[str]]:
+    """Import cycles among the modules of each package under `package` (imports that run: lazy ones
+    inside functions included, those under TYPE_CHECKING not)."""
+    names = {_name(p): p for p in _modules(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        parent = name.rsplit(".", 1)[0] if path.name != "__init__.py" else name
+        graph[name] = {
+            m for m in _imports(path, runtime_only=True) if m in names and m != name and m.rsplit(".", 1)[0] == parent
+        }
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                found.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+@pytest.mark.parametrize("package", ["runner", "tasks", "analysis", "cluster"])
+def test_no_import_cycles_inside_a_package(package: str) -> None:
+    assert _cycles(package) == []
+
+
 def test_tasks_import_nothing_of_runner_analysis_or_cluster() -> None:
     forbidden = ("runner", "analysis", "cluster", "ray", "optuna", "pyarrow")
-    assert _violations("tasks", lambda _i, m: m.split(".")[0] not in forbidden) == []
+
+    def allowed(_importer: str, imported: str) -> bool:
+        return imported.startswith(LEAVES) or imported == "runner" or imported.split(".")[0] not in forbidden
+
+    assert _violations("tasks", allowed) == []
 
 
 def test_analysis_imports_no_executor_tuner_task_or_torch() -> None:
-    def allowed(_importer: str, imported: str) -> bool:
+    def allowed(importer: str, imported: str) -> bool:
         top = imported.split(".")[0]
         if imported.startswith("tasks.status"):
             return True  # the status vocabulary, a leaf
-        if top in ("torch", "ray", "optuna", "tasks", "cluster"):
+        if top == "optuna":
+            return importer == "analysis.studies"  # Optuna's own plots of a study, imported when drawn
+        if top in ("torch", "ray", "tasks", "cluster"):
             return False
-        return top != "runner" or imported.startswith(("runner.store", "runner.errors"))
+        return top != "runner" or imported == "runner" or imported.startswith(("runner.store", *LEAVES))
 
     assert _violations("analysis", allowed) == []
 
 
-def test_optuna_is_imported_only_by_its_adapter_and_the_tune_command() -> None:
+def test_optuna_is_imported_only_by_its_adapter() -> None:
     users = {_name(p) for p in _modules("runner") if any(m.split(".")[0] == "optuna" for m in _imports(p))}
-    assert users <= {"runner.tune.optuna_adapter", "runner.cli.tune"}, users
-    # the study-file model in particular knows nothing of Optuna
-    assert "runner.tune.spec" not in users
+    assert users == {"runner.tune.optuna_adapter"}, users
 
 
-@pytest.mark.parametrize("module", ["analysis", "runner.store", "runner.grid.spec", "runner.api", "tasks.status"])
+def test_the_optuna_adapter_hands_out_only_typed_values() -> None:
+    """Swapping the tuning library touches one file: what the adapter's public functions and methods
+    return is convgrid's own types (no `Any`, no Optuna object), and nothing else reaches into the
+    objects it wraps (their Optuna parts are private fields)."""
+    import typing
+
+    from runner.tune import optuna_adapter as adapter
+
+    public = [
+        obj
+        for name, obj in vars(adapter).items()
+        if not name.startswith("_") and callable(obj) and getattr(obj, "__module__", "") == adapter.__name__
+    ]
+    functions = [f for f in public if inspect.isfunction(f)]
+    functions += [
+        m
+        for cls in public
+        if inspect.isclass(cls)
+        for n, m in vars(cls).items()
+        if inspect.isfunction(m) and not n.startswith("_")
+    ]
+    functions += [
+        m.__func__ for cls in public if inspect.isclass(cls) for m in vars(cls).values() if isinstance(m, classmethod)
+    ]
+    assert len(functions) >= 12
+
+    def parts(hint: object) -> list[object]:
+        return [hint, *(p for arg in typing.get_args(hint) for p in parts(arg))]
+
+    for function in functions:
+        returned = typing.get_type_hints(function, vars(adapter))["return"]
+        for part in parts(returned):
+            module = getattr(part, "__module__", "")
+            assert part is not typing.Any and not module.startswith("optuna"), (function.__qualname__, returned)
+    private = [
+        (path.name, node.attr)
+        for path in _modules("runner")
+        if _name(path) != adapter.__name__
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("_trial", "_storage", "_study")
+    ]
+    assert private == []
+
+
+def test_only_the_settings_module_reads_convgrid_variables() -> None:
+    """Every CONVGRID_ knob is a field of runner.settings.Settings: no other module reads one."""
+
+    def reads(path: Path) -> list[str]:
+        found = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("CONVGRID_"):
+                found.append(f"{path.relative_to(REPO)}: {node.value}")
+        return found
+
+    sources = [p for package in ("runner", "tasks", "analysis", "cluster") for p in _modules(package)]
+    assert [r for p in sources if p.name != "settings.py" for r in reads(p)] == []
+
+
+@pytest.mark.parametrize(
+    "module", ["analysis", "runner.store", "runner.grid.spec", "runner.run.grid_run", "runner.settings", "tasks.status"]
+)
 def test_importing_a_lower_layer_loads_no_torch_ray_or_executor(module: str) -> None:
     heavy = ["torch", "ray", "optuna", "runner.execute.ray_pool", "runner.execute.worker", "runner.tune.driver"]
     code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
@@ -155,3 +277,21 @@ def test_the_driver_plans_and_reads_without_torch_or_ray(tmp_path: Path) -> None
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0] loaded:", out.stdout
+
+
+def test_check_loads_no_plotting_backend_nor_optuna(tmp_path: Path) -> None:
+    """`convgrid check` imports every learner's claims, and some of them helpers of their figure module:
+    figure modules choose no backend and import no pyplot at import time (issue 25), and Optuna is
+    imported only when a study is drawn."""
+    from runner import run_grid
+    from tests.options import opts
+
+    grid = {"name": "lsq", "blocks": [{"task": "least_squares", "params": {"n_iters": 20}, "product": {"lr": [0.1]}}]}
+    run_grid(grid, tmp_path, opts())
+    heavy = ["matplotlib.pyplot", "optuna", "torch"]
+    code = (
+        f"import sys; from runner.cli import main; code = main(['check', {str(tmp_path)!r}]); "
+        f"print(code, 'loaded:' + ','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 loaded:", out.stdout[-2000:]

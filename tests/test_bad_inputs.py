@@ -16,6 +16,17 @@ STUDY_OK = (
     "space:\n  lr: {type: float, low: 0.01, high: 0.5}\n"
 )
 
+
+def bomb(depth: int) -> str:
+    """A flow list of 9**depth ones in a few hundred bytes: each level is nine aliases of the one below."""
+    text = "&l0 [1,1,1,1,1,1,1,1,1]"
+    for i in range(1, depth):
+        text = f"&l{i} [{text}, {', '.join([f'*l{i - 1}'] * 8)}]"
+    return text
+
+
+BOMB_SAYS = ["key 'blocks.0.params.seed'", "aliases"]
+
 # name -> (file kind, file text or bytes, extra CLI args, texts the message must contain)
 CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
     "non_utf8": (
@@ -55,6 +66,28 @@ CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         ["points", "coarser step"],
     ),
     "study_misspelt_key": ("study", STUDY_OK.replace("n_trials", "n_trails"), [], ["did you mean 'n_trials'"]),
+    "study_bool_n_trials": ("study", STUDY_OK.replace("n_trials: 2", "n_trials: true"), [], ["n_trials", "bool"]),
+    # a billion laughs under a param: 364 bytes that expand to 9**8 = 43 million seeds (the issue's, which
+    # ran a dry-run past 160 s and 7.8 GB), and one of 9**6 (within the bound) whose message printed all of it
+    "alias_bomb": ("grid", GRID_OK.replace("{n_iters: 20}", "{n_iters: 20, seed: " + bomb(8) + "}"), [], BOMB_SAYS),
+    "alias_nested_value": (
+        "grid",
+        GRID_OK.replace("{n_iters: 20}", "{n_iters: 20, seed: " + bomb(6) + "}"),
+        [],
+        ["key 'seed'", "valid integer", "..."],
+    ),
+    "long_value": ("grid", GRID_OK.replace("n_iters: 20", "seed: [" + "12345, " * 20_000 + "1]"), [], ["seed", "..."]),
+    "grid_name_escape": ("grid", 'name: "red\\e[31mgrid"\n' + GRID_OK, [], ["key 'name'", "control character"]),
+    "grid_name_newline": ("grid", 'name: "two\\nlines"\n' + GRID_OK, [], ["key 'name'", "control character"]),
+    "study_name_nul": ("study", 'name: "nul\\0"\n' + STUDY_OK, [], ["key 'name'", "control character"]),
+    "threads_beyond_cpus": ("grid", GRID_OK, ["--threads", "100000"], ["--threads", "100000", "valid: 1 to"]),
+    "workers_beyond_cpus": (
+        "grid",
+        GRID_OK,
+        ["--executor", "ray", "--workers", "100000"],
+        ["--workers", "100000", "valid: 1 to"],
+    ),
+    "study_threads_beyond_cpus": ("study", STUDY_OK, ["--threads", "100000"], ["--threads", "valid: 1 to"]),
 }
 
 
@@ -84,6 +117,8 @@ def test_bad_input_is_one_message_exit_2_and_nothing_written(
     code, err = _call([command, str(source), "--results", str(results), "--executor", "local", *extra], capsys)
     assert code == 2, err
     assert "Traceback" not in err
+    assert len(err.splitlines()[-1]) < 1_000, err[:2_000]  # one bounded message, whatever the input
+    assert err.startswith("usage:") or err.count("\n") == 1, err  # argparse's come after its usage lines
     for piece in expected:
         assert piece in err, (piece, err)
     if kind == "grid" and not extra:
@@ -108,3 +143,38 @@ def test_results_root_that_cannot_be_written(tmp_path: Path, capsys: pytest.Capt
     code, err = _call(["run", str(grid), "--results", "/sys/convgrid-results", "--executor", "local"], capsys)
     assert code == 2 and "key '--results'" in err and "cannot write the results root" in err
     assert not Path("/sys/convgrid-results").exists()
+
+
+def test_a_grid_file_beyond_the_size_bound_is_refused_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.grid.yaml_source import MAX_FILE_BYTES
+
+    grid = tmp_path / "huge.yaml"
+    with grid.open("w") as out:  # a valid grid padded with a comment: only its size is wrong
+        out.write(GRID_OK)
+        out.write("#" + "x" * (MAX_FILE_BYTES - len(GRID_OK)) + "\n")
+    root = tmp_path / "results"
+    code, err = _call(["run", str(grid), "--results", str(root), "--executor", "local"], capsys)
+    assert code == 2 and str(grid) in err and "larger than" in err and "MiB" in err, err
+    assert files_under(root) == []
+
+
+def test_a_results_root_that_is_a_dangling_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID_OK)
+    root = tmp_path / "results"
+    root.symlink_to(tmp_path / "gone" / "results")
+    code, err = _call(["run", str(grid), "--results", str(root), "--executor", "local"], capsys)
+    assert code == 2 and "key '--results'" in err and "symbolic link" in err and "gone/results" in err, err
+    assert "File exists" not in err
+    assert root.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_a_grid_file_whose_name_has_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = tmp_path / "red\x1b[31mgrid.yaml"  # no name in the file: the grid is named after it
+    grid.write_text(GRID_OK)
+    root = tmp_path / "results"
+    code, err = _call(["run", str(grid), "--results", str(root), "--executor", "local"], capsys)
+    assert code == 2 and "control character" in err and "\x1b" not in err and "\\x1b" in err, err
+    assert files_under(root) == []

@@ -11,13 +11,14 @@ import pandas as pd
 import pytest
 
 from runner import ResultStore, run_grid
-from runner.cli.options import add_execution_options, executor_options
+from runner.cli.options import add_execution_options, execution_options
 from runner.execute.base import BatchPolicy, WorkItem
 from runner.execute.batching import batch_key, plan_groups
 from runner.execute.local import LocalExecutor
 from runner.execute.worker import run_item, run_items
 from runner.grid.spec import load_grid
 from tasks.deep_linear.task import DeepLinearTask
+from tests.options import opts
 
 SHAPE = {"d_in": 6, "d_out": 3, "m": 20, "L": 3, "width": 6, "n_iters": 30, "log_every": 4}
 ORDERS = ["desc", "asc"]
@@ -40,7 +41,7 @@ def _items(grid: dict[str, Any]) -> list[WorkItem]:
 def _frames(root: Path, task: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     store = ResultStore(root)
     runs = store.read_runs(task).to_pandas().drop(columns=TIMING).sort_values("run_id").reset_index(drop=True)
-    curves = store.read_curves(task).to_pandas().drop(columns=["batch_id"])
+    curves = store.read_curves(task).to_pandas()
     return runs, curves.sort_values(["run_id", "step"]).reset_index(drop=True)
 
 
@@ -55,10 +56,10 @@ def test_a_batched_grid_stores_exactly_what_the_unbatched_grid_stores(tmp_path: 
     monkeypatch.setattr(DeepLinearTask, "run_batch", spy)
     # The default, shared run: its claimed blocks (8 cells each here) feed one execute call lazily, so a batch
     # spans blocks and waves (one execute call per wave cut the 9 GD cells into 8 + 1)
-    batched = run_grid(GRID, tmp_path / "batched", LocalExecutor(), progress=False)
+    batched = run_grid(GRID, tmp_path / "batched", opts(), executor=LocalExecutor())
     assert sorted(calls) == [2, 2, 9]  # the 9 GD cells, and BCGD in two orders (different keys), 2 seeds each
     calls.clear()
-    single = run_grid(GRID, tmp_path / "single", LocalExecutor(batch=False), progress=False, share=False)
+    single = run_grid(GRID, tmp_path / "single", opts(), executor=LocalExecutor(batch=False), share=False)
     assert calls == []
     assert batched.counts == single.counts and batched.executed == single.executed == 17
     for task in ("deep_linear", "least_squares"):
@@ -119,8 +120,8 @@ def _untimed(row: dict[str, Any]) -> list[tuple[str, Any]]:
 def test_no_batch_option_reaches_the_executor() -> None:
     parser = argparse.ArgumentParser()
     add_execution_options(parser)
-    assert executor_options(parser.parse_args(["--no-batch"]))["batch"] is False
-    assert executor_options(parser.parse_args([]))["batch"] is True
-    assert executor_options(parser.parse_args(["--gpus-per-worker", "0.25"]))["gpus_per_worker"] == 0.25
+    assert execution_options(parser.parse_args(["--no-batch"])).batch is False
+    assert execution_options(parser.parse_args([])).batch is True
+    assert execution_options(parser.parse_args(["--gpus-per-worker", "0.25"])).gpus_per_worker == 0.25
     with pytest.raises(SystemExit):
         parser.parse_args(["--gpus-per-worker", "0"])

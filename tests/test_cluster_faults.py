@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ import pytest
 from runner import RayExecutor, ResultStore, run_grid
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
+from tests.options import opts
+
+pytestmark = [pytest.mark.ray, pytest.mark.faults]
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +147,19 @@ def _remove_node_once_stored(
     return thread
 
 
+@contextmanager
+def losing_a_busy_node(cluster: Any, executor: RayExecutor, root: Path) -> Iterator[None]:
+    """While the body runs, a worker node whose actor is mid-chunk is lost once a runs part exists under
+    root (`_remove_node_once_stored`); the remover is stopped and joined when the body ends."""
+    done = threading.Event()
+    remover = _remove_node_once_stored(cluster, executor, root, done)
+    try:
+        yield
+    finally:
+        done.set()
+        remover.join()
+
+
 def _physical_ids(root: Path) -> list[str]:
     return ds.dataset(root / "runs", partitioning="hive").to_table(columns=["run_id"])["run_id"].to_pylist()
 
@@ -155,13 +172,8 @@ def test_worker_node_removed_mid_grid_every_run_stored_once(tmp_path: Path, thre
         "blocks": [{"task": "faulty", "params": {"sleep_s": 0.2}, "product": {"x": [float(i) for i in range(n)]}}],
     }
     executor = RayExecutor(address=three_nodes.address, workers=3)
-    done = threading.Event()
-    remover = _remove_node_once_stored(three_nodes, executor, tmp_path, done)
-    try:
-        report = run_grid(grid, tmp_path, executor, progress=False, flush_s=0.5)
-    finally:
-        done.set()
-        remover.join()
+    with losing_a_busy_node(three_nodes, executor, tmp_path):
+        report = run_grid(grid, tmp_path, opts(flush_s=0.5), executor=executor)
     assert len(_alive_workers(three_nodes)) == 1  # the node really went while the grid ran
     assert report.counts == {"ok": n}
     ids = _physical_ids(tmp_path)
@@ -204,15 +216,12 @@ def test_worker_node_removed_mid_study_the_study_completes(tmp_path: Path, three
         "parallel": 3,
     }
     executor = RayExecutor(address=three_nodes.address, workers=3)
-    done = threading.Event()
-    remover = _remove_node_once_stored(three_nodes, executor, tmp_path, done)
     try:
-        # runs flushed every 0.3 s (the default 2 s could store the first part as the study ends, with no
-        # trial left in flight to lose)
-        (report,) = tune(study, tmp_path, executor, progress=False, flush_s=0.3)
+        with losing_a_busy_node(three_nodes, executor, tmp_path):
+            # runs flushed every 0.3 s (the default 2 s could store the first part as the study ends, with
+            # no trial left in flight to lose)
+            (report,) = tune(study, tmp_path, opts(flush_s=0.3), executor=executor)
     finally:
-        done.set()
-        remover.join()
         executor.close()
     assert len(_alive_workers(three_nodes)) == 1
     assert report.states == {"COMPLETE": 24}

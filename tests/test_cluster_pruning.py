@@ -20,7 +20,10 @@ from runner import RayExecutor, ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
 from runner.tune.optuna_adapter import load_plans, open_storage
+from tests.options import opts
 from tests.test_tune import LS_PARAMS, ls_study
+
+pytestmark = [pytest.mark.ray, pytest.mark.services]
 
 GOOD = [{"lr": 0.45}, {"lr": 0.4}, {"lr": 0.5}]
 BAD = [{"lr": 0.06}, {"lr": 0.065}, {"lr": 0.07}]
@@ -46,12 +49,12 @@ def test_bad_trials_are_pruned_on_ray_with_each_storage(tmp_path: Path, ray_loca
         parallel=1,
     )
     plan = load_plans(raw)[0]
-    optuna_storage, _ = open_storage(storage, ResultStore(tmp_path))
+    optuna_storage = open_storage(storage, ResultStore(tmp_path))._storage
     study = optuna.create_study(storage=optuna_storage, study_name=name, directions=plan.directions)
     for point in GOOD + BAD:
         study.enqueue_trial(point)
 
-    (report,) = tune(raw, tmp_path, RayExecutor(workers=2), progress=False, storage=storage)
+    (report,) = tune(raw, tmp_path, opts(), executor=RayExecutor(workers=2), storage=storage)
     trials = read_trials(ResultStore(tmp_path), name).to_pylist()
     states = {json.loads(t["params_json"])["lr"]: t["state"] for t in trials}
     assert [t["state"] for t in trials[: len(GOOD)]] == ["COMPLETE"] * len(GOOD), states

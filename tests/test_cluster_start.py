@@ -24,6 +24,8 @@ from runner.store.trials import read_trials
 from tests.cluster_procs import HandCluster, free_port
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.ray
+
 
 @pytest.fixture(scope="module")
 def hand_cluster() -> Iterator[HandCluster]:
@@ -114,7 +116,8 @@ from cluster import connect, shutdown_if_owned
 ray = connect(None, num_cpus=1)
 mine = ray.get_runtime_context().gcs_address
 from runner import run_grid
-report = run_grid(sys.argv[1], sys.argv[2], progress=False)
+from runner import ExecutionOptions
+report = run_grid(sys.argv[1], sys.argv[2], ExecutionOptions(executor="ray", progress=False))
 shutdown_if_owned()
 plain.init(logging_level="ERROR")  # what the embedded default must not do: join the latest cluster
 joined = plain.get_runtime_context().gcs_address

@@ -17,6 +17,8 @@ import yaml
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.ray
+
 TASK = '''
 from typing import Any, ClassVar
 

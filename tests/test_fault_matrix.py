@@ -10,6 +10,8 @@ import pytest
 
 from tests.fault_matrix import trial
 
+pytestmark = [pytest.mark.ray, pytest.mark.faults]
+
 
 @pytest.mark.parametrize(
     ("run_s", "n", "signum", "seed"),

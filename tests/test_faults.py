@@ -12,10 +12,14 @@ import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 from runner import RayExecutor, ResultStore, run_grid
 from runner.store.compact import compact
-from tests.conftest import REPO
+from tests.conftest import REPO, done_ids
+from tests.options import opts
+
+pytestmark = [pytest.mark.ray, pytest.mark.faults]
 
 
 def _sleepy_grid(n: int, sleep_s: float, name: str = "sleepy") -> dict:
@@ -39,7 +43,7 @@ def test_worker_sigkilled_mid_chunk_loses_and_doubles_nothing(tmp_path: Path, ra
     killer = threading.Timer(0.8, os.kill, (victim, signal.SIGKILL))
     killer.start()
     try:
-        report = run_grid(_sleepy_grid(40, 0.1), tmp_path, executor, progress=False)
+        report = run_grid(_sleepy_grid(40, 0.1), tmp_path, opts(), executor=executor)
     finally:
         killer.cancel()
     assert executor.chunks_resubmitted >= 1  # a chunk really was lost with the worker
@@ -57,7 +61,7 @@ def test_hard_timeout_kills_a_run_that_ignores_its_deadline(tmp_path: Path, ray_
         ],
     }
     executor = RayExecutor(workers=2, timeout_s=0.5, grace_s=1.0)
-    report = run_grid(grid, tmp_path, executor, progress=False)
+    report = run_grid(grid, tmp_path, opts(), executor=executor)
     # Had the hard timeout failed, the hanging run would have finished "ok" after 60 s.
     assert report.counts == {"ok": 4, "timeout": 1}
     assert executor.hard_kills == 1
@@ -139,7 +143,7 @@ def test_two_drivers_on_one_root(tmp_path: Path) -> None:
         assert p.wait(timeout=120) == 0, p.stderr.read() if p.stderr else ""
     store = ResultStore(root)
     assert store.read_runs("faulty").num_rows == 40
-    assert len(store.done_ids()) == 40
+    assert len(done_ids(store)) == 40
     compact(store)
     ids = _physical_ids(root)
     assert len(ids) == len(set(ids)) == 40

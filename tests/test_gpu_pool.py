@@ -18,6 +18,9 @@ from runner import RayExecutor, ResultStore, run_grid
 from runner.execute.base import WorkItem
 from runner.execute.local import LocalExecutor
 from runner.grid.spec import load_grid
+from tests.options import opts
+
+pytestmark = pytest.mark.ray
 
 SHAPE = {"d_in": 6, "d_out": 3, "m": 20, "L": 3, "width": 6, "n_iters": 30, "log_every": 4}
 GRID = {
@@ -27,7 +30,8 @@ GRID = {
         {"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}},  # a task that computes on the CPU only
     ],
 }
-TIMING = ["batch_id", "wall_s", "started", "finished", "host"]
+# where and when a run ran, and in which of its store's commits (commit_seq: flushes split by timing)
+TIMING = ["batch_id", "wall_s", "started", "finished", "host", "commit_seq"]
 NO_CUDA = "no CUDA device visible to torch on this machine"
 
 
@@ -65,10 +69,10 @@ def test_gpu_actors_land_on_the_gpu_node_only_and_take_the_gpu_tasks(gpu_cluster
         items = [WorkItem(c.run_id, c.task, c.params_json()) for c in load_grid(GRID).cells]
         kinds = {item.task: executor._kind(item) for item in items}
         assert kinds == {"deep_linear": "gpu", "faulty": "cpu"}
-        report = run_grid(GRID, tmp_path / "ray", executor, progress=False, close_executor=False)
+        report = run_grid(GRID, tmp_path / "ray", opts(), executor=executor)
     finally:
         executor.close()
-    local = run_grid(GRID, tmp_path / "local", LocalExecutor(batch=False), progress=False)
+    local = run_grid(GRID, tmp_path / "local", opts(), executor=LocalExecutor(batch=False))
     assert report.executed == local.executed == 15 and report.counts == local.counts
     for task in ("deep_linear", "faulty"):
         pd.testing.assert_frame_equal(
@@ -88,8 +92,8 @@ def test_without_a_gpu_share_every_actor_is_a_cpu_actor(gpu_cluster: Any) -> Non
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 def test_cuda_batch_equals_cuda_single_runs_and_records_the_gpu(tmp_path: Path) -> None:
-    batched = run_grid(GRID, tmp_path / "b", LocalExecutor(device="cuda"), progress=False)
-    single = run_grid(GRID, tmp_path / "s", LocalExecutor(device="cuda", batch=False), progress=False)
+    batched = run_grid(GRID, tmp_path / "b", opts(), executor=LocalExecutor(device="cuda"))
+    single = run_grid(GRID, tmp_path / "s", opts(), executor=LocalExecutor(device="cuda", batch=False))
     assert batched.counts == single.counts
     runs_b, runs_s = _frame(tmp_path / "b", "deep_linear"), _frame(tmp_path / "s", "deep_linear")
     # cuBLAS's batched and single matmuls round differently (the CPU's BLAS here does not: bitwise equal), and

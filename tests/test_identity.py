@@ -26,12 +26,14 @@ from pydantic import (
 )
 
 from runner.errors import ConfigError
-from runner.grid import block_ids, identity, spec
+from runner.grid import block_ids, blocks, identity
 from runner.grid import product_ids as product_ids_module
 from runner.grid.block_ids import per_cell_ids
+from runner.grid.blocks import Block, check_block
 from runner.grid.identity import canonical_params, run_id, validate_params
+from runner.grid.model import GridSpec
 from runner.grid.product_ids import branch_keys, product_ids
-from runner.grid.spec import Block, GridSpec, check_block, load_grid
+from runner.grid.spec import load_grid
 from runner.grid.yaml_source import read_yaml
 from tasks import TaskParams, get_spec, get_task, task_names
 from tasks.base import tagged_union
@@ -356,7 +358,7 @@ def test_a_product_block_validates_the_sum_of_its_axes_not_their_product(monkeyp
         return real(task, raw)
 
     monkeypatch.setattr(product_ids_module, "validate_params", counted)
-    monkeypatch.setattr(spec, "validate_params", counted)
+    monkeypatch.setattr(blocks, "validate_params", counted)
     grid = load_grid({"blocks": [{"task": "least_squares", "product": {"lr": [0.1, 0.2, 0.3, 0.4]}, "repeat": 50}]})
     assert len(grid) == 200
     assert len(calls) == 1 + 3 + 49 + 2  # the origin, each other value of each axis, the two cross-checks

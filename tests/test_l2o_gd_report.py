@@ -18,9 +18,10 @@ from analysis.l2o_gd.claims import CLAIMS
 from analysis.l2o_gd.tuned_step import STEP_COLUMN, TUNED_STEP_STUDIES, beats_tuned_step
 from analysis.load import load
 from analysis.report import build_report
-from runner.api import run_grid
+from runner.run.grid_run import run_grid
 from runner.tune import tune
 from runner.tune.trials import TuneReport
+from tests.options import opts
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_MAIN = ROOT / "grids" / "l2o_gd" / "small" / "main.yaml"
@@ -41,8 +42,8 @@ def _small_study() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[TuneReport]]:
     root = str(tmp_path_factory.mktemp("l2o_report") / "res")
-    run_grid(SMALL_MAIN, root, "local", progress=False)
-    reports = tune(_small_study(), root, "local", n_trials=4, parallel=1, progress=False)
+    run_grid(SMALL_MAIN, root, opts())
+    reports = tune(_small_study(), root, opts(), n_trials=4, parallel=1)
     return root, reports
 
 

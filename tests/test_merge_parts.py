@@ -21,12 +21,12 @@ import pytest
 from runner import ResultStore, run_grid
 from runner.store import merge
 from runner.store.columns import MEMBER_SCHEMA
-from runner.store.files import KILL_ENV
 from runner.store.merge import folders, merge_parts, plan_groups
 from runner.store.status import store_status
 from runner.store.trials import read_trials, write_trials
 from runner.store.txn import TXN_DIR
-from tests.conftest import REPO, run_cell_by_cell
+from tests.conftest import REPO, done_ids, run_cell_by_cell
+from tests.options import opts
 from tests.test_store_faults import assert_same, logical, settled
 
 GRID = {
@@ -57,11 +57,11 @@ def fragmented(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Many small parts with superseded rows: a part per run, a --retry-failed run (the failed run's
     older attempt superseded), an --only rerun of a finished run, members per cell, trials rewritten."""
     root = tmp_path_factory.mktemp("fragmented")
-    one_by_one = {"progress": False, "flush_every": 1, "batch": False}
-    run_cell_by_cell(GRID, root, flush_every=1, batch=False)
-    run_grid(GRID, root, "local", retry_failed=True, **one_by_one)
+    one_by_one = opts(flush_every=1, batch=False)
+    run_cell_by_cell(GRID, root, one_by_one)
+    run_grid(GRID, root, one_by_one, retry_failed=True)
     store = ResultStore(root)
-    run_grid(GRID, root, "local", only=sorted(store.done_ids("least_squares"))[:1], **one_by_one)
+    run_grid(GRID, root, one_by_one, only=sorted(done_ids(store, "least_squares"))[:1])
     write_trials(store, [_trial(0, "FAIL", "2026-01-01"), _trial(1, "COMPLETE", "2026-01-01")])
     write_trials(store, [_trial(0, "COMPLETE", "2026-01-02")])  # trial 0's newer row
     write_trials(store, [_trial(2, "PRUNED", "2026-01-03")])
@@ -195,14 +195,15 @@ def test_damaged_parts_stay_in_place_with_their_rows(fragmented: Path, tmp_path:
 
 
 KILLED_IN_SECOND_GROUP = """
-import os, sys
+import sys
 from runner.store import ResultStore, merge
+from tests.kill_at import install
 first = merge._merge_group
 calls = []
 def kill_in_second(*args, **kwargs):
     calls.append(1)
     if len(calls) == 2:  # the first group is merged and done; the second dies at the phase asked
-        os.environ[{env!r}] = "merge:" + sys.argv[2]
+        install("merge:" + sys.argv[2])
     return first(*args, **kwargs)
 merge._merge_group = kill_in_second
 merge.merge_parts(ResultStore(sys.argv[1]), max_parts=1, budget=int(sys.argv[3]))
@@ -215,7 +216,7 @@ def test_a_kill_between_groups_changes_nothing_readers_see(fragmented: Path, tmp
     root = copy(fragmented, tmp_path)
     before, counts = seen(root), part_counts(root)
     budget = 3 * max(uncompressed(p) for p in root.glob("*/**/part-*.parquet"))  # no part large, several groups
-    script = KILLED_IN_SECOND_GROUP.format(env=KILL_ENV)
+    script = KILLED_IN_SECOND_GROUP
     killed = subprocess.run([sys.executable, "-c", script, str(root), "published", str(budget)], cwd=REPO)
     assert killed.returncode == -9 and list((root / TXN_DIR).glob("*.json"))  # died by SIGKILL, in a transaction
     assert_same(seen(root), before)  # readers, before anyone recovers
@@ -229,7 +230,7 @@ def test_a_run_reports_what_it_merged(fragmented: Path, tmp_path: Path, monkeypa
     root = copy(fragmented, tmp_path)
     monkeypatch.setenv("CONVGRID_COMPACT_PARTS", "2")
     grown = {**GRID, "blocks": [*GRID["blocks"], {"task": "faulty", "params": {"x": 9.0}}]}
-    report = run_grid(grown, root, "local", progress=False)
+    report = run_grid(grown, root, opts())
     assert report.compacted is not None and report.compacted.startswith("merged ")
     assert report.compacted in report.line()
     assert max(part_counts(root).values()) <= 2

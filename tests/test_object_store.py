@@ -11,17 +11,22 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from runner import ResultStore, run_grid
 from runner.cli import main
+from runner.coord.lease_lock import LOCK_DIR, LeaseLock, LockLost
+from runner.fs.exclusive import S3IfNoneMatch, for_root
 from runner.store.compact import compact
-from runner.store.exclusive import S3IfNoneMatch, for_root
-from runner.store.lease_lock import LOCK_DIR, LeaseLock, LockLost
 from runner.store.txn import Transaction
+from tests.conftest import done_ids
+from tests.options import opts
 from tests.shared_drivers import check_takeover, kill_one_driver_midway, race_to_create
+
+pytestmark = pytest.mark.services
 
 GRID = {
     "name": "s3",
@@ -67,19 +72,17 @@ def s3_root() -> Iterator[str]:
 
 
 def test_run_resume_status_and_compact_on_s3(s3_root: str, capsys: pytest.CaptureFixture[str]) -> None:
-    first = run_grid(GRID, s3_root, "local", progress=False)
+    first = run_grid(GRID, s3_root, opts())
     assert first.executed == 3 and first.counts == {"ok": 2, "diverged": 1}
-    again = run_grid(GRID, s3_root, "local", progress=False)
+    again = run_grid(GRID, s3_root, opts())
     assert again.executed == 0
     store = ResultStore(s3_root)
     assert not store.local and store.tasks() == ["least_squares"]
-    assert len(store.done_ids()) == 3
+    assert len(done_ids(store)) == 3
     curves_before = store.read_curves("least_squares").num_rows
-    run_grid(
-        {**GRID, "blocks": [{**GRID["blocks"][0], "product": {"lr": [0.01, 0.03]}}]}, s3_root, "local", progress=False
-    )
+    run_grid({**GRID, "blocks": [{**GRID["blocks"][0], "product": {"lr": [0.01, 0.03]}}]}, s3_root, opts())
     compact(store)
-    assert len(store.done_ids()) == 4
+    assert len(done_ids(store)) == 4
     assert store.read_curves("least_squares").num_rows == curves_before + 200
     assert main(["status", s3_root]) == 0
     assert "s3" in capsys.readouterr().out
@@ -112,12 +115,25 @@ def test_a_killed_driver_s_blocks_are_taken_over_on_s3(s3_root: str, tmp_path: P
     assert ResultStore(root).files.listing("_store/claims") == []
 
 
-def _lock(root: str, lease_s: float) -> LeaseLock:
+def _lock(root: str, lease_s: float, **clocks: Any) -> LeaseLock:
     """A writers' lock of its own on `root` (one per store object: two in one process exclude each other)."""
     files = ResultStore(root).files
     exclusive = for_root(root, files.fs)
     assert isinstance(exclusive, S3IfNoneMatch)
-    return LeaseLock(files, exclusive, lease_s)
+    return LeaseLock(files, exclusive, lease_s, **clocks)
+
+
+class FakeClock:
+    """A monotonic clock that moves only when the code under test sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def test_two_lease_lock_holders_exclude_each_other(s3_root: str) -> None:
@@ -161,21 +177,22 @@ def test_a_lease_lock_holder_that_stops_beating_is_taken_over_after_the_lease(s3
     taken over once its beat was seen unchanged for a lease, not before. A holder on this host whose
     process is gone is taken over at once."""
     root = s3_root.replace("convgrid/results", "convgrid/lock-dead")
-    taker = _lock(root, 0.6)
+    clock = FakeClock()  # the taker's view of time: it passes only while the taker waits its turn
+    taker = _lock(root, 0.6, clock=clock, sleep=clock.sleep)
     elsewhere = {"owner": "x", "host": "another-host", "pid": 1, "at": 0.0}
     assert taker.exclusive.create(taker._path(0, "json"), json.dumps(elsewhere).encode())
-    t0 = time.monotonic()
+    t0 = clock()
     with taker.held():
-        waited = time.monotonic() - t0
-    assert 0.6 <= waited < 5.0
+        waited = clock() - t0
+    assert 0.6 <= waited <= 0.6 + taker.poll_s  # a lease of one unchanged beat, then the next look
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     here = {"owner": "y", "host": socket.gethostname(), "pid": gone.pid, "at": 0.0}
     assert taker.exclusive.create(taker._path(2, "json"), json.dumps(here).encode())  # g1 was released: g2 is next
-    t0 = time.monotonic()
+    t0 = clock()
     with taker.held():
         assert taker._gen == 3
-    assert time.monotonic() - t0 < 0.55  # no lease waited: its pid is gone
+    assert clock() == t0  # not one poll waited: its pid is gone
 
 
 def test_a_paused_holder_refuses_to_commit(s3_root: str) -> None:
@@ -188,8 +205,8 @@ def test_a_paused_holder_refuses_to_commit(s3_root: str) -> None:
     with store.writing():
         txn = Transaction(store.files)
         txn.add(pa.table({"x": [1]}), "members")
-        store.lock._stop.set()  # its heartbeat thread stops: as if the process were paused
-        time.sleep(0.3)
+        store.lock.heartbeat.stop()  # its heartbeat thread stops: as if the process were paused
+        store.lock.heartbeat.last_success -= 0.3  # ... for 0.3 s, more than half its lease, since its last beat
         with pytest.raises(LockLost):
             txn.commit()
     assert store.parts("members") == []
@@ -205,8 +222,7 @@ def test_compact_racing_a_live_driver_on_s3_loses_and_doubles_nothing(s3_root: s
         "name": "race",
         "blocks": [{"task": "faulty", "params": {"sleep_s": 0.05}, "product": {"x": list(range(n))}}],
     }
-    options = {"progress": False, "batch": False, "flush_every": 1, "flush_s": 0.01}
-    driver = threading.Thread(target=run_grid, args=(spec, root, "local"), kwargs=options)
+    driver = threading.Thread(target=run_grid, args=(spec, root, opts(batch=False, flush_every=1, flush_s=0.01)))
     driver.start()
     store = ResultStore(root)
     compactions = 0
@@ -217,7 +233,33 @@ def test_compact_racing_a_live_driver_on_s3_loses_and_doubles_nothing(s3_root: s
     driver.join()
     assert compactions >= 2
     store = ResultStore(root)
-    assert len(store.done_ids()) == n
+    assert len(done_ids(store)) == n
     assert store.read_curves("faulty").num_rows == n  # every run kept its curve
     assert store.read_attempts("faulty").num_rows == n  # and ran once
     assert not store.files.listing("_store/txn")
+
+
+def test_a_study_lease_on_s3_refuses_a_second_driver_and_passes_on_when_freed(s3_root: str) -> None:
+    from runner.coord.study_lease import StudyBusy, StudyLease
+
+    def lease(host: str | None = None, clock: FakeClock | None = None) -> StudyLease:
+        files = ResultStore(s3_root).files
+        exclusive = for_root(s3_root, files.fs)
+        assert isinstance(exclusive, S3IfNoneMatch)
+        clock = clock or FakeClock()
+        return StudyLease(files, exclusive, "s3-study", "postgresql://db", 30.0, clock, clock.sleep, host=host)
+
+    first = lease()
+    first.acquire(beat=False)
+    with pytest.raises(StudyBusy, match="study 's3-study'"):
+        lease().acquire(beat=False)  # a live pid on this host, its lease object written just now
+    first.release()
+    elsewhere = lease(host="box-a")
+    elsewhere.acquire(beat=False)  # freed: taken at once
+    clock = FakeClock()
+    taker = lease(clock=clock)
+    taker.acquire(beat=False)  # box-a never beat: taken over after one lease of this driver's clock
+    assert clock.now - 100.0 >= 30.0
+    with pytest.raises(StudyBusy, match="taken over"):
+        elsewhere.check()
+    taker.release()

@@ -10,6 +10,10 @@ import pytest
 
 from runner import RayExecutor, ResultStore, run_grid
 from runner.execute.base import WorkItem
+from tests.conftest import done_ids
+from tests.options import opts
+
+pytestmark = pytest.mark.ray
 
 GRID = {
     "name": "eq",
@@ -23,19 +27,20 @@ GRID = {
         {"task": "least_squares", "params": {"lr_rule": "optimal", "n_iters": 40}, "repeat": 2},
     ],
 }
-PROVENANCE = ["batch_id", "wall_s", "started", "finished", "host", "device"]
+# where and when a run ran, and in which of its store's commits (commit_seq: flushes split by timing)
+PROVENANCE = ["batch_id", "wall_s", "started", "finished", "host", "device", "commit_seq"]
 
 
 def _store_frames(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     store = ResultStore(root)
     runs = store.read_runs("least_squares").to_pandas().drop(columns=PROVENANCE)
-    curves = store.read_curves("least_squares").to_pandas().drop(columns=["batch_id"])
+    curves = store.read_curves("least_squares").to_pandas()
     return runs.sort_values("run_id").reset_index(drop=True), curves.reset_index(drop=True)
 
 
 def test_ray_and_local_executors_give_identical_stores(tmp_path: Path, ray_local: object) -> None:
-    local = run_grid(GRID, tmp_path / "local", "local", progress=False)
-    remote = run_grid(GRID, tmp_path / "ray", RayExecutor(workers=2), progress=False)
+    local = run_grid(GRID, tmp_path / "local", opts())
+    remote = run_grid(GRID, tmp_path / "ray", opts(), executor=RayExecutor(workers=2))
     assert local.executed == remote.executed == 14
     assert local.counts == remote.counts and remote.counts["diverged"] == 3
     runs_l, curves_l = _store_frames(tmp_path / "local")
@@ -53,12 +58,13 @@ def test_cells_run_in_process_while_ray_starts_and_on_ray_after_are_each_stored_
     # the first 5 cells are pulled before Ray is "up" (a stand-in start): they run here; the other 9 on the
     # actors of the module's Ray
     executor, starts = warm_executor(after=6, pool=RayExecutor(workers=1))
-    report = run_grid(GRID, tmp_path / "warm", executor, progress=False)
+    report = run_grid(GRID, tmp_path / "warm", opts(), executor=executor)
     assert (report.executed, executor.ran_locally, starts[0].warmed) == (14, 5, True)
-    assert executor.pool.chunks_submitted > 0 and executor.pool.actors == []  # closed with the run
+    executor.close()  # the caller's executor: the grid leaves it open
+    assert executor.pool.chunks_submitted > 0 and executor.pool.actors == []
     ids = stored_ids(tmp_path / "warm", "least_squares")
     assert len(ids) == len(set(ids)) == 14
-    run_grid(GRID, tmp_path / "local", "local", progress=False)
+    run_grid(GRID, tmp_path / "local", opts())
     for warm, local in zip(_store_frames(tmp_path / "warm"), _store_frames(tmp_path / "local"), strict=True):
         pd.testing.assert_frame_equal(warm, local, check_exact=True)
 
@@ -114,7 +120,7 @@ def test_cli_driver_joins_an_existing_cluster_by_address(tmp_path: Path, ray_loc
     assert proc.returncode == 0, proc.stderr
     assert "ran 3 of 3 cells" in proc.stdout
     assert ray_local.is_initialized()  # the driver left the shared cluster running
-    assert len(ResultStore(tmp_path / "r").done_ids()) == 3
+    assert len(done_ids(ResultStore(tmp_path / "r"))) == 3
 
 
 @pytest.fixture(scope="module")

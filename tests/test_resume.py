@@ -10,6 +10,8 @@ import pytest
 
 from runner import ResultStore, run_grid, store_status
 from runner.cli import main
+from tests.conftest import done_ids
+from tests.options import opts
 
 
 def _grid(lrs: list[float]) -> dict:
@@ -25,15 +27,15 @@ def _physical_rows(root: Path) -> int:
 
 
 def test_second_run_executes_nothing_and_grown_grid_only_new_cells(tmp_path: Path) -> None:
-    first = run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    first = run_grid(_grid([0.01, 0.02]), tmp_path, opts())
     assert first.executed == 2 and _physical_rows(tmp_path) == 2
-    again = run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    again = run_grid(_grid([0.01, 0.02]), tmp_path, opts())
     assert again.executed == 0 and again.already_done == 2 and "nothing to run" in again.line()
     assert _physical_rows(tmp_path) == 2
-    grown = run_grid(_grid([0.01, 0.02, 0.03, 0.04]), tmp_path, "local", progress=False)
+    grown = run_grid(_grid([0.01, 0.02, 0.03, 0.04]), tmp_path, opts())
     assert grown.executed == 2 and grown.already_done == 2
     assert _physical_rows(tmp_path) == 4
-    assert len(ResultStore(tmp_path).done_ids()) == 4
+    assert len(done_ids(ResultStore(tmp_path))) == 4
 
 
 def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: Path) -> None:
@@ -44,14 +46,14 @@ def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: P
             {"task": "faulty", "params": {"x": 3.0, "fail": True}},
         ],
     }
-    rep = run_grid(grid, tmp_path, "local", progress=False)
+    rep = run_grid(grid, tmp_path, opts())
     assert rep.counts == {"ok": 2, "failed": 1}
     runs = ResultStore(tmp_path).read_runs("faulty").to_pandas()
     error = runs.loc[runs["status"] == "failed", "error"].iloc[0]
     assert "RuntimeError: asked to fail with x=3.0" in error and "Traceback" in error and "toy_learner" in error
-    again = run_grid(grid, tmp_path, "local", progress=False)
+    again = run_grid(grid, tmp_path, opts())
     assert again.executed == 0 and again.skipped_failed == 1
-    retried = run_grid(grid, tmp_path, "local", progress=False, retry_failed=True)
+    retried = run_grid(grid, tmp_path, opts(), retry_failed=True)
     assert retried.executed == 1 and retried.counts == {"failed": 1}
     status = store_status(ResultStore(tmp_path))
     assert status.by_grid["f"]["ok"] == 2 and status.by_grid["f"]["failed"] == 1
@@ -60,26 +62,27 @@ def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: P
 
 def test_cooperative_timeout_is_recorded(tmp_path: Path) -> None:
     grid = {"blocks": [{"task": "faulty", "params": {"sleep_s": 5.0}}]}
-    rep = run_grid(grid, tmp_path, "local", progress=False, timeout_s=0.2)
+    rep = run_grid(grid, tmp_path, opts(timeout_s=0.2))
     assert rep.counts == {"timeout": 1}
 
 
 def test_only_reruns_one_stored_run_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
-    rid = sorted(ResultStore(tmp_path).done_ids())[0]
+    run_grid(_grid([0.01, 0.02]), tmp_path, opts())
+    rid = sorted(done_ids(ResultStore(tmp_path)))[0]
     assert main(["run", "--only", rid[:10], "--results", str(tmp_path), "--executor", "local", "--no-progress"]) == 0
     assert "ran 1 of 1" in capsys.readouterr().out
     assert _physical_rows(tmp_path) == 3
-    assert len(ResultStore(tmp_path).done_ids()) == 2
+    assert len(done_ids(ResultStore(tmp_path))) == 2
     assert main(["run", "--only", "ffffffff", "--results", str(tmp_path), "--executor", "local"]) == 2
 
 
 def test_status_reports_missing_members(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_grid(_grid([0.01]), tmp_path, "local", progress=False)
-    from runner.api import member_rows
+    run_grid(_grid([0.01]), tmp_path, opts())
     from runner.grid.spec import load_grid
+    from runner.run.members import member_row
 
-    ResultStore(tmp_path).write_members(member_rows(load_grid(_grid([0.01, 0.5]))))
+    grid = load_grid(_grid([0.01, 0.5]))
+    ResultStore(tmp_path).write_members([member_row(c, grid.name, "grid", grid.source) for c in grid.cells])
     assert main(["status", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("sweep"))

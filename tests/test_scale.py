@@ -13,13 +13,17 @@ import numpy as np
 import pytest
 
 from runner import ResultStore, run_grid
-from runner.api import make_executor, plan_grid
 from runner.cli import main
 from runner.errors import ConfigError
 from runner.execute.base import WorkItem
-from runner.grid.spec import GridSpec, expand_block, load_grid
+from runner.execute.local import LocalExecutor
+from runner.grid.blocks import check_block
+from runner.grid.model import GridSpec
+from runner.grid.spec import load_grid
+from runner.run.plan import plan_grid
 from runner.store import RunRecord
 from runner.store.index import id_array, run_keys
+from tests.options import opts
 
 PARAMS = {"d_in": 4, "m": 10, "n_iters": 5}
 
@@ -45,7 +49,8 @@ def test_streamed_grid_rebuilds_every_cell_as_the_eager_expansion_does() -> None
     # The independent computation: every block expanded eagerly, the first cell of each run id kept.
     eager: dict[str, Any] = {}
     for index, block in enumerate(GridSpec.model_validate(raw).blocks):
-        for cell in expand_block(block, "<grid>", index):
+        checked = check_block(block, "<grid>", index)
+        for cell in (checked.cell(raw) for raw in checked.raws()):
             eager.setdefault(cell.run_id, cell)
     assert [i.decode() for i in grid.ids] == list(eager) and len(grid) == 3 * 2 * 2 + 2
     picked = random.Random(0).sample(range(len(grid)), 7)
@@ -66,7 +71,7 @@ class CountingExecutor:
     name = "counting"
 
     def __init__(self) -> None:
-        self.inner = make_executor("local")
+        self.inner = LocalExecutor()
         self.ran: list[str] = []
 
     def start(self) -> None:
@@ -88,14 +93,14 @@ class CountingExecutor:
 
 
 def test_resubmit_runs_nothing_and_an_edited_cell_alone(tmp_path: Path) -> None:
-    first = run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    first = run_grid(_grid([0.01, 0.02]), tmp_path, opts())
     assert first.executed == len(load_grid(_grid([0.01, 0.02]))) == 10
     spy = CountingExecutor()
-    again = run_grid(_grid([0.01, 0.02]), tmp_path, spy, progress=False)
+    again = run_grid(_grid([0.01, 0.02]), tmp_path, opts(), executor=spy)
     assert again.executed == 0 and again.already_done == 10 and spy.ran == []
     edited = load_grid(_grid([0.01, 0.025]))
     new_ids = {i.decode() for i in edited.ids} - {i.decode() for i in load_grid(_grid([0.01, 0.02])).ids}
-    report = run_grid(_grid([0.01, 0.025]), tmp_path, spy, progress=False)
+    report = run_grid(_grid([0.01, 0.025]), tmp_path, opts(), executor=spy)
     assert report.executed == len(new_ids) == 4 and set(spy.ran) == new_ids and len(spy.ran) == 4
     # members: each (grid, run) once, however often the grid was submitted
     members = ResultStore(tmp_path).read_members().to_pandas()
@@ -117,7 +122,7 @@ def test_the_index_skips_failed_runs_unless_retried(tmp_path: Path) -> None:
             {"task": "faulty", "params": {"x": 3.0, "fail": True}},
         ],
     }
-    run_grid(grid, tmp_path, "local", progress=False)
+    run_grid(grid, tmp_path, opts())
     store, cells = ResultStore(tmp_path), load_grid(grid)
     planned = plan_grid(cells, store)
     assert (planned.done, planned.skipped, planned.todo.tolist()) == (2, 1, [])
@@ -144,7 +149,8 @@ def test_an_invalid_cell_anywhere_is_refused_before_anything_is_written(
 
 def test_the_cell_limit_counts_before_expanding_and_lets_a_million_through(tmp_path: Path) -> None:
     million = {"blocks": [{"task": "least_squares", "product": {"lr": [0.1, 0.2]}, "repeat": 100_000}] * 5}
-    from runner.grid.spec import block_size, max_cells_default
+    from runner.grid.blocks import block_size
+    from runner.grid.spec import max_cells_default
 
     assert sum(block_size(b) for b in GridSpec.model_validate(million).blocks) == 1_000_000 <= max_cells_default()
     over = {"blocks": [*million["blocks"], {"task": "least_squares"}]}
@@ -156,9 +162,9 @@ def test_a_validated_block_is_read_back_from_the_cache_and_an_edit_or_new_code_m
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from runner.grid import cache
-    from runner.grid.spec import Block
+    from runner.grid.blocks import Block
 
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path / "cache"))
     ids = load_grid(_grid([0.01, 0.02])).ids
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 3  # one entry per block
 
@@ -180,49 +186,49 @@ def test_a_validated_block_is_read_back_from_the_cache_and_an_edit_or_new_code_m
 def test_an_invalid_block_is_never_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.grid import cache
 
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path / "cache"))
     bad = {"blocks": [{"task": "least_squares", "product": {"lr": [0.1, -1.0]}}]}
     for _ in range(2):
         with pytest.raises(ConfigError, match="key 'lr': Input should be greater than 0"):
             load_grid(bad)
     assert not list((tmp_path / "cache").glob("*"))
-    monkeypatch.setenv(cache.CACHE_ENV, "off")
+    monkeypatch.setenv("CONVGRID_CACHE", "off")
     assert cache.entry(load_grid(_grid([0.01])).blocks[0].task, {}) is None
 
 
 def test_a_fragmented_store_is_compacted_after_a_run_and_reads_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.api import COMPACT_PARTS_ENV
-
     def stored(root: Path) -> list[dict[str, Any]]:
         table = ResultStore(root).read_runs("least_squares", columns=["status", "err_final", "lr"])
         return table.drop_columns(["finished"]).sort_by("run_id").to_pylist()
 
-    monkeypatch.setenv(COMPACT_PARTS_ENV, "0")  # never: the reference store keeps one part per flush
-    run_grid(_grid([0.01, 0.02]), tmp_path / "ref", "local", progress=False, flush_every=1)
+    monkeypatch.setenv("CONVGRID_COMPACT_PARTS", "0")  # never: the reference store keeps one part per flush
+    run_grid(_grid([0.01, 0.02]), tmp_path / "ref", opts(flush_every=1))
     # flushes waiting for the group-commit writer share a commit: fewer parts than flushes, but several
     assert len(ResultStore(tmp_path / "ref").parts("runs/task=least_squares")) > 1
-    monkeypatch.setenv(COMPACT_PARTS_ENV, "1")
-    report = run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False, flush_every=1)
+    monkeypatch.setenv("CONVGRID_COMPACT_PARTS", "1")
+    report = run_grid(_grid([0.01, 0.02]), tmp_path / "auto", opts(flush_every=1))
     assert report.compacted is not None and report.compacted.startswith("merged ") and report.compacted in report.line()
     store = ResultStore(tmp_path / "auto")
     assert len(store.parts("runs/task=least_squares")) == 1 and len(store.parts("curves/task=least_squares")) == 1
     assert stored(tmp_path / "auto") == stored(tmp_path / "ref")
-    assert run_grid(_grid([0.01, 0.02]), tmp_path / "auto", "local", progress=False).compacted is None
+    assert run_grid(_grid([0.01, 0.02]), tmp_path / "auto", opts()).compacted is None
 
 
 def test_auto_runs_small_work_in_process_judged_from_stored_run_times(tmp_path: Path) -> None:
-    from runner.api import small_work
+    from runner.run.plan import expected_seconds
 
     store = ResultStore(tmp_path)
     edited = load_grid(_grid([0.01, 0.025]))
-    assert not small_work(edited, np.arange(len(edited)), store)  # no stored times: unknown work
-    run_grid(_grid([0.01, 0.02]), tmp_path, "local", progress=False)
+    assert expected_seconds(edited, np.arange(len(edited)), store, 3.0) is None  # no stored times: unknown work
+    run_grid(_grid([0.01, 0.02]), tmp_path, opts())
     todo = plan_grid(edited, store).todo
-    assert len(todo) == 4 and small_work(edited, todo, store)
-    assert not small_work(edited, todo, store, limit_s=1e-9)
-    report = run_grid(_grid([0.01, 0.025]), tmp_path, "auto", progress=False)
+    times = store.read_runs("least_squares", ["wall_s"])["wall_s"].to_pylist()
+    expected = expected_seconds(edited, todo, store, 3.0)
+    assert len(todo) == 4 and expected is not None and min(times) * 4 <= expected <= max(times) * 4
+    assert expected_seconds(edited, todo, store, 1e-9) is None  # more runs than a millisecond each allows
+    report = run_grid(_grid([0.01, 0.025]), tmp_path, opts("auto"))
     assert (report.executor, report.executed) == ("local", 4)
 
 
@@ -232,7 +238,7 @@ def test_a_tasks_schemas_come_back_from_the_cache_without_the_task(
     from runner.grid import cache, schema
     from tasks import get_task
 
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path))
     task = get_task("least_squares")
     expected = (schema.runs_schema(task), schema.curves_schema(task))
     path = cache.schemas_entry("tasks.least_squares")
@@ -246,7 +252,7 @@ def test_a_tasks_schemas_come_back_from_the_cache_without_the_task(
     schema._schemas.cache_clear()
     path.write_bytes(b"damaged")
     monkeypatch.undo()
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path))
     assert schema.task_schemas("least_squares") == expected  # a damaged entry: built again, and stored
     assert cache.load_schemas(path) == expected
     schema._schemas.cache_clear()
@@ -261,15 +267,18 @@ def test_stored_ids_that_are_not_run_ids_are_left_out_of_the_index() -> None:
     assert stored_keys(pa.array(["r1", good, good.upper(), good + "0"])).tolist() == [int(good[:16], 16)]
 
 
-def test_the_grid_key_of_an_id_array_is_the_key_of_its_strings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.store import claims
+def test_the_grid_key_is_the_hash_of_the_sorted_distinct_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.grid import key
 
-    monkeypatch.setattr(claims, "KEY_CHUNK", 7)  # several chunks, the last one short
+    def by_hand(ids: list[str]) -> str:  # the definition, computed on Python strings
+        return hashlib.sha256("\n".join(sorted(set(ids))).encode()).hexdigest()[:16]
+
+    monkeypatch.setattr(key, "KEY_CHUNK", 7)  # several chunks, the last one short
     ids = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(50)]
-    assert claims.grid_key(id_array(ids)) == claims.grid_key(ids) == claims.grid_key(reversed(ids))
+    assert key.grid_key_of([id_array(ids)]) == key.grid_key_of([id_array(ids[::-1] + ids[:5])]) == by_hand(ids)
     tied = ids + ["0" * 16 + i[16:] for i in ids[:3]]  # equal 64-bit keys: the ids themselves are sorted
-    assert claims.grid_key(id_array(tied)) == claims.grid_key(tied)
-    assert claims.grid_key(id_array([])) == claims.grid_key([])
+    assert key.grid_key_of([id_array(tied[:20]), id_array(tied[20:])]) == by_hand(tied)
+    assert key.grid_key_of([id_array([])]) == by_hand([])
 
 
 def test_claiming_a_wave_holds_positions_not_a_string_per_cell(tmp_path: Path) -> None:
@@ -277,9 +286,9 @@ def test_claiming_a_wave_holds_positions_not_a_string_per_cell(tmp_path: Path) -
     and the sorted copy of the plan), where a run id as a Python str alone is ~80 bytes."""
     import tracemalloc
 
-    from runner.store.claims import Blocks, Claims
-    from runner.store.exclusive import LocalLink
-    from runner.store.txn import Root
+    from runner.coord.claims import Blocks, Claims
+    from runner.fs.exclusive import LocalLink
+    from runner.fs.root import Root
 
     cells = 200_000
     blocks = Blocks.of(cells)
@@ -337,7 +346,7 @@ def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_
     newest = {int(r["run_id"][:16], 16): r["status"] for r in expected if r["run_id"] != "r-legacy"}
     assert newest[run_keys(id_array(ids[:1]))[0]] == "ok"  # finished 2 twice: the first read wins, as there
     for limit in ("1000", "3"):  # held in memory, and spilled to range files past 3 rows
-        monkeypatch.setenv(spill.SPILL_ROWS_ENV, limit)
+        monkeypatch.setenv("CONVGRID_SPILL_ROWS", limit)
         names: list[str] = []
         with index.spill_runs(store, ["t"], names) as runs:
             assert runs.spilled == (limit == "3")
@@ -355,9 +364,8 @@ def test_the_streamed_index_keeps_each_runs_newest_status_as_the_store_s_reader_
 def test_a_cache_entry_cut_short_or_of_another_shape_is_computed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.grid import cache
 
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path / "cache"))
     ids = load_grid(_grid([0.01, 0.02])).ids.tolist()
     entries = sorted((tmp_path / "cache").glob("*.npy"))
     for entry in entries:

@@ -15,6 +15,8 @@ import yaml
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.faults
+
 
 def _stored(root: Path) -> list[str]:
     if not (root / "runs").exists():

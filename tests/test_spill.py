@@ -4,6 +4,7 @@ Spilled and in-memory matching give the same answers; the driver's memory does n
 
 from __future__ import annotations
 
+import hashlib
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -15,14 +16,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from runner import ResultStore, run_grid
-from runner.api import plan_grid, write_grid_members
-from runner.grid import cache, cells
+from runner.grid import cells
+from runner.grid.key import grid_key_of
 from runner.grid.spec import load_grid
+from runner.run.members import write_grid_members
+from runner.run.plan import plan_grid
 from runner.store import index, index_keys
-from runner.store.claims import grid_key, grid_key_of
 from runner.store.index import run_keys
 from runner.store.parts import DamagedPartWarning
-from runner.store.spill import PARTITIONS, SPILL_ROWS_ENV, KeySpill, key_range, matched
+from runner.store.spill import PARTITIONS, KeySpill, key_range, matched
+from tests.options import opts
 
 
 def test_a_key_spill_gives_each_key_range_its_rows_in_the_order_added() -> None:
@@ -60,7 +63,7 @@ FAULTY = {
 def _plan_both_ways(monkeypatch: pytest.MonkeyPatch, store: ResultStore, retry: bool = False) -> list[Any]:
     answers = []
     for limit in ("1000000", "4"):  # everything in memory; spilled past 4 rows
-        monkeypatch.setenv(SPILL_ROWS_ENV, limit)
+        monkeypatch.setenv("CONVGRID_SPILL_ROWS", limit)
         grid = load_grid(FAULTY)
         planned = plan_grid(grid, store, retry)
         answers.append((grid.ids.tolist(), grid.dropped.tolist(), planned.todo.tolist(), planned.done, planned.skipped))
@@ -68,12 +71,12 @@ def _plan_both_ways(monkeypatch: pytest.MonkeyPatch, store: ResultStore, retry: 
 
 
 def test_planning_spilled_is_planning_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path / "cache"))
     part = {
         "name": "part",
         "blocks": [FAULTY["blocks"][0] | {"product": {"x": [0.0, 1.0, 2.0, 3.0]}}, FAULTY["blocks"][2]],
     }
-    run_grid(part, tmp_path / "r", "local", progress=False)
+    run_grid(part, tmp_path / "r", opts())
     store = ResultStore(tmp_path / "r")
     held, spilled = _plan_both_ways(monkeypatch, store)
     assert held == spilled
@@ -81,8 +84,8 @@ def test_planning_spilled_is_planning_in_memory(tmp_path: Path, monkeypatch: pyt
     assert dropped == [30] and len(ids) == 32  # the repeated x=3
     assert (done, skipped, len(todo)) == (4, 1, 32 - 5)
     assert _plan_both_ways(monkeypatch, store, retry=True)[1][2] == sorted(todo + [31])  # the failed one, x=40
-    keys = [grid_key(ids_) for ids_ in ([i.decode() for i in ids], np.array(ids, dtype="S32"))]
-    assert grid_key_of(np.array_split(np.array(ids, dtype="S32"), 5)) == keys[0] == keys[1]
+    by_hand = hashlib.sha256("\n".join(sorted({i.decode() for i in ids})).encode()).hexdigest()[:16]
+    assert grid_key_of(np.array_split(np.array(ids, dtype="S32"), 5)) == grid_key_of([np.array(ids)]) == by_hand
     assert write_grid_members(store, load_grid(FAULTY)) == 32  # spilled: members of every cell, once
     assert write_grid_members(store, load_grid(FAULTY)) == 0
     members = store.read_members().to_pandas()
@@ -92,7 +95,7 @@ def test_planning_spilled_is_planning_in_memory(tmp_path: Path, monkeypatch: pyt
 def test_a_grid_reads_its_ids_from_the_cache_and_computes_them_again_when_the_entry_goes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path / "cache"))
     grid = load_grid(FAULTY)
     ids = grid.ids.copy()
     assert all(source.held is None for source in grid.sources)  # on disk, not in memory
@@ -102,21 +105,16 @@ def test_a_grid_reads_its_ids_from_the_cache_and_computes_them_again_when_the_en
         entry.unlink()  # removed under it
     picked = np.array([31, 0, 17, 30])
     assert grid.ids_at(picked).tolist() == ids[picked].tolist() and grid.ids.tolist() == ids.tolist()
-    monkeypatch.setenv(cache.CACHE_ENV, "off")
+    monkeypatch.setenv("CONVGRID_CACHE", "off")
     off = load_grid(FAULTY)
     assert all(source.held is not None for source in off.sources) and off.ids.tolist() == ids.tolist()
 
 
 def _filled_store(root: Path, grid_file: dict[str, Any]) -> tuple[ResultStore, Any]:
     """A store holding every cell of the grid as done: one real run's row under each cell's id."""
-    run_grid(
-        {"name": "template", "blocks": [{"task": "least_squares", "params": TINY | {"lr": 0.5}}]},
-        root,
-        "local",
-        progress=False,
-    )
+    run_grid({"name": "template", "blocks": [{"task": "least_squares", "params": TINY | {"lr": 0.5}}]}, root, opts())
     store, grid = ResultStore(root), load_grid(grid_file)
-    row = pq.read_table(store.part_files("runs/task=least_squares")[0])
+    row = pq.read_table(store.files.abs(store.parts("runs/task=least_squares")[0]))
     table = row.take(np.zeros(len(grid), dtype=np.int64))
     table = table.set_column(0, row.schema.field(0), pa.array(grid.ids.astype(str), pa.string()))
     store.write_part(table, "runs/task=least_squares")
@@ -132,10 +130,10 @@ def test_planning_holds_no_more_memory_for_a_grid_four_times_larger(
     """tracemalloc's peak while a grid is loaded (ids from the cache) and planned against a store
     holding all of it: the same for 40,000 and 160,000 cells (ids were 32 bytes a cell, the store's
     keys 8 more: 6.4 MB more for the larger grid)."""
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CONVGRID_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(cells, "ID_ROWS", 8192)  # chunks and batches of 8,192: both grids are many of them
     monkeypatch.setattr(index_keys, "READ_ROWS", 8192)
-    monkeypatch.setenv(SPILL_ROWS_ENV, "8192")
+    monkeypatch.setenv("CONVGRID_SPILL_ROWS", "8192")
     peaks = []
     for size in (40_000, 160_000):
         grid_file = {
@@ -157,8 +155,8 @@ def test_a_part_that_fails_midway_is_left_out_whole_and_the_plan_read_again(
     """A runs part that reads one batch, then fails (a page's checksum): its rows already in the spill
     are not counted; the plan starts over without it, as every reader leaves a damaged part out."""
     cells = [{"task": "faulty", "params": {"x": float(x)}} for x in range(4)]
-    run_grid({"name": "a", "blocks": cells[:2]}, tmp_path, "local", progress=False)
-    run_grid({"name": "b", "blocks": cells[2:]}, tmp_path, "local", progress=False)
+    run_grid({"name": "a", "blocks": cells[:2]}, tmp_path, opts())
+    run_grid({"name": "b", "blocks": cells[2:]}, tmp_path, opts())
     store = ResultStore(tmp_path)
     bad = store.parts("runs/task=faulty")[-1]
     real = index.part_batches
@@ -186,9 +184,9 @@ def test_a_small_grid_against_a_large_store_keeps_only_its_own_runs(
     """The store side of a match keeps only the rows of the grid's runs while the grid is held in
     memory: planning 2 cells against 40 stored runs holds 1 row, spills nothing; a grid past the spill
     limit is matched against every stored run, spilled."""
-    monkeypatch.setenv(SPILL_ROWS_ENV, "4")
+    monkeypatch.setenv("CONVGRID_SPILL_ROWS", "4")
     xs = [float(x) for x in range(40)]
-    run_grid({"name": "big", "blocks": [{"task": "faulty", "product": {"x": xs}}]}, tmp_path, "local", progress=False)
+    run_grid({"name": "big", "blocks": [{"task": "faulty", "product": {"x": xs}}]}, tmp_path, opts())
     store = ResultStore(tmp_path)
     seen: list[tuple[int, bool]] = []
     real = index.spill_runs

@@ -10,13 +10,13 @@ import pytest
 
 from runner import ResultStore, run_grid
 from runner.grid.spec import load_grid
-from runner.store.spill import SPILL_ROWS_ENV
+from tests.options import opts
 
 
 @pytest.fixture(autouse=True, params=["held", "spilled"])
 def spill_limit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every count twice: the runs and members in memory, and spilled to range files past 2 rows."""
-    monkeypatch.setenv(SPILL_ROWS_ENV, "1000000" if request.param == "held" else "2")
+    monkeypatch.setenv("CONVGRID_SPILL_ROWS", "1000000" if request.param == "held" else "2")
 
 
 def test_status_counts_as_an_independent_count_of_the_stored_rows(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_status_counts_as_an_independent_count_of_the_stored_rows(tmp_path: Path
 
     import pyarrow as pa
 
-    from runner.api import member_rows, write_grid_members
+    from runner.run.members import member_row, write_grid_members
     from runner.store.columns import MEMBER_SCHEMA
     from runner.store.status import store_status
 
@@ -35,11 +35,11 @@ def test_status_counts_as_an_independent_count_of_the_stored_rows(tmp_path: Path
             {"task": "faulty", "params": {"x": 4.0, "fail": True}},
         ],
     }
-    run_grid(grid, tmp_path, "local", progress=False)
+    run_grid(grid, tmp_path, opts())
     store = ResultStore(tmp_path)
     other = load_grid({"name": "g", "blocks": [{"task": "faulty", "product": {"x": [1.0, 9.0]}}]})
     write_grid_members(store, other)  # x=9 never ran: missing
-    again = {**member_rows(other)[0], "added": datetime.now(UTC)}
+    again = {**member_row(other.cells[0], other.name, "grid", other.source), "added": datetime.now(UTC)}
     store.write_part(pa.Table.from_pylist([again], schema=MEMBER_SCHEMA), "members")  # a (grid, run) twice: once
     report = store_status(store)
     runs = store.read_runs(columns=["task", "status"]).to_pandas()
@@ -68,7 +68,7 @@ def test_status_counts_retries_and_legacy_ids_as_the_stores_reader_sees_them(tmp
     from runner.store.status import store_status
 
     grid = {"name": "f", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}}]}
-    run_grid(grid, tmp_path, "local", progress=False)
+    run_grid(grid, tmp_path, opts())
     store = ResultStore(tmp_path)
     template = store.read_runs("faulty").slice(0, 1).to_pylist()[0]
     ids = sorted(store.read_runs("faulty", ["status"])["run_id"].to_pylist())

@@ -12,6 +12,8 @@ from runner.execute.worker import run_item
 from runner.grid.schema import task_schemas
 from runner.grid.spec import load_grid
 from runner.store import ResultStore
+from runner.store.flush import write_records
+from tests.conftest import done_ids
 
 GRID = {
     "blocks": [
@@ -27,7 +29,7 @@ def _records(grid_cells):
 def test_written_runs_have_typed_param_summary_and_provenance_columns(tmp_path: Path) -> None:
     cells = load_grid(GRID).cells
     store = ResultStore(tmp_path)
-    store.write_records(_records(cells), task_schemas)
+    write_records(store, _records(cells), task_schemas)
     runs = store.read_runs("least_squares").to_pandas()
     assert len(runs) == 3
     assert set(runs["status"]) == {"ok", "diverged"}
@@ -54,8 +56,8 @@ def test_written_runs_have_typed_param_summary_and_provenance_columns(tmp_path: 
 def test_newest_row_wins_and_stale_curves_are_skipped(tmp_path: Path) -> None:
     cells = load_grid(GRID).cells[:1]
     store = ResultStore(tmp_path)
-    store.write_records(_records(cells), task_schemas)
-    store.write_records(_records(cells), task_schemas)  # the same run again (a retry, or a second driver)
+    write_records(store, _records(cells), task_schemas)
+    write_records(store, _records(cells), task_schemas)  # the same run again (a retry, or a second driver)
     # runs/ is the current state (one row per run); attempts/ keeps both attempts
     assert ds.dataset(tmp_path / "runs", partitioning="hive").count_rows() == 1
     assert ds.dataset(tmp_path / "attempts", partitioning="hive").count_rows() == 2
@@ -65,14 +67,19 @@ def test_newest_row_wins_and_stale_curves_are_skipped(tmp_path: Path) -> None:
     assert runs.num_rows == 1
     curves = store.read_curves("least_squares")
     assert curves.num_rows == cells[0].params.n_iters  # one attempt's curve, not two
-    assert set(curves["batch_id"].to_pylist()) == set(runs["batch_id"].to_pylist())
+    assert "batch_id" not in curves.column_names  # curves/ joins runs/ on run_id alone
+    old = store.read_curves("least_squares", attempts="superseded")
+    assert old.num_rows == cells[0].params.n_iters
+    assert set(old["batch_id"].to_pylist()).isdisjoint(runs["batch_id"].to_pylist())
+    both = store.read_curves("least_squares", attempts="all")
+    assert set(both["batch_id"].to_pylist()) == set(old["batch_id"].to_pylist()) | set(runs["batch_id"].to_pylist())
 
 
 def test_temporary_and_orphan_files_are_invisible(tmp_path: Path) -> None:
     cells = load_grid(GRID).cells
     store = ResultStore(tmp_path)
     recs = _records(cells)
-    store.write_records(recs[:1], task_schemas)
+    write_records(store, recs[:1], task_schemas)
     # a driver killed mid-write leaves a dot-prefixed temporary file: readers ignore it
     part_dir = tmp_path / "runs" / "task=least_squares"
     (part_dir / ".tmp-part-broken.parquet").write_bytes(b"PAR1 half written")
@@ -96,7 +103,7 @@ def test_temporary_and_orphan_files_are_invisible(tmp_path: Path) -> None:
         schema=curves_schema(get_task("least_squares")),
     )
     store_curves_only.write_part(table, "curves", "task=least_squares")
-    assert store.done_ids() == {recs[0].run_id}
+    assert done_ids(store) == {recs[0].run_id}
     assert set(store.read_curves("least_squares")["run_id"].to_pylist()) == {recs[0].run_id}
 
 

@@ -1,4 +1,4 @@
-"""Several drivers, one store (runner.store.claims): drivers on one grid split its cells, a killed
+"""Several drivers, one store (runner.coord.claims): drivers on one grid split its cells, a killed
 driver's blocks are taken over, and reruns, --retry-failed and `status` see the claims right."""
 
 from __future__ import annotations
@@ -15,12 +15,18 @@ from pathlib import Path
 import pytest
 
 from runner import ResultStore, run_grid
-from runner.api import RunReport
 from runner.cli import main
-from runner.store.claims import CLAIMS_DIR, Blocks, DriverInfo, Liveness, grid_key
+from runner.coord.claims import CLAIMS_DIR, Blocks
+from runner.coord.liveness import DriverInfo, Liveness
+from runner.fs.exclusive import LocalLink
+from runner.grid.key import grid_key_of
+from runner.run.grid_run import RunReport
 from runner.store.compact import compact
-from runner.store.exclusive import LocalLink
+from runner.store.index_keys import id_array
+from tests.options import opts
 from tests.shared_drivers import check_takeover, kill_one_driver_midway, ledger_grid, race_to_create, read_ledger
+
+pytestmark = pytest.mark.faults
 
 
 def test_link_creates_once_among_racing_threads(tmp_path: Path) -> None:
@@ -40,7 +46,7 @@ def test_two_drivers_split_a_grid_exactly(tmp_path: Path, capsys: pytest.Capture
 
     def drive() -> None:
         barrier.wait()
-        reports.append(run_grid(str(grid), root, "local", progress=False))
+        reports.append(run_grid(str(grid), root, opts()))
 
     threads = [threading.Thread(target=drive) for _ in range(2)]
     for t in threads:
@@ -58,7 +64,7 @@ def test_two_drivers_split_a_grid_exactly(tmp_path: Path, capsys: pytest.Capture
     assert list(Path(root, CLAIMS_DIR).iterdir()) == []  # the grid is complete: the last to end removed its claims
     capsys.readouterr()
     assert main(["status", root]) == 0 and "drivers sharing" not in capsys.readouterr().out
-    again = run_grid(str(grid), root, "local", progress=False)
+    again = run_grid(str(grid), root, opts())
     assert again.executed == 0 and again.already_done == 120 and len(read_ledger(ledger)) == 120
 
 
@@ -80,13 +86,14 @@ def test_a_complete_grid_s_claims_go_unless_another_driver_may_be_there(tmp_path
         ],
     }
     root = str(tmp_path / "res")
-    first = run_grid(grid, root, "local", progress=False)
+    first = run_grid(grid, root, opts())
     assert first.counts == {"ok": 20, "failed": 2}
     assert list(Path(root, CLAIMS_DIR).iterdir()) == []
     store = ResultStore(root)
-    claims = Path(root, CLAIMS_DIR, grid_key(store.read_runs("faulty", ["run_id"])["run_id"].to_pylist()))
+    ids = id_array(store.read_runs("faulty", ["run_id"])["run_id"].to_pylist())
+    claims = Path(root, CLAIMS_DIR, grid_key_of([ids]))
     _fake_driver(claims, "another-host", 1)  # elsewhere: live or dead, one look cannot tell
-    retry = run_grid(grid, root, "local", progress=False, retry_failed=True)
+    retry = run_grid(grid, root, opts(), retry_failed=True)
     assert retry.executed == 2 and retry.counts == {"failed": 2}
     assert sorted(p.name for p in claims.iterdir()) == ["b000002-g000000.json", "drivers"]  # kept for the other
     assert compact(store).claims_removed == 0 and claims.exists()

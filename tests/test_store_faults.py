@@ -5,7 +5,6 @@ the middle of a flush leaves nothing half-visible."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -20,10 +19,12 @@ import yaml
 
 from runner import ResultStore, run_grid
 from runner.store import txn as txn_module
-from runner.store.files import KILL_ENV
 from runner.store.trials import read_trials
 from runner.store.txn import PHASES, STAGING_DIR, TXN_DIR, Transaction
-from tests.conftest import REPO, CliResult, run_cell_by_cell
+from tests.conftest import REPO, CliResult, done_ids, run_cell_by_cell
+from tests.options import opts
+
+pytestmark = pytest.mark.faults
 
 GRID = {
     "name": "faults",
@@ -35,10 +36,10 @@ GRID = {
 }
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "runner.cli", *args]
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env)
+def _cli(*args: str, kill_at: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`convgrid ARGS` in a process of its own; with `kill_at`, SIGKILLed at that phase (tests/kill_at.py)."""
+    entry = ["-m", "runner.cli"] if kill_at is None else ["-m", "tests.kill_at", kill_at]
+    return subprocess.run([sys.executable, *entry, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 def logical(root: Path) -> dict[str, pd.DataFrame]:
@@ -80,11 +81,11 @@ def messy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store of many small parts with reruns: what compact has real work on."""
     root = tmp_path_factory.mktemp("messy")
     # unbatched: one record per executor yield, so flush_every=1 makes many parts (a batch arrives at once)
-    one_by_one = {"progress": False, "flush_every": 1, "batch": False}
-    run_cell_by_cell(GRID, root, flush_every=1, batch=False)  # a part per run, whatever the timing
-    run_grid(GRID, root, "local", retry_failed=True, **one_by_one)
+    one_by_one = opts(flush_every=1, batch=False)
+    run_cell_by_cell(GRID, root, one_by_one)  # a part per run, whatever the timing
+    run_grid(GRID, root, one_by_one, retry_failed=True)
     store = ResultStore(root)
-    run_grid(GRID, root, "local", only=sorted(store.done_ids("least_squares"))[:2], **one_by_one)
+    run_grid(GRID, root, one_by_one, only=sorted(done_ids(store, "least_squares"))[:2])
     assert len(list((root / "runs").rglob("*.parquet"))) > 2
     return root
 
@@ -96,7 +97,7 @@ def test_compact_killed_at_every_phase_changes_nothing_readers_see(
     root = tmp_path / "store"
     shutil.copytree(messy, root)
     before = logical(root)
-    killed = _cli("compact", str(root), env={KILL_ENV: phase})
+    killed = _cli("compact", str(root), kill_at=phase)
     assert killed.returncode == -9, killed.stderr  # it really died there, by SIGKILL
     assert_same(logical(root), before)  # convgrid's readers, before anyone recovers
     # the next command of any kind (here: status) finishes or undoes the compaction
@@ -120,14 +121,14 @@ def test_driver_killed_mid_flush_leaves_all_or_nothing(
     root = tmp_path / "results"
     one_flush = ("--flush-every", "100", "--flush-seconds", "600")  # all 8 runs in one transaction
     args = ("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress", *one_flush)
-    killed = _cli(*args, env={KILL_ENV: f"flush:{phase}"})
+    killed = _cli(*args, kill_at=f"flush:{phase}")
     assert killed.returncode == -9, killed.stderr
     seen = logical(root)
     committed = phase != "staging"  # the marker is the commit point
     runs = sum(len(v) for k, v in seen.items() if k.startswith("runs/"))
     assert runs == (8 if committed else 0)  # the whole flush or nothing
     again = cli("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress")
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 1, again.stderr  # the grid holds its failing cell: exit 1 (test_cli_conventions)
     assert ("nothing to run" in again.stdout) == committed
     settled(root)
     store = ResultStore(root)
@@ -137,7 +138,9 @@ def test_driver_killed_mid_flush_leaves_all_or_nothing(
 
 
 def test_compact_racing_a_live_driver_loses_and_doubles_nothing(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
-    n = 60
+    # 300 runs of 20 ms: at least 6 s of a live driver whatever the load (sleeping is not slowed by
+    # it), against ~1-3 s per compact process: the race is certain, not a matter of timing
+    n = 300
     grid = tmp_path / "grid.yaml"
     spec = {
         "name": "race",
@@ -149,7 +152,7 @@ def test_compact_racing_a_live_driver_loses_and_doubles_nothing(tmp_path: Path, 
     driver = subprocess.Popen([*cmd, "--no-progress", "--flush-every", "1"], cwd=REPO, stderr=subprocess.PIPE)
     compactions = 0
     deadline = time.monotonic() + 120
-    while driver.poll() is None and time.monotonic() < deadline:
+    while driver.poll() is None and time.monotonic() < deadline and compactions < 3:
         if (root / "runs").exists():
             done = _cli("compact", str(root))
             assert done.returncode == 0, done.stderr
@@ -157,7 +160,7 @@ def test_compact_racing_a_live_driver_loses_and_doubles_nothing(tmp_path: Path, 
     assert driver.wait(timeout=60) == 0, driver.stderr.read() if driver.stderr else ""
     assert compactions >= 2
     store = ResultStore(root)
-    assert len(store.done_ids()) == n
+    assert len(done_ids(store)) == n
     assert store.read_curves("faulty").num_rows == n  # every run kept its curve
     assert store.read_attempts("faulty").num_rows == n  # and ran once
     settled(root)
@@ -176,7 +179,7 @@ def test_retry_killed_while_replacing_the_old_attempt(
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump(GRID))
     args = ("run", str(grid), "--results", str(root), "--executor", "local", "--no-progress", "--retry-failed")
-    killed = _cli(*args, env={KILL_ENV: f"flush:{phase}"})
+    killed = _cli(*args, kill_at=f"flush:{phase}")
     assert killed.returncode == -9, killed.stderr
     store = ResultStore(root)
     attempts = store.read_attempts("faulty").to_pandas()

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.grid.schema import task_schemas
+from tests.options import opts
 
 T0, T1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -36,7 +37,8 @@ def _legacy(root: Path) -> None:
         {"run_id": "r2", "batch_id": "a", "step": 0, "value": 2.0},
         {"run_id": "r1", "batch_id": "b", "step": 0, "value": 1.0},
     ]
-    pq.write_table(pa.Table.from_pylist(curves, schema=curves_schema), root / "curves/task=faulty/part-0001-a.parquet")
+    legacy_curves = curves_schema.insert(1, pa.field("batch_id", pa.string()))  # curves/ had the attempt id
+    pq.write_table(pa.Table.from_pylist(curves, schema=legacy_curves), root / "curves/task=faulty/part-0001-a.parquet")
 
 
 def test_a_legacy_store_reads_right_takes_new_runs_and_compacts_into_the_current_layout(tmp_path: Path) -> None:
@@ -47,7 +49,7 @@ def test_a_legacy_store_reads_right_takes_new_runs_and_compacts_into_the_current
     curves = store.read_curves("faulty").to_pandas()
     assert sorted(zip(curves["run_id"], curves["value"], strict=True)) == [("r1", 1.0), ("r2", 2.0)]
 
-    run_grid({"name": "more", "blocks": [{"task": "faulty", "params": {"x": 7.0}}]}, tmp_path, "local", progress=False)
+    run_grid({"name": "more", "blocks": [{"task": "faulty", "params": {"x": 7.0}}]}, tmp_path, opts())
     assert ResultStore(tmp_path).read_runs("faulty").num_rows == 3
 
     (tmp_path / "runs/task=faulty/.tmp-part-0003-dead.parquet").write_bytes(b"PAR1 half written")  # old crash
@@ -59,8 +61,9 @@ def test_a_legacy_store_reads_right_takes_new_runs_and_compacts_into_the_current
     assert {"r1", "r2"} <= set(plain["run_id"]) and len(plain) == 3
     assert plain.set_index("run_id").loc["r1", "status"] == "ok"
     plain_curves = pd.read_parquet(tmp_path / "curves" / "task=faulty")
-    assert len(plain_curves) == 3 and ("r1", "a") not in set(
-        zip(plain_curves["run_id"], plain_curves["batch_id"], strict=True)
-    )
+    assert len(plain_curves) == 3 and "batch_id" not in plain_curves  # the current layout: no attempt id
+    assert 9.0 not in set(plain_curves["value"])  # r1's failed attempt "a" left curves/
+    old = pd.read_parquet(tmp_path / "attempt_curves" / "task=faulty")
+    assert list(zip(old["run_id"], old["batch_id"], old["value"], strict=True)) == [("r1", "a", 9.0)]
     history = pd.read_parquet(tmp_path / "attempts" / "task=faulty")["run_id"].value_counts()
     assert history["r1"] == 2 and history["r2"] == 1 and len(history) == 3  # both attempts of r1 kept

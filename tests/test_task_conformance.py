@@ -13,8 +13,10 @@ from runner.execute.worker import run_item
 from runner.grid.identity import canonical_json, run_id, validate_params
 from runner.grid.schema import curves_schema, runs_schema, task_schemas
 from runner.store import ResultStore
+from runner.store.flush import write_records
 from tasks import RunContext, TaskSpec, get_spec, get_task
 from tasks.registry import builtin_task_names
+from tests.conftest import done_ids
 
 TASKS = builtin_task_names()
 
@@ -81,8 +83,8 @@ def test_diverging_example_is_recorded_as_diverged(name: str, tmp_path: Path) ->
     assert record.status == "diverged", record.row.get("error")
     assert record.row["diverged_step"] is not None and record.row["diverged_step"] >= 1
     store = ResultStore(tmp_path)
-    store.write_records([record], task_schemas)
-    assert store.done_ids(name) == {record.run_id}
+    write_records(store, [record], task_schemas)
+    assert done_ids(store, name) == {record.run_id}
 
 
 @pytest.mark.parametrize("name", TASKS)

@@ -12,11 +12,13 @@ import optuna
 import pyarrow.compute as pc
 import pytest
 
+from runner.execute.local import LocalExecutor
 from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import run_study, tune
 from runner.tune.optuna_adapter import load_plans as load_study
 from runner.tune.optuna_adapter import open_storage
+from tests.options import opts
 
 # Depth-1 least squares with cond(X) = 3: X X^T has lambda_max = 4, lambda_min = 4/9, so the best
 # constant step is 2/(lambda_max + lambda_min) = 0.45 and the error contracts by 0.8 per step.
@@ -43,7 +45,7 @@ def lr_opt_theory(report: Any) -> float:
 def test_grid_study_finds_best_constant_step_within_one_grid_step(tmp_path: Path) -> None:
     raw = ls_study("ls_grid", sampler={"name": "grid"}, parallel=4)
     raw["space"] = {"lr": {"type": "float", "low": 0.40, "high": 0.50, "step": 0.005}}
-    (report,) = tune(raw, tmp_path, "local", progress=False)
+    (report,) = tune(raw, tmp_path, opts())
     assert report.states == {"COMPLETE": 21}
     opt = lr_opt_theory(report)
     assert math.isclose(opt, 0.45, rel_tol=1e-6)
@@ -51,12 +53,7 @@ def test_grid_study_finds_best_constant_step_within_one_grid_step(tmp_path: Path
 
 
 def test_tpe_study_finds_best_constant_step(tmp_path: Path) -> None:
-    (report,) = tune(
-        ls_study("ls_tpe", sampler={"name": "tpe", "seed": 1}, n_trials=40, parallel=2),
-        tmp_path,
-        "local",
-        progress=False,
-    )
+    (report,) = tune(ls_study("ls_tpe", sampler={"name": "tpe", "seed": 1}, n_trials=40, parallel=2), tmp_path, opts())
     assert report.states == {"COMPLETE": 40}
     best = report.best[0]["params"]["lr"]
     assert abs(best - lr_opt_theory(report)) / 0.45 < 0.02, best
@@ -84,14 +81,14 @@ def test_every_sampler_and_pruner_runs_a_study(tmp_path: Path, sampler: str, pru
     raw = ls_study(f"s_{sampler}", sampler={"name": sampler, "seed": 0}, n_trials=6, parallel=2)
     if pruner != "nop":
         raw["pruner"] = {"name": pruner, "metric": "err"}
-    (report,) = tune(raw, tmp_path, "local", progress=False)
+    (report,) = tune(raw, tmp_path, opts())
     assert report.states["COMPLETE"] + report.states["PRUNED"] == 6 and not report.states["FAIL"]
 
 
 def enqueue(root: Path, raw: dict[str, Any], points: list[dict[str, Any]]) -> None:
     """Put trials in the study's queue before the driver starts (Optuna's own enqueue_trial)."""
     plan = load_study(raw)[0]
-    storage, _ = open_storage(None, ResultStore(root))
+    storage = open_storage(None, ResultStore(root))._storage
     study = optuna.create_study(storage=storage, study_name=plan.name, directions=plan.directions)
     for point in points:
         study.enqueue_trial(point)
@@ -113,7 +110,7 @@ def prune_study(root: Path, name: str, **params: Any) -> dict[str, Any]:
 
 def test_pruner_stops_a_bad_trial_early_and_records_it(tmp_path: Path) -> None:
     raw = prune_study(tmp_path, "ls_prune", n_iters=400)
-    (report,) = tune(raw, tmp_path, "local", progress=False)
+    (report,) = tune(raw, tmp_path, opts())
     assert report.states == {"COMPLETE": 2, "PRUNED": 1}
     store = ResultStore(tmp_path)
     trial = read_trials(store, "ls_prune").to_pylist()[2]
@@ -132,7 +129,7 @@ def test_run_statuses_become_trial_states(tmp_path: Path) -> None:
     raw["objective"] = {"metric": "iters_to_tol", "direction": "minimize"}
     enqueue(tmp_path, raw, [{"lr": 0.45}, {"lr": 3.0}, {"lr": 0.3}])  # ok, diverges (> 2/lambda_max), ok
     raw["params"]["tol"] = 1e-6
-    (report,) = tune(raw, tmp_path, "local", progress=False)
+    (report,) = tune(raw, tmp_path, opts())
     rows = {r["number"]: r for r in read_trials(ResultStore(tmp_path), "ls_states").to_pylist()}
     assert (rows[0]["state"], rows[1]["state"], rows[2]["state"]) == ("COMPLETE", "PRUNED", "COMPLETE")
     assert rows[1]["run_status"] == "diverged" and rows[1]["note"] == "run diverged"
@@ -147,7 +144,7 @@ def test_run_statuses_become_trial_states(tmp_path: Path) -> None:
         "objective": {"metric": "square"},
         "sampler": "grid",
     }
-    (report,) = tune(faulty, tmp_path, "local", progress=False)
+    (report,) = tune(faulty, tmp_path, opts())
     assert report.states == {"COMPLETE": 2, "FAIL": 2}
     assert report.stopped_early == "the grid is covered"
     failed = [r for r in read_trials(ResultStore(tmp_path), "faults").to_pylist() if r["state"] == "FAIL"]
@@ -157,17 +154,17 @@ def test_run_statuses_become_trial_states(tmp_path: Path) -> None:
 def test_trials_with_stored_runs_are_told_without_running(tmp_path: Path) -> None:
     raw = ls_study("first", sampler={"name": "grid"}, parallel=3)
     raw["space"] = {"lr": {"type": "float", "low": 0.1, "high": 0.5, "step": 0.1}}
-    (first,) = tune(raw, tmp_path, "local", progress=False)
+    (first,) = tune(raw, tmp_path, opts())
     assert first.ran == 5 and first.from_store == 0
     raw["name"] = "second"  # another study asking for the same cells shares their runs
-    (second,) = tune(raw, tmp_path, "local", progress=False)
+    (second,) = tune(raw, tmp_path, opts())
     assert second.ran == 0 and second.from_store == 5
     assert [b["values"] for b in second.best] == [b["values"] for b in first.best]
     members = ResultStore(tmp_path).read_members()
     assert sorted(set(members["grid"].to_pylist())) == ["first", "second"]
     # Asking again for more finished trials than exist continues the same study.
-    (more,) = tune(ls_study("first2", n_trials=4, parallel=2), tmp_path, "local", progress=False)
-    (again,) = tune(ls_study("first2", n_trials=6, parallel=2), tmp_path, "local", progress=False)
+    (more,) = tune(ls_study("first2", n_trials=4, parallel=2), tmp_path, opts())
+    (again,) = tune(ls_study("first2", n_trials=6, parallel=2), tmp_path, opts())
     assert sum(more.states.values()) == 4 and sum(again.states.values()) == 6
     assert len(read_trials(ResultStore(tmp_path), "first2")) == 6
 
@@ -175,10 +172,10 @@ def test_trials_with_stored_runs_are_told_without_running(tmp_path: Path) -> Non
 def test_baselines_run_once_and_belong_to_the_study(tmp_path: Path) -> None:
     raw = ls_study("with_base", n_trials=2, parallel=2, baselines=[{"params": {"lr_rule": "optimal", "lr": None}}])
     plan = load_study(raw)[0]
-    report = run_study(plan, tmp_path, "local", progress=False)
+    report = run_study(plan, tmp_path, LocalExecutor(), opts())
     (base,) = report.baselines
     assert base["status"] == "ok" and base["run_id"] == plan.baselines[0].run_id
     members = ResultStore(tmp_path).read_members().to_pylist()
     assert {m["run_id"] for m in members if m["block"] == 1} == {base["run_id"]}
-    again = run_study(plan, tmp_path, "local", progress=False)
+    again = run_study(plan, tmp_path, LocalExecutor(), opts())
     assert again.ran == 0 and again.baselines == report.baselines

@@ -19,6 +19,7 @@ from runner.execute.worker import run_item
 from runner.store import ResultStore, RunRecord
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
+from tests.options import opts
 from tests.test_tune import ls_study
 
 
@@ -81,7 +82,7 @@ def _trials(root: Path, study: str) -> list[tuple[int, str, str, float | None]]:
 def test_async_keeps_parallel_trials_in_flight_and_asks_as_each_finishes(tmp_path: Path) -> None:
     executor = ScriptedExecutor(lifo=True)
     raw = ls_study("async", n_trials=12, parallel=3, sampler={"name": "tpe", "seed": 1})
-    (report,) = tune(raw, tmp_path, executor, progress=False, flush_s=600)
+    (report,) = tune(raw, tmp_path, opts(flush_s=600), executor=executor)
     assert report.states == {"COMPLETE": 12} and report.ran == 12
     assert executor.max_in_flight == 3
     # after the first three, every finished run is followed at once by one new trial, then a wait
@@ -101,7 +102,7 @@ def test_deterministic_mode_tells_in_trial_order_whatever_order_runs_finish(tmp_
     results = []
     for lifo in (False, True):
         executor = ScriptedExecutor(lifo=lifo)
-        tune(raw, tmp_path / str(lifo), executor, progress=False)
+        tune(raw, tmp_path / str(lifo), opts(), executor=executor)
         # a whole batch is asked before any run finishes, and the next only once all three are told
         pulls = [e[0] for e in executor.log]
         assert pulls == ["+", "+", "+", "w", "-", "w", "-", "w", "-"] * 3
@@ -111,8 +112,8 @@ def test_deterministic_mode_tells_in_trial_order_whatever_order_runs_finish(tmp_
 
 
 def test_deterministic_flag_and_file_key(tmp_path: Path) -> None:
-    from runner.tune.driver import with_overrides
     from runner.tune.optuna_adapter import load_plans
+    from runner.tune.spec import with_overrides
 
     (plan,) = load_plans(ls_study("flag", n_trials=2))
     assert plan.mode == "async"
@@ -127,7 +128,7 @@ def test_trials_in_flight_with_the_same_params_share_one_run(tmp_path: Path) -> 
     executor = ScriptedExecutor(lifo=True)
     raw = ls_study("shared", n_trials=6, parallel=3, sampler={"name": "random", "seed": 0})
     raw["space"] = {"lr": {"type": "categorical", "choices": [0.1, 0.2]}}
-    (report,) = tune(raw, tmp_path, executor, progress=False)
+    (report,) = tune(raw, tmp_path, opts(), executor=executor)
     rows = read_trials(ResultStore(tmp_path), "shared").to_pylist()
     assert len(rows) == 6 and {r["state"] for r in rows} == {"COMPLETE"}
     # two points: each run sent to the executor once, the other trials share it or are told from the store
@@ -142,7 +143,7 @@ def test_a_batch_of_trials_is_asked_and_handed_over_as_one_group(tmp_path: Path)
     (plan,) = load_plans(ls_study("grouped", n_trials=12, parallel=6, sampler={"name": "random", "seed": 2}))
     # least_squares has no run_batch, so the file would refuse `batch: 3`; the grouping is the tuner's part
     executor = ScriptedExecutor(lifo=False)
-    report = run_study(replace(plan, batch=3), tmp_path, executor, progress=False)
+    report = run_study(replace(plan, batch=3), tmp_path, executor, opts())
     assert report.states == {"COMPLETE": 12}
     assert executor.groups == [3, 3, 3, 3]  # never a trial alone: refilled when a whole group finished
     assert executor.max_in_flight == 6
@@ -178,13 +179,12 @@ def test_a_pruned_run_asked_again_is_judged_afresh() -> None:
         def __init__(self, prune: bool) -> None:
             self.prune, self.reported = prune, []
 
-        def report(self, value: float, step: int) -> None:
-            self.reported.append(step)
+    class Pruner:  # the study's side of `report`: the step is recorded, the pruner's verdict answered
+        def report(self, trial: Trial, value: float, step: int) -> bool:
+            trial.reported.append(step)
+            return not trial.prune
 
-        def should_prune(self) -> bool:
-            return self.prune
-
-    hub = PruningHub()
+    hub = PruningHub(Pruner())  # type: ignore[arg-type]
     hub.add("r", Trial(prune=True))
     assert hub.judge("r", 1, 0.5) is False and hub.judge("r", 2, 0.5) is False  # stopped, and stays so
     hub.finish("r")

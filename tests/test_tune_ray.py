@@ -9,10 +9,15 @@ import signal
 import threading
 from pathlib import Path
 
+import pytest
+
 from runner import RayExecutor, ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
+from tests.options import opts
 from tests.test_tune import prune_study
+
+pytestmark = [pytest.mark.ray, pytest.mark.faults]
 
 
 def test_a_study_moves_to_ray_with_its_pruner_when_ray_is_up(tmp_path: Path, ray_local: object) -> None:
@@ -22,8 +27,8 @@ def test_a_study_moves_to_ray_with_its_pruner_when_ray_is_up(tmp_path: Path, ray
     # the first trial runs in process, then the stand-in start says Ray is up: the others, the pruned one
     # among them, run on the module's Ray and report through the pool's channel actor
     executor, starts = warm_executor(after=2, pool=RayExecutor(workers=1))
-    executor.defer = False  # the start begins with the study (a study this short would not start Ray)
-    (report,) = tune(raw, tmp_path, executor, progress=False)
+    executor.start()  # the start begins with the study (a study this short would not start Ray)
+    (report,) = tune(raw, tmp_path, opts(), executor=executor)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1}
     assert (executor.ran_locally, starts[0].warmed, executor.pool.chunks_submitted) == (1, True, 2)
     runs = ResultStore(tmp_path).read_runs("least_squares", ["status", "n_steps", "lr"]).to_pylist()
@@ -47,7 +52,7 @@ def test_ray_study_with_a_worker_killed_mid_batch(tmp_path: Path, ray_local: obj
     }
     killer.start()
     try:
-        (report,) = tune(study, tmp_path, executor, progress=False)
+        (report,) = tune(study, tmp_path, opts(), executor=executor)
     finally:
         killer.cancel()
         executor.close()

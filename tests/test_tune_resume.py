@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 from optuna.trial import TrialState
 
@@ -19,6 +20,8 @@ from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.optuna_adapter import open_storage
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.faults
 
 STUDY = {
     "name": "killed",
@@ -50,7 +53,7 @@ def _cmd(study: Path, root: Path) -> list[str]:
 
 
 def _trials(root: Path) -> list[optuna.trial.FrozenTrial]:
-    storage, _ = open_storage(None, ResultStore(root))
+    storage = open_storage(None, ResultStore(root))._storage
     try:
         return optuna.load_study(study_name="killed", storage=storage).get_trials(deepcopy=False)
     except KeyError:

@@ -159,3 +159,43 @@ def test_ready_studies_validate() -> None:
     assert studies, "no ready studies"
     for path in studies:
         assert load_study(path), path
+
+
+# A bool where a number belongs: YAML's `true` is no count, bound or seed (pydantic's lax mode took it as
+# 1). Every numeric field of the study file, and the numeric options of a sampler or pruner.
+BOOL_FOR_NUMBER = {
+    "n_trials": _with(n_trials=True),
+    "parallel": _with(parallel=True),
+    "batch": _with(batch=True),
+    "max_failed": _with(max_failed=True),
+    "sampler.seed": _with(sampler={"name": "tpe", "seed": True}),
+    "sampler.options.n_startup_trials": _with(sampler={"name": "tpe", "options": {"n_startup_trials": True}}),
+    "pruner.every": _with(pruner={"name": "median", "metric": "err", "every": True}),
+    "pruner.options.n_warmup_steps": _with(
+        pruner={"name": "median", "metric": "err", "options": {"n_warmup_steps": True}}
+    ),
+    "objective.nan_value": _with(objective={"metric": "err_final", "nan_value": True}),
+    "space.lr.low": _with(space={"lr": {"type": "float", "low": True, "high": 1.0}}),
+    "space.lr.step": _with(space={"lr": {"type": "float", "low": 0.1, "high": 1.0, "step": True}}),
+    "space.lr.grid.0": _with(space={"lr": {"type": "float", "low": 0.1, "high": 1.0, "grid": [True]}}),
+    "space.n_iters.high": _with(space={"n_iters": {"type": "int", "low": 1, "high": True}}),
+}
+
+
+@pytest.mark.parametrize("key", sorted(BOOL_FOR_NUMBER))
+def test_a_bool_where_a_number_belongs_is_refused(key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_study(BOOL_FOR_NUMBER[key])
+    assert info.value.key == key, str(info.value)
+    assert "True" in str(info.value) and "bool" in str(info.value)
+
+
+def test_bools_stay_valid_where_they_belong() -> None:
+    # a log flag is one, and so is a sampler's boolean option
+    (plan,) = load_study(
+        _with(
+            objective={"metric": "err_final", "log": True},
+            sampler={"name": "tpe", "options": {"multivariate": True, "constant_liar": False}},
+        )
+    )
+    assert plan.objectives[0].log is True and plan.sampler.options["multivariate"] is True

@@ -28,7 +28,10 @@ from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
 from runner.tune.optuna_adapter import open_storage
+from tests.options import opts
 from tests.test_tune import LS_PARAMS, ls_study
+
+pytestmark = pytest.mark.services
 
 
 def _pg_bin() -> Path | None:
@@ -108,10 +111,10 @@ def test_journal_and_postgres_hold_the_same_trials(tmp_path: Path, pg_url: str) 
         mode="deterministic",  # async tells land on their own thread: which trials a pruner sees is timing
         pruner={"name": "median", "metric": "err", "options": {"n_startup_trials": 3, "n_warmup_steps": 10}},
     )
-    (journal,) = tune(raw, tmp_path / "a", "local", progress=False)
-    (rdb,) = tune(raw, tmp_path / "b", "local", progress=False, storage=pg_url)
+    (journal,) = tune(raw, tmp_path / "a", opts())
+    (rdb,) = tune(raw, tmp_path / "b", opts(), storage=pg_url)
     assert journal.states == rdb.states and journal.states["PRUNED"] >= 1  # pruning decisions are the same too
-    from_journal = _trial_set(open_storage(None, ResultStore(tmp_path / "a"))[0], name)
+    from_journal = _trial_set(open_storage(None, ResultStore(tmp_path / "a"))._storage, name)
     from_pg = _trial_set(pg_url, name)
     assert len(from_journal) == 12 and from_journal == from_pg
     # Both stores link the same trials to the same runs.
@@ -145,7 +148,7 @@ def test_optuna_dashboard_opens_journal_and_postgres(tmp_path: Path, pg_url: str
     pytest.importorskip("optuna_dashboard")
     name = f"dash_{uuid.uuid4().hex[:8]}"
     for storage in (None, pg_url):
-        tune(ls_study(name, n_trials=3, parallel=3), tmp_path, "local", progress=False, storage=storage)
+        tune(ls_study(name, n_trials=3, parallel=3), tmp_path, opts(), storage=storage)
     for target in (str(tmp_path / "optuna.journal"), pg_url):
         studies = {s["study_name"]: s for s in _dashboard_get(target, "/api/studies")["study_summaries"]}
         study = _dashboard_get(target, f"/api/studies/{studies[name]['study_id']}")

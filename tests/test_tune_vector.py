@@ -13,7 +13,8 @@ from runner.errors import ConfigError
 from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
-from runner.tune.optuna_adapter import distributions, load_plans, make_sampler
+from runner.tune.optuna_adapter import _distributions, _make_sampler, load_plans
+from tests.options import opts
 
 STUDY = {
     "name": "vec",
@@ -29,12 +30,12 @@ STUDY = {
 
 def test_a_vector_is_sampled_as_elements_and_run_as_one_list(tmp_path: Path) -> None:
     plan = load_plans(STUDY)[0]
-    assert sorted(distributions(plan)) == ["weights[0]", "weights[1]", "weights[2]"]
-    assert make_sampler(plan)._x0 == {"weights[0]": 0.0, "weights[1]": 0.0, "weights[2]": 0.0}
+    assert sorted(_distributions(plan)) == ["weights[0]", "weights[1]", "weights[2]"]
+    assert _make_sampler(plan)._x0 == {"weights[0]": 0.0, "weights[1]": 0.0, "weights[2]": 0.0}
     cell = plan.cell({"weights[0]": 0.5, "weights[1]": 1.0, "weights[2]": 2.0})
     assert cell.params.weights == [0.5, 1.0, 2.0]
 
-    [report] = tune(STUDY, tmp_path, "local", progress=False)
+    [report] = tune(STUDY, tmp_path, opts())
     trials = read_trials(ResultStore(tmp_path), "vec").to_pylist()
     assert len(trials) == 24 and {t["state"] for t in trials} == {"COMPLETE"}
     assert set(json.loads(trials[0]["params_json"])) == {"weights[0]", "weights[1]", "weights[2]"}

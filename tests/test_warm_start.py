@@ -14,11 +14,13 @@ from typing import cast
 import pyarrow.dataset as ds
 
 from runner import ResultStore, run_grid
-from runner.api import make_executor
+from runner.execute.auto import make_executor
 from runner.execute.base import WorkItem
+from runner.execute.options import ExecutionOptions
 from runner.execute.ray_pool import RayExecutor
 from runner.execute.warm import WarmStartExecutor
 from runner.store.records import RunRecord
+from tests.options import opts
 
 
 class ReadyAfter(threading.Event):
@@ -68,26 +70,27 @@ def stored_ids(root: Path, task: str) -> list[str]:
 
 
 def test_auto_on_the_embedded_ray_is_the_warm_start_and_ray_elsewhere() -> None:
-    assert isinstance(make_executor("auto"), WarmStartExecutor)
-    assert isinstance(make_executor("ray"), RayExecutor)
+    assert isinstance(make_executor(ExecutionOptions()), WarmStartExecutor)
+    assert isinstance(make_executor(ExecutionOptions(executor="ray")), RayExecutor)
     for option in ({"address": "auto"}, {"timeout_s": 5.0}, {"gpus_per_worker": 0.5}):
-        assert isinstance(make_executor("auto", **option), RayExecutor), option
+        assert isinstance(make_executor(ExecutionOptions(**option)), RayExecutor), option
 
 
 def test_a_grid_that_ends_while_ray_starts_never_waits_for_it(tmp_path: Path) -> None:
     executor, starts = warm_executor(after=None)  # Ray never comes up
     grid = {"name": "quick", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}}]}
-    report = run_grid(grid, tmp_path, executor, progress=False)
+    report = run_grid(grid, tmp_path, opts(), executor=executor)
     assert (report.executed, report.counts["ok"], executor.ran_locally) == (3, 3, 3)
     assert len(starts) == 1 and not starts[0].warmed and executor.pool.actors == []
     assert sorted(ResultStore(tmp_path).read_runs("faulty")["square"].to_pylist()) == [1.0, 4.0, 9.0]
+    executor.close()  # the caller's executor: the grid leaves it open
     assert executor._abandoned  # closed before Ray was up: the start stops what it makes, nobody waits
 
 
 def test_a_failing_cell_run_while_ray_starts_is_a_recorded_failure(tmp_path: Path) -> None:
     executor, _ = warm_executor(after=None)
     grid = {"name": "fails", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0], "fail": [False, True]}}]}
-    report = run_grid(grid, tmp_path, executor, progress=False)
+    report = run_grid(grid, tmp_path, opts(), executor=executor)
     assert (report.counts["ok"], report.counts["failed"], executor.ran_locally) == (2, 2, 4)
     runs = ResultStore(tmp_path).read_runs("faulty").to_pandas().set_index("x")
     failed = runs[runs["status"] == "failed"]
@@ -96,7 +99,7 @@ def test_a_failing_cell_run_while_ray_starts_is_a_recorded_failure(tmp_path: Pat
         assert error.startswith(f"RuntimeError: asked to fail with x={x}") and "Traceback" in error
     # failed runs are not done: the same command runs them again (here: in process again), never the ok ones
     rerun, _ = warm_executor(after=None)
-    again = run_grid(grid, tmp_path, rerun, progress=False, retry_failed=True)
+    again = run_grid(grid, tmp_path, opts(), executor=rerun, retry_failed=True)
     assert (again.executed, again.already_done, rerun.ran_locally) == (2, 2, 2)
 
 
@@ -106,8 +109,8 @@ def test_a_study_with_a_pruner_prunes_in_process_while_ray_starts(tmp_path: Path
 
     raw = prune_study(tmp_path, "warm_prune", n_iters=400)
     executor, starts = warm_executor(after=None)  # Ray never comes up: the study must not wait for it
-    executor.defer = False  # the start begins with the study (a study this short would not start Ray)
-    (report,) = tune(raw, tmp_path, executor, progress=False)
+    executor.start()  # the start begins with the study (a study this short would not start Ray)
+    (report,) = tune(raw, tmp_path, opts(), executor=executor)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1} and executor.ran_locally == 3
     executor.close()  # the caller's executor: the study leaves it open
     assert not starts[0].warmed and executor._abandoned
@@ -123,7 +126,7 @@ def test_a_study_too_short_to_pay_for_ray_never_starts_it(tmp_path: Path) -> Non
 
     raw = prune_study(tmp_path, "short", n_iters=400)
     executor, starts = warm_executor(after=None)
-    (report,) = tune(raw, tmp_path, executor, progress=False)
+    (report,) = tune(raw, tmp_path, opts(), executor=executor)
     assert report.states == {"COMPLETE": 2, "PRUNED": 1} and executor.ran_locally == 3
     assert starts == []  # three fast trials, forecast far under Ray's cost: no start at all
     executor.close()
@@ -135,7 +138,7 @@ def test_a_short_study_with_baselines_never_starts_ray_either(tmp_path: Path) ->
 
     raw = ls_study("short_base", n_trials=2, parallel=2, baselines=[{"params": {"lr_rule": "optimal", "lr": None}}])
     executor, starts = warm_executor(after=None)
-    (report,) = tune(raw, tmp_path, executor, progress=False)
+    (report,) = tune(raw, tmp_path, opts(), executor=executor)
     assert report.states == {"COMPLETE": 2} and report.baselines[0]["status"] == "ok"
     assert starts == [] and executor.ran_locally == 3  # the baseline, as the trials, ran in process
     executor.close()

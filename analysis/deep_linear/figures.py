@@ -15,89 +15,58 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.aggregate import band
+from analysis.aggregate import group_keys
 from analysis.aggregate import median_table as _median_table
+from analysis.curve_plot import Line, draw_lines, figure_legend, seed_lines
 from analysis.figures import Figure, save_figure
-from tasks.status import FINAL_STATUSES
+from analysis.load import finished
+from analysis.style import new_figure
 
 FLOOR = 1e-10  # "if the error is less than 1e-10, we simply set 1e-10" (Sec. 4)
-XLABEL = {"sweep": "number of sweeps", "step": "number of iterations", "flops": "flops (learner, covariance form)"}
-DONE = tuple(sorted(FINAL_STATUSES))
+XLABEL = {
+    "sweep": "sweeps (one sweep updates all L layers)",
+    "step": "iterations t (one layer updated each)",
+    "flops": "flops (learner, covariance form)",
+}
+# err is (1/m)[||W X - Y||^p - ||W* X - Y||^p], un-halved (the paper's y-axis); for p = 2 it is ||(W - W*) X||^2 / m
+ERR_LABEL = {
+    "l2": r"error to the optimum $\|(W - W^*)X\|_F^2\,/\,m$",
+    "l4": r"excess loss $(\|WX - Y\|_4^4 - \|W^*X - Y\|_4^4)\,/\,m$",
+}
 
 
-def _hashable(v: Any) -> Any:
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return tuple(int(u) if float(u).is_integer() else float(u) for u in v)
-    return v
+def _err_label(runs: pd.DataFrame) -> str:
+    losses = set(runs["loss"].dropna()) if "loss" in runs else {"l2"}
+    return ERR_LABEL[losses.pop()] if len(losses) == 1 and next(iter(losses)) in ERR_LABEL else "error to the optimum"
 
 
 def _prep_runs(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    out = runs[runs["status"].isin(DONE)].copy()
+    """Finished runs with every `by` column present (missing: None) and groupable (lists as tuples)."""
+    out = finished(runs).copy()
     for col in by:
         if col not in out:
             out[col] = None
-        out[col] = out[col].map(_hashable).astype(object)
-    return out
+    return group_keys(out, by)
 
 
-def series(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str], x: str = "step") -> list[tuple[dict, pd.DataFrame]]:
-    """Per group of `by`: x (median over seeds of the x column at each step) and the median, 25% and
-    75% quantiles of the clipped error over the runs of that group."""
-    r = _prep_runs(runs, by)
-    # curve columns only: "lr" and "flops" are also run columns (the GD step, the run's total)
-    cur = curves[list(dict.fromkeys(["run_id", "step", "err", x]))].merge(r[["run_id", *by]], on="run_id")
-    out: list[tuple[dict, pd.DataFrame]] = []
-    if cur.empty:
-        return out
-    for key, g in cur.groupby(by, dropna=False, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        # A diverged step (inf) is missing in the band; errors below the paper's floor sit on it.
-        err = band(g.assign(err=g["err"].clip(lower=FLOOR)), ["step"], "err")
-        xs = err["step"] if x == "step" else band(g, ["step"], x)["median"]
-        statuses = r.loc[r["run_id"].isin(g["run_id"].unique()), "status"]
-        stats = pd.DataFrame(
-            {
-                "x": xs.to_numpy(),
-                "med": err["median"].to_numpy(),
-                "q25": err["q25"].to_numpy(),
-                "q75": err["q75"].to_numpy(),
-                "n": err["n"].to_numpy(),
-                "n_diverged": int((statuses == "diverged").sum()),
-            }
-        )
-        out.append((dict(zip(by, key, strict=True)), stats))
-    return out
-
-
-def _plot(
+def _draw(
     ax: Any,
-    items: list[tuple[dict, pd.DataFrame]],
+    runs: pd.DataFrame,
+    curves: pd.DataFrame,
+    by: list[str],
+    x: str,
     label: Callable[[dict], str],
     style: Callable[[dict], dict] | None = None,
-) -> None:
-    top = 0.0
-    for key, s in items:
-        kw = style(key) if style else {}
-        name = label(key) + (" (diverged)" if s["n_diverged"].iloc[0] else "")
-        (line,) = ax.semilogy(s["x"], s["med"], label=name, **kw)
-        if (s["n"] > 1).any():
-            ax.fill_between(s["x"], s["q25"], s["q75"], color=line.get_color(), alpha=0.2, linewidth=0)
-        top = max(top, float(s["med"].iloc[0]))
-    if top > 0:  # diverging runs leave the plot upwards instead of squashing every other curve
-        ax.set_ylim(FLOOR / 3, 30 * top)
-    if not items:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    ax.set_ylabel("error to the optimum")
-    ax.grid(True, which="major", alpha=0.3)
-    if items:
-        ax.legend(fontsize=7)
+    legend: bool = True,
+) -> list[Line]:
+    """The error against `x` (sweeps, iterations or flops), one line per group of `by`, clipped at the
+    paper's floor; diverged runs are stubs (analysis.curve_plot)."""
+    lines = seed_lines(_prep_runs(runs, by), curves, by, "err", x=x, label=label, style=style, floor=FLOOR)
+    draw_lines(ax, lines, XLABEL[x], _err_label(runs), legend=legend)
+    return lines
 
 
 def _panels(
@@ -111,11 +80,11 @@ def _panels(
     out_dir: Path,
     name: str,
 ) -> list[Path]:
-    fig, axes = plt.subplots(1, len(xs), figsize=(4.6 * len(xs), 3.8), squeeze=False)
+    fig, axes = new_figure(1, len(xs), figsize=(4.6 * len(xs), 4.2), squeeze=False)
     for ax, x in zip(axes[0], xs, strict=True):
-        _plot(ax, series(runs, curves, by, x), label, style)
-        ax.set_xlabel(XLABEL[x])
-    fig.suptitle(title, fontsize=10)
+        lines = _draw(ax, runs, curves, by, x, label, style, legend=False)
+    figure_legend(fig, axes[0][0], lines)  # the same lines in every panel
+    fig.suptitle(title)
     return save_figure(fig, out_dir, name)
 
 
@@ -162,16 +131,15 @@ def _vs_gd(
     runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, name: str, title: str, panel_col: str
 ) -> list[Path]:
     parts = _split(runs, panel_col)
-    fig, axes = plt.subplots(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
+    fig, axes = new_figure(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
     by = ["algo", "lr_rule", "lr"]
     for col, (val, sub) in enumerate(parts):
         for row, x in enumerate(["step", "flops"]):
             ax = axes[row][col]
-            _plot(ax, series(sub, curves, by, x), _algo_label)
-            ax.set_xlabel(XLABEL[x])
+            _draw(ax, sub, curves, by, x, _algo_label)
             depth = sorted(sub["L"].unique()) if "L" in sub else []
-            ax.set_title(f"{panel_col} = {val}, L = {', '.join(str(int(d)) for d in depth)}", fontsize=8)
-    fig.suptitle(title, fontsize=10)
+            ax.set_title(f"{panel_col} = {val}, L = {', '.join(str(int(d)) for d in depth)}")
+    fig.suptitle(title)
     return save_figure(fig, out_dir, name)
 
 
@@ -219,34 +187,35 @@ def _arch_label(k: dict) -> str:
 def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Fig. 5: one narrow layer stalls training; markers at the W_1 updates (and W_50 where logged)."""
     by = ["width", "widths"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
+    fig, axes = new_figure(1, 2, figsize=(10, 4), squeeze=False)
     for ax, x in zip(axes[0], ["step", "flops"], strict=True):
-        items = series(runs, curves, by, x)
-        _plot(ax, items, _arch_label)
-        ax.set_xlabel(XLABEL[x])
+        lines = _draw(ax, runs, curves, by, x, _arch_label)
         if x != "step":
             continue
         r = _prep_runs(runs, by)
-        for key, s in items:
-            sel = _rows_of(r, key)
-            if sel.empty:
+        for ln in lines:
+            sel = _rows_of(r, ln.key)
+            if sel.empty or ln.diverged:
                 continue
             first = curves[curves["run_id"] == sel["run_id"].iloc[0]]
             depth = int(sel["L"].iloc[0])
             for layer, marker in ((1, "o"), (depth // 2, "*")):
-                steps = first.loc[first["layer"] == layer, "step"].to_numpy()
-                pts = s[np.isin(s["x"].to_numpy(), steps)]
-                ax.plot(pts["x"], pts["med"], marker, markersize=3, fillstyle="none", color="k", alpha=0.5)
+                at = np.isin(ln.x, first.loc[first["layer"] == layer, "step"].to_numpy())
+                ax.plot(ln.x[at], ln.y[at], marker, markersize=3, fillstyle="none", color="k", alpha=0.5)
     shapes = zip(runs["d_in"], runs["d_out"], runs["L"], strict=True)
     dims = ", ".join(sorted({f"{int(a)} -> {int(b)}, L = {int(c)}" for a, b, c in shapes}))
-    fig.suptitle(f"Fig. 5: width ({dims}, descending BCGD); o: W_1 updates, *: W_(L/2) updates", fontsize=10)
+    fig.suptitle(f"Fig. 5: width ({dims}, descending BCGD); o: W_1 updates, *: W_(L/2) updates")
     return save_figure(fig, out_dir, "fig5_width")
+
+
+def _order_label(key: dict) -> str:
+    return f"{key['init']}, {key['order']}"
 
 
 def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Fig. 6: ascending vs descending for three inits; left d_in < d_out, right d_in > d_out."""
     panels = sorted({(int(a), int(b)) for a, b in zip(runs.get("d_in", []), runs.get("d_out", []), strict=True)})
-    fig, axes = plt.subplots(2, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 7.5), squeeze=False)
+    fig, axes = new_figure(2, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 7.5), squeeze=False)
     colors = {"orth_identity": "C0", "balanced": "C1", "random": "C2", "orthogonal": "C3", "identity": "C4"}
 
     def style(k: dict) -> dict:
@@ -256,25 +225,25 @@ def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
         sub = runs[(runs["d_in"] == d_in) & (runs["d_out"] == d_out)]
         for row, x in enumerate(["step", "flops"]):
             ax = axes[row][col]
-            _plot(ax, series(sub, curves, ["init", "order"], x), lambda k: f"{k['init']}, {k['order']}", style)
-            ax.set_xlabel(XLABEL[x])
-            ax.set_title(f"d_in = {d_in}, d_out = {d_out}", fontsize=8)
+            lines = _draw(ax, sub, curves, ["init", "order"], x, _order_label, style, legend=False)
+            ax.set_title(f"d_in = {d_in}, d_out = {d_out}")
+    if panels:
+        figure_legend(fig, axes[0][0], lines)  # the same init x order pairs in every panel
     depth = ", ".join(str(int(v)) for v in sorted(runs["L"].unique())) if "L" in runs else "?"
-    fig.suptitle(f"Fig. 6: update order x initialisation (L = {depth}; solid asc, dashed desc)", fontsize=10)
+    fig.suptitle(f"Fig. 6: update order x initialisation (L = {depth}; solid asc, dashed desc)")
     return save_figure(fig, out_dir, "fig6_order_init")
 
 
 def fig7_uci(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Fig. 7: UCI Ethanol, depths 1..5; left L2 loss (eq. 3.4), right L4 loss (eq. 3.11)."""
     parts = _split(runs, "loss")
-    fig, axes = plt.subplots(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
+    fig, axes = new_figure(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
     for col, (val, sub) in enumerate(parts):
         for row, x in enumerate(["step", "flops"]):
             ax = axes[row][col]
-            _plot(ax, series(sub, curves, ["L"], x), lambda k: f"L = {int(k['L'])}", _depth_style)
-            ax.set_xlabel(XLABEL[x])
-            ax.set_title(f"loss = {val}", fontsize=8)
-    fig.suptitle("Fig. 7: UCI Ethanol (identity init, descending BCGD)", fontsize=10)
+            _draw(ax, sub, curves, ["L"], x, lambda k: f"L = {int(k['L'])}", _depth_style)
+            ax.set_title(f"loss = {val}")
+    fig.suptitle("Fig. 7: UCI Ethanol (identity init, descending BCGD)")
     return save_figure(fig, out_dir, "fig7_uci")
 
 

@@ -9,22 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.figures import save_figure
+from analysis.curve_plot import draw_lines, seed_lines
+from analysis.figures import Figure, save_figure
+from analysis.load import finished
+from analysis.style import ERRORBAR_NOTE, color, new_figure
 
-Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
-COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-
-
-def _done(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[runs["status"].isin(["ok", "diverged"])] if "status" in runs else runs
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def _quartiles(runs: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:
@@ -35,7 +31,7 @@ def _quartiles(runs: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _errorbars(ax: plt.Axes, q: pd.DataFrame, x: str, label: str, color: str, **kw: object) -> None:
+def _errorbars(ax: Axes, q: pd.DataFrame, x: str, label: str, color: str, **kw: object) -> None:
     q = q.sort_values(x)
     q = q[np.isfinite(q["q50"]) & (q["q50"] > 0)]
     if q.empty:
@@ -49,15 +45,24 @@ def _cells(runs: pd.DataFrame, cols: list[str]) -> list[tuple[object, ...]]:
     return sorted({tuple(r) for r in runs[present].itertuples(index=False)}, key=str)
 
 
+def _protocol_style(gammas: list) -> Callable[[dict], dict]:
+    """A colour per gamma (as in the panel above), solid for joint training, dashed for layer-wise."""
+
+    def style(key: dict) -> dict:
+        return {"color": color(gammas.index(key["gamma"])), "linestyle": "-" if key["protocol"] == "joint" else "--"}
+
+    return style
+
+
 # ------------------------------------------------------------------------------------- C1 / C2
 def c1_joint_vs_layerwise(
     runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "c1_joint_vs_layerwise"
 ) -> list[Path]:
     """Left: test MSE after each layer is added (mse_after_l*) and at the end, joint vs layer-wise, one
     panel per (L, dist); lines per gamma. Right: the layer-2 feature error along training (BFC, C2)."""
-    runs = _done(runs)
+    runs = finished(runs)
     cells = _cells(runs, ["L", "dist"])
-    fig, axes = plt.subplots(2, max(len(cells), 1), figsize=(4.2 * max(len(cells), 1), 7.0), squeeze=False)
+    fig, axes = new_figure(2, max(len(cells), 1), figsize=(4.2 * max(len(cells), 1), 7.0), squeeze=False)
     for col, (depth_key, dist) in enumerate(cells):
         depth = int(str(depth_key))
         sub = runs[(runs["L"] == depth) & (runs["dist"] == dist)]
@@ -74,52 +79,45 @@ def c1_joint_vs_layerwise(
                     med,
                     style,
                     marker="o",
-                    color=COLORS[i % len(COLORS)],
+                    color=color(i),
                     label=f"gamma={gamma:g} {proto}",
                 )
         ax.set_xticks(range(depth), [f"after {top}" for top in range(2, depth + 1)] + ["final"])
         ax.set_yscale("log")
         ax.set_ylabel("test MSE / Var(y) (median over seeds)")
-        ax.set_title(f"C1: L = {depth}, {dist} inputs", fontsize=9)
-        ax.legend(fontsize=6)
+        ax.set_title(f"C1: L = {depth}, {dist} inputs")
+        ax.legend()
         ax = axes[1][col]
         if curves is not None and not curves.empty and "fe_orth_l2" in curves:
-            merged = curves.merge(sub[["run_id", "gamma", "protocol"]], on="run_id")
-            for i, gamma in enumerate(sorted(merged["gamma"].unique())):
-                for proto, style in (("joint", "-"), ("layerwise", "--")):
-                    part = merged[(merged["gamma"] == gamma) & (merged["protocol"] == proto)]
-                    med = part.groupby("step")["fe_orth_l2"].median()
-                    med = med[med < 1.0]  # before K_2 is distilled the error is exactly 1
-                    if not med.empty:
-                        ax.plot(
-                            med.index,
-                            med.values,
-                            style,
-                            color=COLORS[i % len(COLORS)],
-                            label=f"gamma={gamma:g} {proto}",
-                        )
-        ax.set_yscale("log")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("fe_2 (orthogonal Procrustes)")
-        ax.set_title("C2: layer-2 features along training", fontsize=9)
-        ax.legend(fontsize=6)
-    fig.suptitle("joint (solid) vs layer-wise (dashed); prototype gap 8.5-74x", fontsize=9)
+            # before K_2 is distilled the error is exactly 1: those epochs say nothing about BFC
+            distilled = curves[curves["fe_orth_l2"] < 1.0]
+            lines = seed_lines(
+                sub,
+                distilled,
+                ["gamma", "protocol"],
+                "fe_orth_l2",
+                label=lambda k: f"gamma={k['gamma']:g} {k['protocol']}",
+                style=_protocol_style(sorted(sub["gamma"].unique())),
+            )
+            draw_lines(ax, lines, "epoch", "layer-2 feature error $fe_2$ (orthogonal Procrustes)")
+        ax.set_title("C2: layer-2 features along training")
+    fig.suptitle("joint (solid) vs layer-wise (dashed); prototype gap 8.5-74x")
     return save_figure(fig, out_dir, stem)
 
 
 def c3_gap_sweep(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "c3_gap_sweep") -> list[Path]:
-    runs = _done(runs)
-    fig, ax = plt.subplots(figsize=(5, 4))
+    runs = finished(runs)
+    fig, ax = new_figure(figsize=(5, 4))
     q = _quartiles(runs, ["gamma"], "fe2_after_l2")
-    _errorbars(ax, q, "gamma", "measured fe_2 after stage 2", COLORS[0])
+    _errorbars(ax, q, "gamma", "measured fe_2 after stage 2", color(0))
     proto = pd.DataFrame({"gamma": [0.1, 0.3, 1.0], "fe": [0.0036, 0.0174, 0.114]})
     ax.plot(proto["gamma"], proto["fe"], "s:", color="gray", label="spec prototype (1 seed)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("gamma = alpha_3 / alpha_2")
     ax.set_ylabel("fe_2 right after stage 2")
-    ax.set_title("C3: over-fitting of layer 2 grows with the gap", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("C3: over-fitting of layer 2 grows with the gap")
+    ax.legend(title=ERRORBAR_NOTE)
     return save_figure(fig, out_dir, stem)
 
 
@@ -133,20 +131,20 @@ def _window(runs: pd.DataFrame) -> pd.Series:
 
 
 def c4_window(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "c4_window") -> list[Path]:
-    runs = _done(runs).copy()
+    runs = finished(runs).copy()
     runs["w"] = _window(runs)
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = new_figure(figsize=(5, 4))
     for i, col in enumerate(("test_mse", "fe_orth_l2", "fe_orth_l3")):
-        _errorbars(ax, _quartiles(runs, ["w"], col), "w", col, COLORS[i])
+        _errorbars(ax, _quartiles(runs, ["w"], col), "w", col, color(i))
     ax.plot([0, 1, 2], [0.0488, 0.0068, 0.0014], "s:", color="gray", label="spec prototype test MSE (L=4)")
     ax.set_yscale("log")
     ax.set_xlabel("window w (layers l-w..l train at stage l)")
-    ax.set_title("C4: how deep BFC must go", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("C4: how deep BFC must go")
+    ax.legend(title=ERRORBAR_NOTE)
     return save_figure(fig, out_dir, stem)
 
 
-def _bars(ax: plt.Axes, runs: pd.DataFrame, key: str, cols: list[str]) -> None:
+def _bars(ax: Axes, runs: pd.DataFrame, key: str, cols: list[str]) -> None:
     labels = sorted(runs[key].astype(str).unique())
     width = 0.8 / max(len(cols), 1)
     for i, col in enumerate(cols):
@@ -157,24 +155,24 @@ def _bars(ax: plt.Axes, runs: pd.DataFrame, key: str, cols: list[str]) -> None:
             q["q50"],
             width,
             label=col,
-            color=COLORS[i % len(COLORS)],
+            color=color(i),
             yerr=[(q["q50"] - q["q25"]).clip(lower=0), (q["q75"] - q["q50"]).clip(lower=0)],
         )
-    ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, fontsize=7)
-    ax.legend(fontsize=7)
+    ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels)
+    ax.legend(title="bars: median over seeds, whiskers: IQR")
 
 
 def c5_locality(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "c5_locality") -> list[Path]:
-    runs = _done(runs).copy()
+    runs = finished(runs).copy()
     runs["cell"] = runs["optimizer"].astype(str) + " m=" + runs["m"].astype(str)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     _bars(ax, runs, "cell", ["wcorr_w2_pre_post", "wcorr_w2_init_final", "wcorr_k2_pre_post", "wgram_change_w2"])
-    ax.set_title("C5: neuron-wise cosine of W_2 / K_2 rows, after stage 2 vs final (paper: > 0.9)", fontsize=8)
+    ax.set_title("C5: neuron-wise cosine of W_2 / K_2 rows, after stage 2 vs final (paper: > 0.9)")
     return save_figure(fig, out_dir, stem)
 
 
 def c6_kernels(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "c6_kernels") -> list[Path]:
-    runs = _done(runs).copy()
+    runs = finished(runs).copy()
     kernel = runs["kernel"].astype(str) if "kernel" in runs else pd.Series("", index=runs.index)
     degree = runs["degree"] if "degree" in runs else pd.Series(np.nan, index=runs.index)
     runs["method"] = np.where(
@@ -182,14 +180,14 @@ def c6_kernels(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "
         kernel + np.where(kernel == "poly", " p=" + degree.astype(str).str.replace(".0", "", regex=False), ""),
         "network (joint K/W)",
     )
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = new_figure(figsize=(5.5, 4))
     for i, method in enumerate(sorted(runs["method"].unique())):
         _errorbars(
             ax,
             _quartiles(runs[runs["method"] == method], ["n_train"], "test_mse"),
             "n_train",
             method,
-            COLORS[i % len(COLORS)],
+            color(i),
         )
     ax.plot([2000, 8000], [0.619, 0.291], "s:", color="gray", label="spec prototype poly p=4")
     ax.set_xscale("log")
@@ -199,23 +197,23 @@ def c6_kernels(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str = "
     ax.minorticks_off()
     ax.set_xlabel("n (training samples)")
     ax.set_ylabel("test MSE / Var(y)")
-    ax.set_title("C6: kernels need far more samples", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("C6: kernels need far more samples")
+    ax.legend(title=ERRORBAR_NOTE)
     return save_figure(fig, out_dir, stem)
 
 
 def _simple(key: str, cols: list[str], title: str, logx: bool = False) -> Callable[..., list[Path]]:
     def figure(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
-        runs = _done(runs)
-        fig, ax = plt.subplots(figsize=(5, 4))
+        runs = finished(runs)
+        fig, ax = new_figure(figsize=(5, 4))
         for i, col in enumerate(cols):
-            _errorbars(ax, _quartiles(runs, [key], col), key, col, COLORS[i % len(COLORS)])
+            _errorbars(ax, _quartiles(runs, [key], col), key, col, color(i))
         ax.set_yscale("log")
         if logx:
             ax.set_xscale("symlog", linthresh=0.01)
         ax.set_xlabel(key)
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(title)
+        ax.legend(title=ERRORBAR_NOTE)
         return save_figure(fig, out_dir, stem)
 
     return figure
@@ -223,13 +221,13 @@ def _simple(key: str, cols: list[str], title: str, logx: bool = False) -> Callab
 
 def _categorical(key: str, cols: list[str], title: str) -> Callable[..., list[Path]]:
     def figure(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
-        runs = _done(runs)
+        runs = finished(runs)
         keys = [k for k in ("L", key) if k in runs and runs[k].nunique() > 1] or [key]
         runs = runs.assign(cell=runs[keys].astype(str).agg(" ".join, axis=1))
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = new_figure(figsize=(6, 4))
         _bars(ax, runs, "cell", cols)
         ax.set_yscale("log")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title)
         return save_figure(fig, out_dir, stem)
 
     return figure

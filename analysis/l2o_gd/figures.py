@@ -15,21 +15,20 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.figures import save_figure
+from analysis.curve_plot import draw_lines, seed_lines
+from analysis.figures import Figure, save_figure
+from analysis.load import finished
+from analysis.style import line, new_figure
 
-Figure = Callable[[pd.DataFrame, pd.DataFrame, Path], list[Path]]
-COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + [plt.get_cmap("Dark2")(i) for i in range(8)]  # 18 lines
+MEDIAN_NOTE = "median over seeds"
 
 
 def _done(runs: pd.DataFrame) -> pd.DataFrame:
-    out = runs[runs["status"].isin(["ok", "diverged"])] if "status" in runs else runs
+    """The learner's finished runs (algo l2o; the GD baselines are columns of each run)."""
+    out = finished(runs)
     return out[out["algo"] == "l2o"] if "algo" in out else out
 
 
@@ -46,56 +45,59 @@ def _varying(runs: pd.DataFrame, candidates: list[str]) -> list[str]:
 GROUP_CANDIDATES = ["d", "b", "n_problems", "n1", "n2", "data", "e", "lr", "depth", "T", "dtype"]
 
 
-def _quantiles(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:
-    merged = curves[["run_id", "step", col]].merge(runs[["run_id", *keys]], on="run_id")
-    merged = merged.replace([np.inf, -np.inf], np.nan).dropna(subset=[col])
-    if merged.empty:
-        return pd.DataFrame(columns=[*keys, "step", "q25", "q50", "q75"])
-    q = merged.groupby([*keys, "step"])[col].quantile([0.25, 0.5, 0.75]).unstack()
-    q.columns = ["q25", "q50", "q75"]
-    return q.reset_index()
+def _lines(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str], col: str) -> list:
+    return seed_lines(runs, curves, keys, col, label=lambda k: _label(tuple(k[c] for c in keys), keys))
 
 
-def _curves_by_group(ax: plt.Axes, runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str], col: str) -> None:
-    q = _quantiles(runs, curves, keys, col)
-    for i, (key, part) in enumerate(q.groupby(keys)):
-        part = part.sort_values("step")
-        color = COLORS[i % len(COLORS)]
-        ax.plot(part["step"], part["q50"], color=color, label=_label(key, keys))
-        ax.fill_between(part["step"], part["q25"], part["q75"], color=color, alpha=0.2, linewidth=0)
+def _rows(runs: pd.DataFrame, key: dict) -> pd.DataFrame:
+    """The runs of one line's group."""
+    mask = np.ones(len(runs), dtype=bool)
+    for col, value in key.items():
+        mask &= (runs[col] == value).to_numpy()
+    return runs[mask]
 
 
 def training(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
-    """Figs. 3 and 5 (and 6a-9a): F(X_T^k) and the improvement ratios against the training step k."""
+    """Figs. 3 and 5 (and 6a-9a): F(X_T^k) and the improvement ratios against the training step k, with
+    each group's constant-step baselines as horizontal lines of its colour."""
     runs = _done(runs)
     if runs.empty or curves.empty:
         return []
     keys = _varying(runs, GROUP_CANDIDATES)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    _curves_by_group(axes[0], runs, curves, keys, "loss")
-    for i, (_key, part) in enumerate(runs.groupby(keys)):
-        color = COLORS[i % len(COLORS)]
-        axes[0].axhline(part["F_T_gd"].median(), color=color, ls="--", lw=1)
-        axes[0].axhline(part["F_T_opt"].median(), color=color, ls=":", lw=1)
-    axes[0].set(
-        yscale="log",
-        xlabel="training step k",
-        ylabel="F(X_T^k)",
-        title="last objective (dashed: GD 1/beta, dotted: GD 2/(beta+beta0))",
-    )
-    for ax, col, what in ((axes[1], "imp_last", "r_T (last iterate)"), (axes[2], "imp_mean", "mean_t r_t")):
-        _curves_by_group(ax, runs, curves, keys, col)
-        base = "imp_last" if col == "imp_last" else "imp_mean"
-        for i, (_, part) in enumerate(runs.groupby(keys)):
-            color = COLORS[i % len(COLORS)]
-            ax.axhline(part[f"{base}_opt"].median(), color=color, ls=":", lw=1)
-            if f"{base}_best_c" in part and part[f"{base}_best_c"].notna().any():
-                ax.axhline(part[f"{base}_best_c"].median(), color=color, ls="-.", lw=1)
+    fig, axes = new_figure(1, 3, figsize=(16, 4.6))
+    lines = _lines(runs, curves, keys, "loss")
+    baselines = [(ln.style["color"], _rows(runs, ln.key)) for ln in lines if not ln.diverged]
+    gd = [(c, part["F_T_gd"].median(), part["F_T_opt"].median()) for c, part in baselines]
+    objective = "last objective $F(X_T^k)$"
+    references = [v for _, a, b in gd for v in (a, b)]
+    draw_lines(axes[0], lines, "training step k", objective, legend=False, include=references)  # legend: panel 2
+    for c, at_gd, at_opt in gd:
+        axes[0].axhline(at_gd, color=c, ls="--", lw=1)
+        axes[0].axhline(at_opt, color=c, ls=":", lw=1)
+    axes[0].set_title("dashed: GD 1/β, dotted: GD 2/(β+β₀)")
+    for ax, col, what in ((axes[1], "imp_last", "$r_T$ (last iterate)"), (axes[2], "imp_mean", "mean$_t$ $r_t$")):
+        lines = _lines(runs, curves, keys, col)
+        refs = []
+        for ln in lines:
+            part = _rows(runs, ln.key)
+            refs.append((ln.style["color"], ":", part[f"{col}_opt"].median()))
+            if f"{col}_best_c" in part and part[f"{col}_best_c"].notna().any():
+                refs.append((ln.style["color"], "-.", part[f"{col}_best_c"].median()))
+        draw_lines(
+            ax,
+            lines,
+            "training step k",
+            f"improvement over GD {what}",
+            log_y=False,
+            legend=ax is axes[1],
+            include=[0.5] + [v for *_, v in refs],
+        )
+        for c, dash, value in refs:
+            ax.axhline(value, color=c, ls=dash, lw=1)
         ax.axhline(0.5, color="grey", lw=0.8)
-        ax.set(xlabel="training step k", ylabel=what, title=f"improvement over GD: {what}")
-        lo = min(-0.1, float(np.nanquantile(curves[col].replace([np.inf, -np.inf], np.nan), 0.05)))
-        ax.set_ylim(max(lo, -2.0), 1.05)
-    axes[1].legend(fontsize=7, title="dotted 2/(b+b0), dash-dot best c", title_fontsize=7)
+        low, high = ax.get_ylim()
+        ax.set_ylim(max(low, -2.0), min(high, 1.05))  # a ratio is at most 1; below -2 GD is far ahead anyway
+        ax.set_title(f"improvement over GD: {what}; dotted 2/(β+β₀), dash-dot best c")
     return save_figure(fig, out_dir, f"{stem}_training")
 
 
@@ -112,13 +114,15 @@ def trajectories(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: 
     if runs.empty or "traj_checkpoints" not in runs:
         return []
     keys = _varying(runs, GROUP_CANDIDATES)
+    from matplotlib import colormaps
+
     groups = list(runs.sort_values("seed").groupby(keys))[:6]
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4.2), squeeze=False)
+    fig, axes = new_figure(1, len(groups), figsize=(5 * len(groups), 4.2), squeeze=False)
     for ax, (key, part) in zip(axes[0], groups, strict=True):
         run = part.iloc[0]
         text = run["traj_checkpoints"]
         saved = json.loads(text) if isinstance(text, str) and text else {}
-        cmap = plt.get_cmap("viridis", max(len(saved), 2))
+        cmap = colormaps["viridis"].resampled(max(len(saved), 2))
         for j, k in enumerate(sorted(saved, key=int)):
             tr = np.array([np.nan if v is None else v for v in saved[k]], dtype=float)
             ax.plot(np.arange(tr.size), tr, color=cmap(j), lw=1, label=f"k={k}")
@@ -127,7 +131,7 @@ def trajectories(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: 
             if base is not None:
                 ax.plot(np.arange(base.size), base, color="black", ls=ls, lw=1.2, label=name)
         ax.set(yscale="log", xlabel="GD iteration t", ylabel="F(X_t)", title=_label(key, keys))
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(ncols=2)
     return save_figure(fig, out_dir, f"{stem}_trajectories")
 
 
@@ -137,17 +141,17 @@ def final_vs(runs: pd.DataFrame, out_dir: Path, stem: str, x: str, title: str) -
     if runs.empty or x not in runs:
         return []
     keys = [k for k in _varying(runs, GROUP_CANDIDATES) if k != x] or ["d"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = new_figure(1, 2, figsize=(11, 4.2))
     for ax, col in zip(axes, ("imp_last", "imp_mean"), strict=True):
         for i, (key, part) in enumerate(runs.groupby(keys)):
             med = part.groupby(x)[col].median()
-            color = COLORS[i % len(COLORS)]
+            color = line(i)["color"]
             ax.plot(med.index.astype(float), med.to_numpy(), "o-", color=color, label=_label(key, keys))
             ax.axhline(part[f"{col}_opt"].median(), color=color, ls=":", lw=1)
         ax.axhline(0.0, color="grey", lw=0.8)
         ax.set(xscale="log", xlabel=x, ylabel=col, title=f"{title}: {col} (dotted: 2/(beta+beta0))")
         ax.set_ylim(max(-2.0, min(-0.1, float(runs[col].min()) - 0.05)), 1.05)
-        ax.legend(fontsize=7)
+        ax.legend(title=MEDIAN_NOTE)
     return save_figure(fig, out_dir, f"{stem}_final_vs_{x}")
 
 
@@ -157,17 +161,17 @@ def width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str) ->
     if runs.empty:
         return []
     k = float((runs["n_problems"] * runs["d"]).iloc[0])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = new_figure(1, 2, figsize=(11, 4.2))
     med = runs.groupby("n2")[["rank_g0", "rank_g_final", "alpha0_thin", "sigma_max_g0"]].median()
     n2 = med.index.astype(float)
     axes[0].plot(n2, med["rank_g0"] / np.minimum(n2, k), "o-", label="rank(G^0) / min(n2, Nd)")
     axes[0].plot(n2, med["rank_g_final"] / np.minimum(n2, k), "s--", label="rank(G^final) / min(n2, Nd)")
     axes[0].axvline(k, color="grey", ls=":", label="n2 = Nd")
     axes[0].set(xscale="log", xlabel="n2", ylabel="relative rank", title="G_{L-1,T} is rank deficient (C6)")
-    axes[0].legend(fontsize=7)
+    axes[0].legend()
     axes[1].plot(n2, (med["alpha0_thin"] / med["sigma_max_g0"]).clip(lower=1e-300), "o-", label="alpha_0 / sigma_max")
     axes[1].set(xscale="log", yscale="log", xlabel="n2", title="alpha_0 relative to sigma_max (C6)")
-    axes[1].legend(fontsize=7)
+    axes[1].legend()
     out = save_figure(fig, out_dir, f"{stem}_rank")
     return out + training(runs, curves, out_dir, stem)
 
@@ -177,21 +181,21 @@ def e_threshold(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     runs = _done(runs)
     if runs.empty:
         return []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = new_figure(1, 2, figsize=(11, 4.2))
     for i, ((depth, t), part) in enumerate(runs.groupby(["depth", "T"])):
         med = part.groupby("e")["imp_last"].median()
         axes[0].plot(
             med.index,
             med.clip(lower=1e-6).to_numpy(),
             marker="o",
-            color=COLORS[i % len(COLORS)],
+            color=line(i)["color"],
             ls=["-", "--", ":", "-."][int(depth) % 4],
             label=f"L={depth}, T={t}",
         )
         eff = part.groupby("eta_eff")["imp_last"].median()
-        axes[1].plot(eff.index, eff.clip(lower=1e-6).to_numpy(), "o", color=COLORS[i % len(COLORS)])
+        axes[1].plot(eff.index, eff.clip(lower=1e-6).to_numpy(), "o", color=line(i)["color"])
     axes[0].set(xscale="log", yscale="log", xlabel="e", ylabel="r_T (clipped at 1e-6)", title="improvement vs e (C8)")
-    axes[0].legend(fontsize=6, ncol=2)
+    axes[0].legend(ncols=2, title=MEDIAN_NOTE)
     axes[1].set(xscale="log", yscale="log", xlabel="lr e^{2(L-1)}", title="the same against eta_eff (spec G6)")
     return save_figure(fig, out_dir, f"{stem}_e_threshold")
 
@@ -203,13 +207,13 @@ def learned_steps(runs: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
     if runs.empty or "p_mean_t_final" not in runs:
         return []
     keys = _varying(runs, GROUP_CANDIDATES)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = new_figure(figsize=(7, 4.2))
     for i, (key, part) in enumerate(runs.groupby(keys)):
         rows = [json.loads(t) for t in part["p_mean_t_final"] if isinstance(t, str) and t]
         if not rows:
             continue
         med = np.nanmedian(np.array([[np.nan if v is None else v for v in r] for r in rows], dtype=float), axis=0)
-        color = COLORS[i % len(COLORS)]
+        color = line(i)["color"]
         ax.plot(np.arange(1, med.size + 1), med, color=color, label=_label(key, keys))
         ax.axhline(part["c_opt"].median(), color=color, ls=":", lw=1)
         if "c_best" in part and part["c_best"].notna().any():
@@ -221,7 +225,7 @@ def learned_steps(runs: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
         ylim=(0, 2.05),
         title="learned multipliers (dotted: 2 beta/(beta+beta0), dash-dot: best c)",
     )
-    ax.legend(fontsize=7)
+    ax.legend(title=MEDIAN_NOTE)
     return save_figure(fig, out_dir, f"{stem}_steps")
 
 

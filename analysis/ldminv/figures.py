@@ -6,13 +6,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.curve_plot import draw_lines, seed_lines
 from analysis.figures import Figure, save_figure
 from analysis.ldminv import paper
 from analysis.ldminv.frames import (
@@ -24,16 +21,20 @@ from analysis.ldminv.frames import (
     opt_label,
     trained,
 )
+from analysis.style import new_figure
+
+MEDIAN_NOTE = "median over seeds"
 
 
 def fig1_kl(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = trained(minv(runs)).assign(opt=lambda d: opt_label(d))
     panels = [("D-Minv (C = 1)", r, "log10_test_loss_dminv")]
     panels += [(f"LD-Minv, {o}", r[r["opt"] == o], "log10_test_loss") for o in sorted(r["opt"].unique())]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    fig, axes = new_figure(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
     for ax, (title, sub, col) in zip(axes[0], panels, strict=True):
         t = med(sub, ["K", "L"], col).unstack("L")
         im = ax.imshow(t.to_numpy(dtype=float), origin="lower", cmap="viridis", aspect="auto")
+        ax.grid(False)  # cells, not a scale: no grid over them
         ax.set_xticks(range(len(t.columns)), [str(int(c)) for c in t.columns])
         ax.set_yticks(range(len(t.index)), [str(int(k)) for k in t.index])
         for i in range(t.shape[0]):
@@ -43,18 +44,16 @@ def fig1_kl(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pat
                     ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7, color="w")
         ax.set_xlabel("L")
         ax.set_ylabel("K")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title)
         fig.colorbar(im, ax=ax, label="log10 test loss")
-    fig.suptitle(
-        "Fig. 1(a): median log10 TestLoss; paper LD-Minv: (K,L)=(7,4) -1.0, (7,9) -4.6, (2,9) +0.32", fontsize=9
-    )
+    fig.suptitle("Fig. 1(a): median log10 TestLoss; paper LD-Minv: (K,L)=(7,4) -1.0, (7,9) -4.6, (2,9) +0.32")
     return save_figure(fig, out_dir, "fig1_kl")
 
 
 def _sweep(runs: pd.DataFrame, out_dir: Path, axis: str, stem: str, title: str) -> list[Path]:
     r = minv(runs)
     f64 = trained(r[r["dtype"] == "float64"]).assign(opt=lambda d: opt_label(d))
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, ax = new_figure(figsize=(6, 4.2))
     d = med(f64, [axis], "log10_test_loss_dminv")
     ax.plot(d.index, d.to_numpy(), "k-o", label="D-Minv (float64)", ms=4)
     for o in sorted(f64["opt"].unique()):
@@ -66,8 +65,8 @@ def _sweep(runs: pd.DataFrame, out_dir: Path, axis: str, stem: str, title: str) 
         ax.plot(s.index, s.to_numpy(), "r--^", label="D-Minv float32 matrix path", ms=4)
     ax.set_xlabel(axis)
     ax.set_ylabel("log10 TestLoss (median over seeds)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title(title)
+    ax.legend(title=MEDIAN_NOTE)
     ax.grid(alpha=0.3)
     return save_figure(fig, out_dir, stem)
 
@@ -82,7 +81,7 @@ def fig1_l(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path
 
 def table2_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = trained(minv(runs)).assign(opt=lambda d: opt_label(d))
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = new_figure(figsize=(6.5, 4.2))
     for c0 in sorted(r["c0_rule"].unique()):
         sub = r[r["c0_rule"] == c0]
         d = -med(sub, ["kappa"], "log10_test_loss_dminv")
@@ -95,15 +94,15 @@ def table2_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
     ax.set_xscale("log")
     ax.set_xlabel("kappa")
     ax.set_ylabel("-log10 TestLoss (clipped at 32)")
-    ax.set_title("Table 2: K = 4, L = 10, A = U S V, S ~ U(1/kappa, 1)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("Table 2: K = 4, L = 10, A = U S V, S ~ U(1/kappa, 1)")
+    ax.legend(title=MEDIAN_NOTE)
     ax.grid(alpha=0.3)
     return save_figure(fig, out_dir, "table2_kappa")
 
 
 def table3_dsvd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = dsvd(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = new_figure(1, 2, figsize=(10, 4))
     for ax, col, init_col, p_init, p_final, name in (
         (
             axes[0],
@@ -135,15 +134,15 @@ def table3_dsvd(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
         ax.set_yscale("log")
         ax.set_xlabel("K_svd")
         ax.set_ylabel(name)
-        ax.legend(fontsize=7)
+        ax.legend(title=MEDIAN_NOTE)
         ax.grid(alpha=0.3)
-    fig.suptitle("Table 3: D-SVD, inner LD-Minv K = 6, L = 4", fontsize=9)
+    fig.suptitle("Table 3: D-SVD, inner LD-Minv K = 6, L = 4")
     return save_figure(fig, out_dir, "table3_dsvd")
 
 
 def theory_lemma1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = minv(runs).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = new_figure(figsize=(7, 4))
     labels = [
         f"{int(a)}x{int(b)} r{'' if pd.isna(k) else int(k)} L{int(l_)} {c}"
         for a, b, k, l_, c in zip(r["rows"], r["cols"], r["rank"], r["L"], r["c0_rule"], strict=True)
@@ -154,14 +153,14 @@ def theory_lemma1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> li
     ax.semilogy(x, r["prop1_max_residual"].clip(lower=1e-18), "^", label="Prop. 1: max invariant-space residual")
     ax.axhline(1e-8, color="k", ls=":", lw=1)
     ax.set_xticks(x, labels, rotation=70, fontsize=6)
-    ax.set_title("Lemma 1 / Prop. 1 on the float64 matrix path (fixed D-Minv)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("Lemma 1 / Prop. 1 on the float64 matrix path (fixed D-Minv)")
+    ax.legend()
     return save_figure(fig, out_dir, "theory_lemma1")
 
 
 def theory_prop1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = minv(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = new_figure(1, 2, figsize=(10, 4))
     for dt in sorted(r["dtype"].unique()):
         sub = r[r["dtype"] == dt]
         axes[0].semilogy(*_xy(med(sub, ["K"], "prop1_max_residual")), "-o", label=dt)
@@ -172,9 +171,7 @@ def theory_prop1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
         ax.set_xlabel("K")
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(
-        "Prop. 1 on rank-deficient A: float64 stays invariant, float32 null-space noise grows (spec 6.4)", fontsize=9
-    )
+    fig.suptitle("Prop. 1 on rank-deficient A: float64 stays invariant, float32 null-space noise grows (spec 6.4)")
     return save_figure(fig, out_dir, "theory_prop1")
 
 
@@ -194,7 +191,7 @@ def cost_to_reach(runs: pd.DataFrame, eps: float) -> pd.Series:
 
 
 def theory_cost(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     for eps in (1e-8, 1e-20):
         c = cost_to_reach(runs, eps)
         ax.plot(c.index, c.to_numpy(), "-o", label=f"K*L to reach loss <= {eps:g}")
@@ -203,15 +200,15 @@ def theory_cost(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
         ax.plot(ls, fit * ls / np.log(ls), ":", label=f"{fit:.1f} L/ln L")
     ax.set_xlabel("L")
     ax.set_ylabel("K * L")
-    ax.set_title("Cost to a fixed precision ~ L/ln L (spec 4.3)", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title("Cost to a fixed precision ~ L/ln L (spec 4.3)")
+    ax.legend(title=MEDIAN_NOTE)
     ax.grid(alpha=0.3)
     return save_figure(fig, out_dir, "theory_cost")
 
 
 def theory_lemma2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = minv(runs)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     for _, row in r.iterrows():
         c = coeffs(row["coeffs_json"])
         ax.plot(
@@ -220,29 +217,29 @@ def theory_lemma2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> li
     ax.axhline(1.0, color="k", ls=":")
     ax.set_xlabel("layer k")
     ax.set_ylabel("learned C_k (init 0)")
-    ax.set_title("Lemma 2: warm-up coefficients after GD (theory: C_k -> about 1 for k < K)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("Lemma 2: warm-up coefficients after GD (theory: C_k -> about 1 for k < K)")
+    ax.legend()
     return save_figure(fig, out_dir, "theory_lemma2")
 
 
 def theory_thm1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = minv(runs)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    merged = curves.merge(r[["run_id", "n_train", "K"]], on="run_id")
-    merged = merged[merged["step"] > 0]
-    for (n, k), g in merged.groupby(["n_train", "K"]):
-        q = g.groupby("step")["train_loss"].median()
-        ax.semilogy(q.index, q.to_numpy(), label=f"n={int(n)}, K={int(k)}")
-    ax.set_xlabel("GD iteration")
-    ax.set_ylabel("training loss Eq. 4 (median over seeds)")
-    ax.set_title("Theorem 1: full-batch GD on the coefficients (linear convergence?)", fontsize=9)
-    ax.legend(fontsize=7)
+    fig, ax = new_figure(figsize=(6.5, 4.2))
+    lines = seed_lines(
+        r,
+        curves[curves["step"] > 0],
+        ["n_train", "K"],
+        "train_loss",
+        label=lambda k: f"n={int(k['n_train'])}, K={int(k['K'])}",
+    )
+    draw_lines(ax, lines, "GD iteration t", "training loss (Eq. 4)")
+    ax.set_title("Theorem 1: full-batch GD on the coefficients (linear convergence?)")
     return save_figure(fig, out_dir, "theory_thm1")
 
 
 def theory_thm2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = minv(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = new_figure(1, 2, figsize=(10, 4))
     for n in sorted(r["n_train"].dropna().unique()):
         sub = r[r["n_train"] == n]
         if sub["K"].nunique() > 1:
@@ -256,21 +253,21 @@ def theory_thm2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
         ax.set_ylabel("|test - train| (Eq. 4)")
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle("Theorem 2: generalisation gap against K and n", fontsize=9)
+    fig.suptitle("Theorem 2: generalisation gap against K and n")
     return save_figure(fig, out_dir, "theory_thm2")
 
 
 def theory_prop4(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     r = done(runs)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     ax.loglog(*_xy(med(r, ["delta"], "e_inf_final")), "-o", label="measured ||e_K||_inf")
     ax.loglog(*_xy(med(r, ["delta"], "prop4_bound")), "k--", label="Prop. 4 bound e0^(L^K) + 17/8 delta")
     d = np.sort(r["delta"].astype(float).unique())
     ax.loglog(d, 2 * d, "k:", label="2 delta")
     ax.set_xlabel("delta = |C - 1|")
     ax.set_ylabel("||e_K||_inf")
-    ax.legend(fontsize=8)
-    ax.set_title("Prop. 4: perturbed coefficients leave a floor about 2 delta", fontsize=9)
+    ax.legend(title=MEDIAN_NOTE)
+    ax.set_title("Prop. 4: perturbed coefficients leave a floor about 2 delta")
     return save_figure(fig, out_dir, "theory_prop4")
 
 

@@ -7,9 +7,11 @@ import json
 import numpy as np
 import pandas as pd
 
+from analysis.load import finished
+
 
 def done(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[runs["status"].isin(["ok", "diverged"])] if "status" in runs else runs
+    return finished(runs)
 
 
 def minv(runs: pd.DataFrame) -> pd.DataFrame:

@@ -1,37 +1,31 @@
-"""The step sweep of constant-step GD on least squares: error against iterations, one line per step
-(median over seeds, interquartile band), the steps that diverge drawn until they blow up."""
+"""The step sweep of constant-step GD on least squares: the error against iterations, one line per
+step (median over seeds, inter-quartile band); the steps that diverge are stubs that end where they
+blow up (analysis.curve_plot), so they do not set the y-range."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.aggregate import curve_band
+from analysis.curve_plot import draw_lines, seed_lines
+from analysis.figures import Figure, save_figure
+from analysis.style import new_figure
+
+ERR_LABEL = r"error to the optimum $\|(W - W^*)X\|_F^2\,/\,m$"
+
+
+def _rule(key: dict) -> str:
+    return "optimal step 2/(λ_max + λ_min)" if key["lr_rule"] == "optimal" else f"step η = {key['lr']:g}"
 
 
 def step_sweep(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
-    runs = runs.assign(
-        step_rule=runs["lr_rule"].where(runs["lr_rule"] == "optimal", "lr " + runs["lr"].map("{:g}".format))
-    )
-    band = curve_band(curves, runs, ["step_rule"], "step", "err")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for rule, line in band.groupby("step_rule"):
-        ax.semilogy(line["step"], line["median"], label=str(rule))
-        ax.fill_between(line["step"], line["q25"], line["q75"], alpha=0.2)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("error (W - W*) X X^T (W - W*)^T / m")
+    # sorted by rule, then step: the constant steps from small to large, the theory's step last
+    lines = seed_lines(runs, curves, ["lr_rule", "lr"], "err", label=_rule)
+    fig, ax = new_figure(figsize=(5.6, 3.8))
+    draw_lines(ax, lines, "iteration t", ERR_LABEL)
     ax.set_title("constant-step GD on least squares")
-    ax.legend(fontsize=7)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "err_by_step.png"
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return [path]
+    return save_figure(fig, out_dir, "err_by_step")
 
 
-FIGURES = {"lsq_step_sweep": step_sweep}
+FIGURES: dict[str, Figure] = {"lsq_step_sweep": step_sweep}

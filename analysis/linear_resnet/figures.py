@@ -11,48 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.aggregate import band, median, medians, never_as_inf, quartiles, seed_quartiles
+from analysis.aggregate import median, medians, never_as_inf, quartiles, seed_quartiles
+from analysis.curve_plot import add_legend, draw_lines, seed_lines
 from analysis.figures import Figure, save_figure
-from tasks.status import FINAL_STATUSES
+from analysis.load import finished
+from analysis.style import color, new_figure
 
-COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+LOSS_LABEL = {"loss": "training loss $L(W)$", "subopt": "suboptimality $L(W) - L^*$"}
+ITER_LABEL = "iteration t"
 ITER_COLUMNS = {"iters_rel_1e2": "1e-2", "iters_rel_1e4": "1e-4", "iters_rel_1e6": "1e-6"}
 
 
 # --------------------------------------------------------------------------------------- helpers
-def _done(runs: pd.DataFrame) -> pd.DataFrame:
-    """Final runs only (ok or diverged): pruned/failed/timeout runs are not results."""
-    return runs[runs["status"].isin(sorted(FINAL_STATUSES))] if "status" in runs else runs
-
-
-def _curve_quantiles(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str], col: str) -> pd.DataFrame:
-    """Per (keys, step): median and quartiles of `col` over the runs (seeds) sharing those keys; steps
-    where no run is finite are left out (nothing to draw)."""
-    merged = curves[["run_id", "step", col]].merge(runs[["run_id", *keys]], on="run_id")
-    merged = merged.replace([np.inf, -np.inf], np.nan).dropna(subset=[col])
-    if merged.empty:
-        return pd.DataFrame(columns=[*keys, "step", "median", "q25", "q75", "n"])
-    return band(merged, [*keys, "step"], col)
-
-
-def _band(ax: plt.Axes, q: pd.DataFrame, label: str, color: str, **kw: object) -> None:
-    q = q.sort_values("step")
-    positive = q["median"] > 0  # log axes: a loss of exactly 0 (float floor) cannot be drawn
-    q = q[positive]
-    ax.plot(q["step"], q["median"], label=label, color=color, **kw)  # type: ignore[arg-type]  # matplotlib's stubs type **kwargs narrowly
-    ax.fill_between(q["step"], q["q25"].clip(lower=1e-300), q["q75"], color=color, alpha=0.2, linewidth=0)
-
-
 def _iter_line(
-    ax: plt.Axes,
+    ax: Axes,
     rows: pd.DataFrame,
     x: str,
     col: str,
@@ -88,7 +68,7 @@ def _iter_line(
         ax.plot(arr[~ok, 0], np.full((~ok).sum(), top), linestyle="none", marker="^", mfc="none", color=color)
 
 
-def _ticks(ax: plt.Axes, values: pd.Series) -> None:
+def _ticks(ax: Axes, values: pd.Series) -> None:
     """Label a log x axis at the swept values (log axes otherwise show only powers of ten)."""
     vals = sorted({float(v) for v in values.dropna()})
     if vals:
@@ -107,22 +87,26 @@ TRANSFORM_LABELS = {"identity": "identity", "modified_identity": "modified ident
 
 def fig1_transforms(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str, title: str) -> list[Path]:
     """Training loss and loss - L* against iterations for the three transforms (L = 10)."""
-    runs = _done(runs)
+    runs = finished(runs)
     if runs.empty:
         return []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
+    order = list(TRANSFORM_LABELS)
+    references = [median(runs["loss_star"]), median(runs["y_sq_half"])]
     for col, ax in zip(["loss", "subopt"], axes, strict=True):
-        q = _curve_quantiles(runs, curves, ["transform"], col)
-        for i, (tr, label) in enumerate(TRANSFORM_LABELS.items()):
-            sel = q[q["transform"] == tr]
-            if not sel.empty:
-                _band(ax, sel, label, COLORS[i])
-        ax.set_yscale("log")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
-    axes[0].axhline(median(runs["loss_star"]), color="gray", ls=":", label="L* (least squares)")
-    axes[0].axhline(median(runs["y_sq_half"]), color="gray", ls="--", lw=0.8, label="||Y||^2 / 2")
-    axes[0].legend(fontsize=8)
+        lines = seed_lines(
+            runs,
+            curves,
+            ["transform"],
+            col,
+            label=lambda k: TRANSFORM_LABELS.get(k["transform"], str(k["transform"])),
+            style=lambda k: {"color": color(order.index(k["transform"]) if k["transform"] in order else len(order))},
+        )
+        draw_lines(ax, lines, ITER_LABEL, LOSS_LABEL[col], legend=False, include=references if col == "loss" else ())
+        if col == "loss":
+            ax.axhline(references[0], color="gray", ls=":", label="L* (least squares)")
+            ax.axhline(references[1], color="gray", ls="--", lw=0.8, label=r"$\|Y\|^2 / 2$")
+        add_legend(ax, lines)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}")
     return save_figure(fig, out_dir, stem)
 
@@ -140,34 +124,32 @@ def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: st
     """ResNet (zero init) against the standard linear net (Gaussian init) over depth. The paper draws
     the ResNet at its largest L only ("quite similar for different L"); we draw it solid there and
     faint at the other depths so that the claim can be seen."""
-    runs = _done(runs)
+    runs = finished(runs)
     if runs.empty:
         return []
     depths = sorted(runs["depth"].unique())
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    largest = max(depths)
+
+    def label(k: dict) -> str:
+        if k["model"] == "standard":
+            return f"standard net, L = {k['depth']}"
+        return f"ResNet, L = {k['depth']}" if k["depth"] == largest else "_nolegend_"
+
+    def style(k: dict) -> dict:
+        if k["model"] == "standard":
+            return {"color": color(depths.index(k["depth"])), "linestyle": "--"}
+        if k["depth"] == largest:
+            return {"color": "black", "linewidth": 2.0, "linestyle": "-"}
+        return {"color": color(depths.index(k["depth"])), "linewidth": 0.8, "alpha": 0.5, "linestyle": "-"}
+
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
+    loss_star = median(runs["loss_star"])
     for col, ax in zip(["loss", "subopt"], axes, strict=True):
-        q = _curve_quantiles(runs, curves, ["model", "depth"], col)
-        for i, depth in enumerate(depths):
-            color = COLORS[i % len(COLORS)]
-            std = q[(q["model"] == "standard") & (q["depth"] == depth)]
-            if not std.empty:
-                _band(ax, std, f"standard net, L = {depth}", color, ls="--")
-            res = q[(q["model"] == "resnet") & (q["depth"] == depth)]
-            if not res.empty:
-                largest = depth == max(depths)
-                _band(
-                    ax,
-                    res,
-                    f"ResNet, L = {depth}" if largest else "_nolegend_",
-                    "black" if largest else color,
-                    lw=2.0 if largest else 0.8,
-                    alpha=1.0 if largest else 0.5,
-                )
-        ax.set_yscale("log")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("training loss" if col == "loss" else "loss - L*")
-    axes[0].axhline(median(runs["loss_star"]), color="gray", ls=":", label="L*")
-    axes[0].legend(fontsize=7)
+        lines = seed_lines(runs, curves, ["model", "depth"], col, label=label, style=style)
+        draw_lines(ax, lines, ITER_LABEL, LOSS_LABEL[col], legend=False, include=[loss_star] if col == "loss" else ())
+        if col == "loss":
+            ax.axhline(loss_star, color="gray", ls=":", label="L*")
+        add_legend(ax, lines)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, c = {_values(runs, 'c')} (eta ~ 1/L); faint: ResNet at smaller L")
     return save_figure(fig, out_dir, stem)
 
@@ -196,11 +178,11 @@ def _step_groups(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def sweep_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_depth") -> list[Path]:
     """Iterations to a relative suboptimality of 1e-6 against depth, per model and width."""
-    runs = _done(runs)
+    runs = finished(runs)
     if runs.empty:
         return []
     groups = _step_groups(runs)
-    fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4), squeeze=False)
+    fig, axes = new_figure(1, len(groups), figsize=(5.5 * len(groups), 4), squeeze=False)
     for ax, (title, rows) in zip(axes[0], groups.items(), strict=True):
         for i, ((model, m), grp) in enumerate(rows.groupby(["model", "m"])):
             _iter_line(
@@ -209,7 +191,7 @@ def sweep_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
                 "depth",
                 "iters_rel_1e6",
                 f"{model}, m = {m}",
-                COLORS[i % len(COLORS)],
+                color(i),
                 marker="o" if model == "resnet" else "s",
             )
         ax.set_xscale("log")
@@ -217,26 +199,25 @@ def sweep_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
         _ticks(ax, rows["depth"])
         ax.set_xlabel("depth L")
         ax.set_ylabel("iterations to (L - L*) / (L0 - L*) <= 1e-6")
-        ax.set_title(title + "; open triangle: not reached / diverged", fontsize=9)
-        ax.legend(fontsize=8)
+        ax.set_title(title + "; open triangle: not reached / diverged")
+        ax.legend()
     return save_figure(fig, out_dir, stem)
 
 
 def sweep_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_width") -> list[Path]:
     """Iterations to 1e-6 and the final relative suboptimality against the width m."""
-    runs = _done(runs)
+    runs = finished(runs)
     if runs.empty:
         return []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
     keys = ["transform", "model", "depth"]
     for i, (key, grp) in enumerate(runs.groupby(keys)):
         transform, model, depth = key
         label = f"{model}, L = {depth}" + ("" if transform == "gaussian" else f", {transform}")
-        color = COLORS[i % len(COLORS)]
         marker = "o" if model == "resnet" else "s"
-        _iter_line(axes[0], grp, "m", "iters_rel_1e6", label, color, marker=marker)
+        _iter_line(axes[0], grp, "m", "iters_rel_1e6", label, color(i), marker=marker)
         med = seed_quartiles(grp, ["m"], "rel_subopt_final").set_index("m")["median"]
-        axes[1].plot(med.index, med.clip(lower=1e-17), marker=marker, color=color, label=label)
+        axes[1].plot(med.index, med.clip(lower=1e-17), marker=marker, color=color(i), label=label)
     for ax in axes:
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -244,17 +225,17 @@ def sweep_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
         ax.set_xlabel("width m")
     axes[0].set_ylabel("iterations to relative suboptimality 1e-6")
     axes[1].set_ylabel("final (L - L*) / (L0 - L*) (median)")
-    axes[0].legend(fontsize=8)
+    axes[0].legend()
     fig.suptitle(f"Width sweep: n_iters = {_values(runs, 'n_iters')}, c = {_values(runs, 'c')}")
     return save_figure(fig, out_dir, stem)
 
 
 def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "sweep_kappa") -> list[Path]:
     """Iterations to 1e-6 against kappa(X X^T), log-log, with the fitted slope (theory: 1)."""
-    runs = _done(runs)
+    runs = finished(runs)
     if runs.empty:
         return []
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig, ax = new_figure(figsize=(6, 4.5))
     for i, (model, grp) in enumerate(runs.groupby("model")):
         # seed medians as in the claim 003.cor34.kappa (unreached = inf), fitted where finite
         ys = medians(grp, ["kappa"], "iters_rel_1e6")
@@ -267,7 +248,7 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
             "kappa",
             "iters_rel_1e6",
             f"{model} (slope {slope:.2f})",
-            COLORS[i],
+            color(i),
             marker="o" if model == "resnet" else "s",
             xcol="kappa_x",
         )
@@ -280,8 +261,8 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
     ax.set_yscale("log")
     ax.set_xlabel("kappa = ||X||^2 / sigma_r^2(X)")
     ax.set_ylabel("iterations to relative suboptimality 1e-6")
-    ax.legend(fontsize=8)
-    ax.set_title(f"m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}", fontsize=9)
+    ax.legend()
+    ax.set_title(f"m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}")
     return save_figure(fig, out_dir, stem)
 
 
@@ -290,11 +271,11 @@ def sweep_sgd_batch(
 ) -> list[Path]:
     """Left: SGD's final excess loss against the batch size B when L* > 0, per c, with an n/B guide.
     Right: loss - L* against iterations when L* = 0 (noise 0), one line per B."""
-    runs = _done(runs)
+    runs = finished(runs)
     if runs.empty:
         return []
     noisy, exact = runs[runs["noise"] > 0], runs[runs["noise"] == 0]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
     ax = axes[0]
     for i, (c, grp) in enumerate(noisy.groupby("c")):
         q = seed_quartiles(grp, ["batch_size"], "subopt_tail").set_index("batch_size")
@@ -304,7 +285,7 @@ def sweep_sgd_batch(
             yerr=[q["median"] - q["q25"], q["q75"] - q["median"]],
             marker="o",
             capsize=3,
-            color=COLORS[i],
+            color=color(i),
             label=f"c = {c:g}",
         )
         # Gradient noise of B samples drawn without replacement scales as (n - B) / B.
@@ -312,25 +293,19 @@ def sweep_sgd_batch(
         bs = q.index[q.index < n].to_numpy(dtype=float)
         if bs.size:
             b0 = bs.min()
-            ax.plot(bs, q["median"].loc[b0] * ((n - bs) / bs) / ((n - b0) / b0), color=COLORS[i], ls=":", lw=0.8)
+            ax.plot(bs, q["median"].loc[b0] * ((n - bs) / bs) / ((n - b0) / b0), color=color(i), ls=":", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     _ticks(ax, noisy["batch_size"])
     ax.set_xlabel("batch size B")
     ax.set_ylabel("loss - L*, mean over the last 20% (median, IQR)")
-    ax.set_title("L* > 0: stalls at an excess ~ eta (n - B) / B (dotted guide)", fontsize=9)
+    ax.set_title("L* > 0: stalls at an excess ~ eta (n - B) / B (dotted guide)")
     if not noisy.empty:
-        ax.legend(fontsize=8)
+        ax.legend()
     ax = axes[1]
-    q = _curve_quantiles(exact, curves, ["batch_size"], "subopt")
-    for i, b in enumerate(sorted(q["batch_size"].unique())):
-        _band(ax, q[q["batch_size"] == b], f"B = {b}", COLORS[i % len(COLORS)])
-    ax.set_yscale("log")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("loss - L*")
-    ax.set_title("L* = 0 (noise 0): linear convergence of the last iterate (Thm 3.8)", fontsize=9)
-    if not q.empty:
-        ax.legend(fontsize=8)
+    lines = seed_lines(exact, curves, ["batch_size"], "subopt", label=lambda k: f"B = {k['batch_size']}")
+    draw_lines(ax, lines, ITER_LABEL, LOSS_LABEL["subopt"], legend=bool(lines))
+    ax.set_title("L* = 0 (noise 0): linear convergence of the last iterate (Thm 3.8)")
     fig.suptitle(f"SGD: n = {_values(runs, 'n')}, m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}")
     return save_figure(fig, out_dir, stem)
 

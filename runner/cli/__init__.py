@@ -1,4 +1,9 @@
-"""`convgrid ...`: the command line. Bad input prints one message and exits with code 2."""
+"""`convgrid ...`: the command line.
+
+Exit codes: 0 all good; 1 `run` or `tune` ended with failed or timed-out runs (one line on stderr says
+how to see them; runner.cli.outcome), or `check --strict` found a surprise; 2 bad input (one message,
+nothing written); 3 the Ray cluster cannot be reached or was lost; 75 another driver runs the study
+(nothing changed: run it again later; runner.coord.study_lease); 128 + N stopped by signal N."""
 
 from __future__ import annotations
 
@@ -9,19 +14,30 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cluster import ClusterError, head_lost, shutdown_if_owned
 from runner import errors
 from runner.cli.options import (
     add_execution_options,
     check_results_root,
-    executor_options,
+    execution_options,
     join_cluster,
+    outcome,
     positive_float,
     positive_int,
 )
-from runner.errors import ConfigError, Terminated, raise_terminated, redact
+from runner.errors import (
+    EXIT_BUSY,
+    STORE_ERRNOS,
+    Busy,
+    ConfigError,
+    StoreIOError,
+    Terminated,
+    printable,
+    raise_terminated,
+    redact,
+)
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -31,6 +47,9 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convgrid", description="Grids of convergence experiments on Ray; results in Parquet."
+    )
+    parser.add_argument(
+        "--version", action=VersionAction, help="print the version and the code's git commit (and uncommitted changes)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -91,10 +110,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class VersionAction(argparse.Action):
+    """`convgrid --version`: found when asked (a `git status`), not each time the parser is built."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from runner.execute.provenance import own_code_version
+
+        print(own_code_version().describe())
+        parser.exit()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from runner.api import cells_from_store, run_grid
     from runner.grid.cells import Grid
     from runner.grid.spec import load_grid
+    from runner.run.grid_run import run_grid
+    from runner.run.rerun import cells_from_store
     from runner.store import ResultStore
 
     if args.grid is None and not args.only:
@@ -105,31 +138,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         grid = Grid("rerun", redact(str(args.results)), "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
-        return _dry_run(grid, ResultStore(args.results), args.retry_failed)
+        return _dry_run(grid, ResultStore(args.results), args.retry_failed, args.only)
+    join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
-    join_cluster(args)
     report = run_grid(
-        grid,
-        args.results,
-        args.executor,
-        retry_failed=args.retry_failed,
-        only=args.only,
-        progress=not args.no_progress,
-        flush_every=args.flush_every,
-        flush_s=args.flush_seconds,
-        lease_s=args.lease,
-        **executor_options(args),
+        grid, args.results, execution_options(args), retry_failed=args.retry_failed, only=args.only, lease_s=args.lease
     )
     print(report.line())
-    return 0
+    return outcome(grid.name, report.counts, report.skipped_failed, args.results)
 
 
-def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool) -> int:
-    from runner.api import plan_grid
+def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool, only: list[str] | None) -> int:
+    from runner.run.plan import only_indices, plan_grid
 
     planned = plan_grid(grid, store, retry_failed)
     todo = planned.todo
-    print(f"{grid.name} ({grid.source}): {len(grid)} cells over tasks {', '.join(grid.tasks())}")
+    if only:  # --only reruns its cells whatever the store holds (runner.run.grid_run)
+        todo = only_indices(grid, only)
+        if not len(todo):
+            raise ConfigError("no cell of this grid has that run id", file=grid.source, key="--only")
+    print(printable(f"{grid.name} ({grid.source}): {len(grid)} cells over tasks {', '.join(grid.tasks())}"))
     print(f"  done: {planned.done}   failed/timeout skipped: {planned.skipped}   to run: {len(todo)}")
     for cell in grid.cells_at(todo[:5]):
         print(f"  {cell.run_id[:12]} {cell.task} {json.dumps(cell.params_json(), sort_keys=True)}")
@@ -181,7 +209,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from analysis.claims import evaluate
 
     table = evaluate(_existing_store(args.results).root)
-    print(table.format(show_all=args.all))
+    print(printable(table.format(show_all=args.all), keep="\n\t"))
     print(f"\n{table.summary(show_all=args.all)}")
     return 1 if args.strict and any(r.surprising for r in table.results) else 0
 
@@ -189,7 +217,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from runner.store.status import store_status
 
-    print(store_status(_existing_store(args.results)).format())
+    print(printable(store_status(_existing_store(args.results)).format(), keep="\n\t"))
     return 0
 
 
@@ -256,9 +284,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 3
-    except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours
+    except Busy as exc:  # another driver holds what this command needs; it changed nothing
+        print(f"convgrid: error: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_BUSY
+    except StoreIOError as exc:
+        print(f"convgrid: error: {exc}", file=sys.stderr)
+        return 4
+    except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours (before OSError: one)
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        if exc.errno not in STORE_ERRNOS:
+            raise
+        # the store's own writes outside a flush (members, trials, compaction): the same one message
+        print(f"convgrid: error: {StoreIOError(getattr(args, 'results', ''), exc)}", file=sys.stderr)
+        return 4
     except KeyboardInterrupt as exc:
         lost = head_lost()
         if lost is not None:

@@ -1,14 +1,19 @@
-"""Command-line options shared by `convgrid run` and `convgrid tune`: where results go and how runs execute."""
+"""What `convgrid run` and `convgrid tune` share: where results go, how runs execute, and the exit code."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, redact
+from runner.execute.options import EXECUTOR_KINDS, ExecutionOptions, FlushPolicy
+from runner.settings import env_name, settings
 
 
 # argparse turns the ValueError of a `type` into "argument --threads: invalid positive_int value: '-2'"
@@ -39,7 +44,7 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--executor",
         default="auto",
-        choices=["auto", "ray", "local"],
+        choices=EXECUTOR_KINDS,
         help="ray, local (in-process), or auto (default): local for work the stored run times say takes under "
         "CONVGRID_SMALL_WORK_S (3 s), less than starting Ray; else the embedded Ray, with cells run in process "
         "while it starts (a grid that ends first never waits for it; a study starts Ray only once its timed trials "
@@ -61,20 +66,21 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace",
         type=nonnegative_float,
-        default=5.0,
-        help="seconds a run may ignore its deadline before its actor is killed (default 5)",
+        default=ExecutionOptions.grace_s,
+        help=f"seconds a run may ignore its deadline before its actor is killed (default {ExecutionOptions.grace_s:g})",
     )
     p.add_argument(
         "--flush-every",
         type=positive_int,
-        default=256,
-        help="write a part file every N finished runs (default 256)",
+        default=FlushPolicy.every,
+        help=f"write a part file every N finished runs (default {FlushPolicy.every})",
     )
     p.add_argument(
         "--flush-seconds",
         type=positive_float,
-        default=2.0,
-        help="write parts at least every S seconds (default 2): a crash loses at most that much finished work",
+        default=FlushPolicy.seconds,
+        help=f"write parts at least every S seconds (default {FlushPolicy.seconds:g}): a crash loses at most that "
+        "much finished work",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.add_argument(
@@ -90,6 +96,12 @@ def check_results_root(results: str) -> None:
     if "://" in results:
         return  # an object store answers for itself
     path = Path(results)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(
+            f"the results root is a symbolic link to {os.readlink(path)}, which does not exist; create that folder "
+            "or give --results another path",
+            key="--results",
+        )
     if path.exists() and not path.is_dir():
         raise ConfigError("the results root is a file, not a folder", key="--results")
     try:
@@ -101,25 +113,91 @@ def check_results_root(results: str) -> None:
         raise ConfigError(f"cannot write the results root: {exc.strerror or exc}", key="--results") from None
 
 
-def executor_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The executor keyword arguments the options above ask for."""
-    return {
-        "address": args.address,
-        "workers": args.workers,
-        "threads": args.threads,
-        "timeout_s": args.timeout,
-        "grace_s": args.grace,
-        "batch": not args.no_batch,
-        "gpus_per_worker": args.gpus_per_worker,
-    }
+def execution_options(args: argparse.Namespace) -> ExecutionOptions:
+    """The one options object of a command, from the options above."""
+    return ExecutionOptions(
+        executor=args.executor,
+        address=args.address,
+        workers=args.workers,
+        threads=args.threads,
+        gpus_per_worker=args.gpus_per_worker,
+        timeout_s=args.timeout,
+        grace_s=args.grace,
+        batch=not args.no_batch,
+        flush=FlushPolicy(args.flush_every, args.flush_seconds),
+        progress=not args.no_progress,
+    )
 
 
 def join_cluster(args: argparse.Namespace) -> None:
     """Join the cluster named by --address before anything runs, so that an unreachable address or a
-    missing auth token is one clear message, and a head lost mid-run is noticed (cluster.head_lost)."""
-    if args.executor == "local" or args.address is None or getattr(args, "dry_run", False):
+    missing auth token is one clear message, and a head lost mid-run is noticed (cluster.head_lost);
+    then check --threads and --workers against the CPUs there are (this machine's, without --address)."""
+    if args.executor == "local" or args.address is None:
+        cpus = os.cpu_count() or 1
+        check_sizes(args, cpus, f"this machine has {cpus} CPUs", "this machine", workers=args.executor != "local")
+        return
+    if getattr(args, "dry_run", False):
         return
     from cluster import connect
     from runner.execute.learner_env import runtime_env
 
-    connect(args.address, runtime_env=runtime_env(), watch_head=True)
+    ray = connect(args.address, runtime_env=runtime_env(), watch_head=True)
+    total, largest = cluster_cpus(ray)
+    where = f"the cluster at {args.address}"
+    check_sizes(args, largest, f"the largest node of {where} has {largest} CPUs", where, cpus=total)
+
+
+def cluster_cpus(ray: Any) -> tuple[int, int]:
+    """(CPUs of the joined cluster, CPUs of its largest node) as Ray counts them now."""
+    nodes = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    return int(ray.cluster_resources().get("CPU", 0)), int(max(nodes, default=0))
+
+
+def check_sizes(
+    args: argparse.Namespace, largest: int, has: str, where: str, cpus: int | None = None, workers: bool = True
+) -> None:
+    """--threads within the CPUs of the largest machine there is (`has` says so), --workers within the
+    CPU slots of that many threads among `cpus` (default: `largest`): 100,000 threads per actor crashed
+    torch's thread pool, and 100,000 actors took the driver and Ray's GCS past 8 GB each. An
+    autoscaling cluster may grow past what it has now: CONVGRID_MAX_WORKERS."""
+    cpus = largest if cpus is None else cpus
+    if args.threads > max(largest, 1):
+        raise ConfigError(
+            f"{args.threads} threads per worker, but {has} (valid: 1 to {max(largest, 1)})", key="--threads"
+        )
+    ceiling = settings().max_workers or max(1, cpus // args.threads)
+    if workers and args.workers is not None and args.workers > ceiling:
+        why = (
+            f"{env_name('max_workers')} is {ceiling}"
+            if settings().max_workers
+            else f"{where} has {cpus} CPUs, {ceiling} slots of --threads {args.threads}"
+            + (
+                f"; an autoscaling cluster may set {env_name('max_workers')} to its full size"
+                if where != "this machine"
+                else ""
+            )
+        )
+        raise ConfigError(f"{args.workers} workers, but {why} (valid: 1 to {ceiling})", key="--workers")
+
+
+def outcome(what: str, counts: Counter[str], skipped_failed: int, results: str) -> int:
+    """The exit code of `run` and `tune`: 1 when the command ends with failed or timed-out runs (those it
+    ran, and those that failed before and that it leaves as they are without --retry-failed), with one
+    line on stderr saying how to see them; else 0. `diverged` and `pruned` are results, not failures: a
+    rerun that runs nothing because every cell is done exits 0."""
+    from tasks.status import FAILED, TIMEOUT
+
+    said = [
+        f"{counts[FAILED]} failed" if counts[FAILED] else "",
+        f"{counts[TIMEOUT]} timed out" if counts[TIMEOUT] else "",
+        f"{skipped_failed} failed or timed out before (not run again)" if skipped_failed else "",
+    ]
+    if not any(said):
+        return 0
+    print(
+        f"convgrid: {what} runs: {', '.join(filter(None, said))}; `convgrid status {redact(results)}` lists them "
+        "with their errors; --retry-failed runs them again",
+        file=sys.stderr,
+    )
+    return 1

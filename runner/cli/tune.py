@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from runner.cli.options import add_execution_options, check_results_root, executor_options, join_cluster, positive_int
+from runner.cli.options import (
+    add_execution_options,
+    check_results_root,
+    execution_options,
+    join_cluster,
+    outcome,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from runner.tune.spec import StudyPlan
@@ -42,32 +50,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from runner.tune.driver import tune, with_overrides
+    from runner.tune.driver import tune
     from runner.tune.optuna_adapter import load_plans
+    from runner.tune.spec import with_overrides
 
     plans = [with_overrides(p, args.n_trials, args.parallel, args.deterministic) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
+    join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
-    join_cluster(args)
-    reports = tune(
-        plans,
-        args.results,
-        # auto: the embedded Ray starts in the background while the first trials run here (runner.execute.warm);
-        # the "small work" choice of `run` does not apply, a study's trials are not known up front
-        args.executor,
-        storage=args.storage,
-        retry_failed=args.retry_failed,
-        progress=not args.no_progress,
-        flush_s=args.flush_seconds,
-        flush_every=args.flush_every,
-        **executor_options(args),
-    )
+    reports = tune(plans, args.results, execution_options(args), storage=args.storage, retry_failed=args.retry_failed)
     for report in reports:
         print(report.format())
     if reports:
         print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
-    return 0
+    names = ", ".join(r.study for r in reports)
+    counts = sum((r.counts for r in reports), Counter[str]())
+    return outcome(names, counts, sum(r.skipped_failed for r in reports), args.results)
 
 
 def _dashboard_target(args: argparse.Namespace) -> str:
@@ -84,12 +83,10 @@ def _dashboard_target(args: argparse.Namespace) -> str:
 
 def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
     from runner.store import ResultStore
-    from runner.tune.driver import open_storage
+    from runner.tune.optuna_adapter import open_storage, trial_counts
 
-    storage, label = open_storage(args.storage, ResultStore(args.results))
-    import optuna
-
-    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    storage = open_storage(args.storage, ResultStore(args.results))
+    existing = trial_counts(storage)
     for p in plans:
         space = {
             k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()
@@ -109,6 +106,6 @@ def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
         print(f"  space: {json.dumps(space, sort_keys=True)}")
         if p.baselines:
             print(f"  baselines: {len(p.baselines)} runs")
-        print(f"  storage {label}: " + (f"{have.n_trials} trials already" if have else "new study"))
+        print(f"  storage {storage.label}: " + (f"{have} trials already" if have is not None else "new study"))
     print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
     return 0

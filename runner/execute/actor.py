@@ -4,6 +4,12 @@ Imported only after `cluster.connect` has set Ray's environment (this module imp
 `run_chunk` runs in the actor's default group (one at a time, in order); `current` and `pid` run in a
 separate control group, so the driver can ask what a busy actor is doing (for the hard timeout)
 without waiting for its chunk to finish.
+
+Each actor is named for people by its `__repr__`, which Ray intends for that: the dashboard shows it
+in the actors table ("Repr"), names the actor's calls after it in the tasks table
+("convgrid fig2_depth #0 cpu.run_chunk") and prefixes the actor's log lines with it. A Ray *name*
+(`.options(name=...)`) is something else: a handle to look an actor up by, which must be unique in its
+namespace (two pools of one grid in one driver would collide) and is not needed here.
 """
 
 from __future__ import annotations
@@ -16,18 +22,35 @@ from typing import Any
 
 import ray
 
+from runner.execute import provenance
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
+from runner.execute.staging import Stager, StagingTarget, answer_probe, open_target
 from runner.execute.worker import claim_device, configure_threads, run_items
+from runner.fs.root import Root
 from runner.store.records import RunRecord
 
 
 class _ChunkActor:
-    def __init__(self, threads: int, device: str, gpu_fraction: float | None = None) -> None:
+    def __init__(
+        self,
+        threads: int,
+        device: str,
+        gpu_fraction: float | None = None,
+        label: str = "convgrid",
+        code: provenance.Shipped | None = None,
+    ) -> None:
+        self.label = label
+        provenance.adopt(code)  # the driver's code version, where this process runs the driver's files
         configure_threads(threads)
         self.threads = threads
         self.device = claim_device(device, gpu_fraction)
         self._lock = threading.Lock()
         self._current: tuple[tuple[str, ...], float] | None = None
+        self._roots: dict[str, Root] = {}  # results roots this actor stages to, opened once
+
+    def __repr__(self) -> str:
+        # Defined on this class itself: Ray 2.60 uses a repr only when the actor's class defines one.
+        return self.label
 
     def run_chunk(
         self,
@@ -35,11 +58,15 @@ class _ChunkActor:
         timeout_s: float | None,
         reporters: ReporterFactory | None = None,
         policy: BatchPolicy | None = None,
-    ) -> Iterator[RunRecord]:
-        """A Ray streaming generator: each record reaches the driver as its run (or its batch) finishes,
-        not when the chunk does, so a driver killed mid-chunk has already flushed what finished (the
-        results root stays with the driver)."""
-        yield from run_items(
+        staging: StagingTarget | None = None,
+    ) -> Iterator[list[RunRecord]]:
+        """A Ray streaming generator of lists of records: each record reaches the driver as its run (or
+        its batch) finishes, not when the chunk does, so a driver killed mid-chunk has already flushed
+        what finished. With `staging` (and this actor on one of its nodes) the curves are written to
+        the results root here and the records sent carry the staged part's name instead
+        (runner.execute.staging: a record may then be held a moment, to share a part)."""
+        stager = self._stager(staging)
+        for record in run_items(
             items,
             device=self.device,
             threads=self.threads,
@@ -47,9 +74,21 @@ class _ChunkActor:
             reporters=reporters,
             policy=policy,
             on_start=self._started,
-        )
+        ):
+            ready = [record] if stager is None else stager.offer(record)
+            if ready:
+                yield ready
+        if stager is not None and (rest := stager.drain()):
+            yield rest
         with self._lock:
             self._current = None
+
+    def _stager(self, staging: StagingTarget | None) -> Stager | None:
+        if staging is None or ray.get_runtime_context().get_node_id() not in staging.nodes:
+            return None  # a node the driver's probe did not find the root on (restarted elsewhere)
+        if staging.root not in self._roots:
+            self._roots[staging.root] = open_target(staging.root)
+        return Stager(staging, self._roots[staging.root])
 
     def _started(self, group: Sequence[WorkItem]) -> None:
         # A batch runs (and overruns its deadline) as one: the hard timeout kills it as one.
@@ -68,6 +107,12 @@ class _ChunkActor:
     @ray.method(concurrency_group="control")
     def pid(self) -> int:
         return os.getpid()
+
+    @ray.method(concurrency_group="control")
+    def answer_probe(self, root: str, probe: str, reply: str) -> bool:
+        """Whether this node reads the driver's probe under the results root and writes a reply there
+        (runner.execute.staging.probe_nodes)."""
+        return answer_probe(root, probe, reply, ray.get_runtime_context().get_node_id())
 
     @ray.method(concurrency_group="control")
     def placement(self) -> tuple[str, str]:

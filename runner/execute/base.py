@@ -109,7 +109,12 @@ class Executor(Protocol):
     `timeout` record). A task's exception is a `failed` record, never an exception out of `execute`.
     An executor that runs elsewhere yields each record as soon as its run finishes (not when its chunk
     does) and yields an empty list when nothing finished for a while, so the caller can flush on time.
-    The caller persists what is yielded; an executor writes nothing and never sees the results root.
+    The caller persists what is yielded: an executor writes nothing to the store's data, and sees the
+    results root only if it offers `stage_to(root)` (runner.execute.staging.StagesResults) and the
+    caller calls it; then its workers that can reach the root write their runs' curve rows there as
+    staged parts (runner.store.incoming) and its records carry the parts' names instead
+    (`RunRecord.staged`), which the caller commits like any record. The root's credentials then travel
+    to the workers, and every message redacts them (runner.errors.redact).
     With a `channel` (made by this executor's `report_channel`), runs report through it.
 
     `report_channel(judge, spec)` builds the channel that fits this executor (a direct call in

@@ -5,6 +5,10 @@ free up (`runner.execute.feed`). A chunk lost with its actor is queued again.
 
 An actor that died is given no work until it answers again: Ray restarts it, but after a lost node
 the cluster may have no CPU slot left for it, and a call sent to it would wait forever.
+
+Told the results root (`stage_to`, by the caller that persists its records), actors on the nodes that
+reach it write their runs' curves there themselves and send the driver a manifest
+(runner.execute.staging); `stage=False` keeps every row travelling to the driver.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from runner.execute import staging as workers_stage
 from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
 from runner.execute.feed import Feed
+from runner.execute.staging import StagingTarget, probe_nodes
+from runner.execute.worker_merge import WorkerMerges
 from runner.store.records import RunRecord
+
+MERGE_CLOSE_S = 120.0  # how long `close` waits for a merge under way on a worker
 
 
 @dataclass
@@ -68,7 +77,12 @@ class RayExecutor:
     batch: bool = True  # run cells with equal batch keys as one batched call (False: every cell alone)
     max_batch: int = 64
     gpus_per_worker: float = 0.0  # > 0: GPU actors (num_gpus=this) for tasks that compute on ctx.device
+    label: str | None = None  # what runs here (a grid's or a study's name): the actors' names in Ray's dashboard
+    stage: bool = True  # workers that reach the results root write their curves there (stage_to)
     name: str = "ray"
+    staging: StagingTarget | None = field(default=None, init=False)
+    _probed_root: str | None = field(default=None, init=False, repr=False)  # the root `staging` was probed for
+    merges: WorkerMerges = field(default_factory=WorkerMerges, init=False, repr=False)  # on workers' nodes
     actors: list[Any] = field(default_factory=list, init=False)
     kinds: list[str] = field(default_factory=list, init=False)  # "gpu" or "cpu", per actor
     down: dict[int, Any] = field(default_factory=dict, init=False)  # dead actor index -> its liveness probe
@@ -89,16 +103,50 @@ class RayExecutor:
         # With a GPU share: one actor per share of the cluster's GPUs (Ray places them on GPU nodes only),
         # for the tasks that compute on ctx.device; CPU actors on the CPU slots left, for the others.
         # Without: one CPU actor per CPU slot.
+        from runner.execute.provenance import shipped
+
         resources = ray.cluster_resources()
         f = self.gpus_per_worker
         n_gpu = int(resources.get("GPU", 0) // f) if f > 0 else 0
         gpu = ChunkActor.options(num_cpus=self.threads, num_gpus=f)
-        self.actors = [gpu.remote(self.threads, "cuda", f) for _ in range(n_gpu)]
+        code = shipped()
+        self.actors = [gpu.remote(self.threads, "cuda", f, self._actor_label(i, "gpu"), code) for i in range(n_gpu)]
         free = int(resources.get("CPU", 1) // self.threads) - n_gpu
         n = self.workers if self.workers is not None else (free if n_gpu else max(1, free))
-        self.actors += [ChunkActor.options(num_cpus=self.threads).remote(self.threads, "cpu") for _ in range(n)]
+        cpu = ChunkActor.options(num_cpus=self.threads)
+        self.actors += [cpu.remote(self.threads, "cpu", None, self._actor_label(i, "cpu"), code) for i in range(n)]
         self.kinds = ["gpu"] * n_gpu + ["cpu"] * (len(self.actors) - n_gpu)
         self.down = {}
+
+    def stage_to(self, root: str) -> str | None:
+        """Have the actors on nodes that reach `root` (found by a probe, runner.execute.staging) write
+        their runs' curves there; returns the session's folder under the root (the caller deletes what
+        is left in it once everything is committed), or None where no node reaches it or `stage` is off.
+        Probed once per root and pool."""
+        if not self.stage:
+            return None
+        self.start()
+        if self._probed_root != root:
+            from runner.store.incoming import session_folder
+
+            folder = session_folder()
+            alive = [a for i, a in enumerate(self.actors) if i not in self.down]
+            nodes = probe_nodes(alive, root, folder)
+            rows, wait_s = workers_stage.STAGE_ROWS, workers_stage.STAGE_WAIT_S  # read now: tests change them
+            self.staging = StagingTarget(root, folder, nodes, rows, wait_s) if nodes else None
+            self._probed_root = root
+        return self.staging.folder if self.staging is not None else None
+
+    def merge_on_worker(self, root: str, max_parts: int) -> bool:
+        """Merge the root's fragmented folders on a node whose actors stage there
+        (runner.execute.worker_merge); False where none does, or while the last merge still runs."""
+        if not self.stage or self.staging is None or self.staging.root != root:
+            return False
+        return self.merges.ask(self.staging.nodes, root, max_parts)
+
+    def _actor_label(self, index: int, kind: str) -> str:
+        """How the dashboard and the log prefixes name an actor: 'convgrid fig2_depth #0 cpu'."""
+        return " ".join(filter(None, ["convgrid", self.label, f"#{index}", kind]))
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel:
         self.start()  # the channel actor needs Ray connected
@@ -136,9 +184,9 @@ class RayExecutor:
                 if gen not in pending:
                     continue  # abandoned with its actor below
                 chunk = pending[gen]
-                stream = cast(Iterator[Any], gen)  # an ObjectRefGenerator: one ObjectRef per finished run
+                stream = cast(Iterator[Any], gen)  # an ObjectRefGenerator: one ObjectRef per list of records
                 try:
-                    record: RunRecord = ray.get(next(stream))
+                    records: list[RunRecord] = ray.get(next(stream))
                 except StopIteration:
                     pending.pop(gen)
                     load[chunk.actor] -= 1
@@ -158,9 +206,9 @@ class RayExecutor:
                     self.chunks_resubmitted += len(mine)
                     self.down.setdefault(idx, self.actors[idx].pid.remote())
                     continue
-                chunk.finished.add(record.run_id)
-                sizer.observe([record])
-                yield [record]
+                chunk.finished.update(r.run_id for r in records)
+                sizer.observe(records)
+                yield records
             poll = self._poll_s()
             if self.timeout_s is not None and time.monotonic() - last_check >= poll:
                 last_check = time.monotonic()
@@ -229,7 +277,8 @@ class RayExecutor:
                     break
             else:
                 return  # no free actor, or none of the kind the held items need
-            gen = self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters, policy)
+            staging = self.staging if self.stage else None
+            gen = self.actors[idx].run_chunk.remote(chunk, self.timeout_s, reporters, policy, staging)
             pending[gen] = _Chunk(idx, chunk)
             load[idx] += 1
             self.chunks_submitted += 1
@@ -304,8 +353,10 @@ class RayExecutor:
     def close(self) -> None:
         import ray
 
+        self.merges.wait(MERGE_CLOSE_S)  # a merge is safe to stop, but the command's own merge comes next
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
         self.kinds = []
         self.down = {}
+        self.staging, self._probed_root = None, None

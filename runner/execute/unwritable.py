@@ -12,7 +12,9 @@ import json
 import traceback
 from collections.abc import Sequence
 
+from runner.errors import StoreIOError
 from runner.store import ResultStore, RunRecord, SchemaFor
+from runner.store.flush import write_records
 from tasks.status import FAILED
 
 # Columns a failed record keeps: what identifies the run and how it ran (params, provenance).
@@ -41,14 +43,18 @@ def as_unwritable(record: RunRecord, reason: str) -> RunRecord:
 
 
 def write_isolated(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> list[RunRecord]:
-    """Write records; returns those that had to be stored as `failed` (empty when all went in)."""
+    """Write records; returns those that had to be stored as `failed` (empty when all went in). An
+    error of the store's own I/O (an OSError: a full disk, a read-only root) is no run's fault: it is
+    raised as StoreIOError, and no record is stored as failed for it."""
     try:
-        store.write_records(records, schemas)
+        write_records(store, records, schemas)
         return []
-    except Exception:  # noqa: BLE001 - any write error: find the offenders one by one below
+    except OSError as exc:
+        raise StoreIOError(store.root, exc, len(records)) from exc
+    except Exception:  # noqa: BLE001 - a value the store cannot take: find the offenders one by one below
         if len(records) == 1:
             failed = as_unwritable(records[0], traceback.format_exc(limit=3).strip().splitlines()[-1])
-            store.write_records([_params_only(failed, schemas)], schemas)
+            write_records(store, [_params_only(failed, schemas)], schemas)
             return [failed]
     bad: list[RunRecord] = []
     for record in records:

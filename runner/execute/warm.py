@@ -23,7 +23,7 @@ with slow trials, moves to Ray after a few trials. Ray's cost (`CONVGRID_RAY_COS
 starting the embedded Ray, warming its actors and stopping it added to a study on a 2-core machine
 (docs/performance_log.md).
 
-Only for the embedded Ray, without hard timeouts and GPU actors (`runner.api.make_executor` decides):
+Only for the embedded Ray, without hard timeouts and GPU actors (`runner.execute.auto` decides):
 a run here cannot be killed past its deadline, and it computes on the driver's CPU.
 """
 
@@ -47,8 +47,6 @@ from runner.store.records import RunRecord
 # batch keeps most of batching's gain and bounds what the driver still owes when the actors are ready.
 WARM_MAX_BATCH = 16
 
-RAY_COST_ENV = "CONVGRID_RAY_COST_S"
-DEFAULT_RAY_COST_S = 5.0  # start, actors' imports and teardown of the embedded Ray, measured on 2 cores
 WATCH_S = 0.1  # how often the watcher of a deferred start checks its forecast
 
 
@@ -166,8 +164,7 @@ class WarmStartExecutor:
     starter: Callable[[Callable[[], None]], Starter] = background_start
     name: str = "warm"
     ran_locally: int = field(default=0, init=False)  # records of cells run in process while Ray started
-    cost_s: float = field(default_factory=lambda: float(os.environ.get(RAY_COST_ENV, DEFAULT_RAY_COST_S)))
-    defer: bool = True  # False: start Ray at once even where the work ahead is known (expect_items)
+    cost_s: float = 5.0  # start, actors' imports and teardown of the embedded Ray (CONVGRID_RAY_COST_S)
     _left: Callable[[], int] | None = field(default=None, init=False, repr=False)  # see expect_items
     _start: Starter | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -232,7 +229,7 @@ class WarmStartExecutor:
             yield from self._ray().execute(items, channel)
             return
         source = iter(items)
-        if self._left is None or not self.defer or self._start is not None:
+        if self._left is None or self._start is not None:
             self.start()
             assert self._start is not None
             if not self._start.ready.is_set():

@@ -17,7 +17,7 @@ from runner.grid import cache
 from runner.grid.product_ids import CHUNK, product_id_chunks
 
 if TYPE_CHECKING:
-    from runner.grid.spec import Block
+    from runner.grid.blocks import Block
 
 IdChunks = Callable[[], Iterator[np.ndarray]]  # a block's ids computed afresh (every cell validated), in chunks
 

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pydantic
 
 from runner.grid.identity import canonical_json, variants
+from runner.settings import settings
 from tasks.base import TaskIdentity
 
-CACHE_ENV = "CONVGRID_CACHE"
 _CODE = (
     "tasks.base",
     "runner.grid.identity",
@@ -40,7 +40,7 @@ _CODE = (
 
 
 def cache_dir() -> Path | None:
-    value = os.environ.get(CACHE_ENV, "")
+    value = settings().cache
     if value == "off":
         return None
     if value:

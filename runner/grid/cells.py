@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from runner.grid.block_ids import BlockIds
-    from runner.grid.spec import Block
+    from runner.grid.blocks import Block
 
 ID_ROWS = 65_536  # ids read at a time (2 MB): what the driver holds of a grid's ids, whatever its size
 

@@ -6,6 +6,6 @@ compact them. It imports no task code, no executor, no torch and no Ray.
 """
 
 from runner.store.records import RunRecord
-from runner.store.store import ResultStore, SchemaFor, latest_per_run, open_root
+from runner.store.store import ResultStore, SchemaFor
 
-__all__ = ["ResultStore", "RunRecord", "SchemaFor", "latest_per_run", "open_root"]
+__all__ = ["ResultStore", "RunRecord", "SchemaFor"]

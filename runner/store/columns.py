@@ -38,9 +38,20 @@ RUN_COLUMNS: list[pa.Field] = [
     # How many curve rows the attempt wrote: a run whose curves were lost (a damaged part moved to
     # quarantine) is found by it and runs again.
     pa.field("curve_rows", pa.int64()),
+    # The store's own order of a task's attempts: the number of the transaction that wrote the row (one
+    # more than the task's largest before it), so the newest attempt never depends on a clock. Null in
+    # rows written before it existed (ordered by `finished`, oldest first).
+    pa.field("commit_seq", pa.int64()),
 ]
 SHARED_RUN_COLUMNS: list[str] = [f.name for f in RUN_COLUMNS] + [PARTITION]
+# curves/ holds the rows of each run's kept attempt only, so its rows need no attempt id: they join runs/
+# on run_id alone, with no column in common (before, batch_id was in both). attempt_curves/, the
+# history's curves, keeps the attempt's batch_id, to join attempts/ on (run_id, batch_id).
 CURVE_COLUMNS: list[pa.Field] = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("step", pa.int64(), nullable=False),
+]
+ATTEMPT_CURVE_COLUMNS: list[pa.Field] = [
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
     pa.field("step", pa.int64(), nullable=False),
@@ -76,3 +87,44 @@ TRIAL_SCHEMA = pa.schema(
         pa.field("written", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
+
+
+_STRING = (pa.string(), pa.large_string())
+# The columns a part must have, by the folder it lies in, and the types every column the store itself
+# declares must have wherever it appears (a part with a string column turned binary is not read as one).
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "runs": ("run_id", "status"),
+    "attempts": ("run_id", "status"),
+    "curves": ("run_id", "step"),
+    "attempt_curves": ("run_id", "step"),
+    "members": ("run_id", "grid"),
+    "trials": ("study", "number"),
+}
+_DECLARED: dict[str, dict[str, pa.DataType]] = {
+    "runs": {f.name: f.type for f in RUN_COLUMNS},
+    "attempts": {f.name: f.type for f in RUN_COLUMNS},
+    "curves": {f.name: f.type for f in CURVE_COLUMNS},
+    "attempt_curves": {f.name: f.type for f in ATTEMPT_CURVE_COLUMNS},
+    "members": {f.name: f.type for f in MEMBER_SCHEMA},
+    "trials": {f.name: f.type for f in TRIAL_SCHEMA},
+}
+
+
+def foreign_columns(rel: str, schema: pa.Schema) -> str | None:
+    """What makes a part at `rel` not a part of its folder (a missing column, a declared column of
+    another type), or None."""
+    kind = rel.split("/", 1)[0]
+    if kind not in _REQUIRED:
+        return None
+    missing = [c for c in _REQUIRED[kind] if c not in schema.names]
+    if missing:
+        return f"not a {kind} part: no column {', '.join(missing)}"
+    for name, declared in _DECLARED[kind].items():
+        index = schema.get_field_index(name)
+        if index < 0:
+            continue
+        have = schema.field(index).type
+        same = have in _STRING if declared in _STRING else have.equals(declared)
+        if not same and not (pa.types.is_integer(declared) and pa.types.is_integer(have)):
+            return f"not a {kind} part: column {name} is {have}, not {declared}"
+    return None

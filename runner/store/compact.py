@@ -10,6 +10,9 @@ part with every attempt (a store written before attempts/ existed gets its histo
 A task with a damaged part is left alone unless `repair`: then the damaged parts move to
 _store/quarantine/ and the task is rebuilt from what is readable; a run whose runs row or curve rows
 were lost there loses its runs row, so the next `run` runs it again.
+
+It also deletes the parts workers staged that no manifest will name any more (runner.store.incoming:
+a dead driver's of this host at once, any other once older than the grace period).
 """
 
 from __future__ import annotations
@@ -21,22 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from runner.store.claims import remove_idle_claims
+from runner.coord.claims import remove_idle_claims
+from runner.fs.files import delete_quietly
+from runner.store import incoming
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
-from runner.store.files import delete_quietly
+from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
-from runner.store.store import (
-    ATTEMPT_CURVES,
-    ATTEMPTS,
-    CURVES,
-    RUNS,
-    TASK_KINDS,
-    ResultStore,
-    kept_curves,
-    latest_per_run,
-    task_dir,
-    without_partition,
-)
+from runner.store.store import ResultStore
+from runner.store.tables import kept_curves, latest_per_run, order_keys
 from runner.store.trials import newest_trials
 from runner.store.txn import Transaction
 
@@ -52,6 +47,7 @@ class CompactReport:
     rerun: int = 0  # runs whose rows were lost with a damaged part: the next `run` runs them again
     skipped: list[str] = field(default_factory=list)  # tasks left alone because of damaged parts
     claims_removed: int = 0  # claims folders of grids that no driver may still use
+    orphans_removed: int = 0  # parts workers staged that no manifest will name any more (runner.store.incoming)
 
     def line(self) -> str:
         text = (
@@ -64,12 +60,15 @@ class CompactReport:
             text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
         if self.claims_removed:
             text += f"; removed the claims of {self.claims_removed} grids no driver is running"
+        if self.orphans_removed:
+            text += f"; deleted {self.orphans_removed} staged parts no driver will commit"
         return text
 
 
 def compact(store: ResultStore, repair: bool = False) -> CompactReport:
     report = CompactReport()
     with store.writing():
+        report.orphans_removed = incoming.sweep(store.files, force=True)
         _delete_old_temporaries(store)
         txn = Transaction(store.files, "compact")
         for name in store.tasks():
@@ -130,7 +129,7 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
     known = pc.binary_join_element_wise(attempts["run_id"], attempts["batch_id"], "/")
     pairs = pc.binary_join_element_wise(all_runs["run_id"], all_runs["batch_id"], "/")
     history = pa.concat_tables([attempts, all_runs.filter(pc.invert(pc.is_in(pairs, value_set=known)))])
-    history = history.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+    history = history.sort_by([("run_id", "ascending", "at_end"), *order_keys(history, "ascending")])
     if damaged:  # runs with an attempt but no runs row left: lost with a runs part, or dropped above
         lost = pc.invert(pc.is_in(history["run_id"], value_set=latest["run_id"]))
         report.rerun = len(set(history.filter(lost)["run_id"].to_pylist()))
@@ -151,10 +150,16 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
     if curves is not None and kept_curve_rows is not None:
         report.rows_dropped += curves.num_rows - kept_curve_rows.num_rows
         ordered = kept_curve_rows.sort_by([("run_id", "ascending"), ("step", "ascending")])
+        if "batch_id" in ordered.column_names:  # a store from before: curves/ loses the attempt id here
+            ordered = ordered.drop_columns(["batch_id"])
         _rewrite(txn, readable[CURVES], _chunks(ordered), curves.num_rows, task_dir(CURVES, name), report)
-        if kept_curve_rows.num_rows < curves.num_rows:  # superseded rows a store before attempt_curves/ kept
+        if kept_curve_rows.num_rows < curves.num_rows and "batch_id" in curves.column_names:
+            # superseded rows a store before attempt_curves/ kept in curves/ (the rest of the rows not
+            # kept are of runs with no runs row left: lost with a damaged part, run again); rows with no
+            # attempt id are the current layout's, kept by definition
             kept_pairs = _pairs(latest).combine_chunks()
-            superseded.append(curves.filter(pc.invert(pc.is_in(_pairs(curves), value_set=kept_pairs))))
+            stale = pc.and_(pc.is_valid(curves["batch_id"]), pc.invert(pc.is_in(_pairs(curves), value_set=kept_pairs)))
+            superseded.append(curves.filter(stale))
     if superseded:
         old = pa.concat_tables(superseded, promote_options="permissive")
         ordered = old.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])

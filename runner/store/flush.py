@@ -1,18 +1,30 @@
-"""One task's share of a driver's flush: what keeps runs/ and curves/ the current state.
+"""A driver's flush: finished runs written in one transaction, keeping runs/ and curves/ the current state.
 
-Within the caller's transaction (writer lock held, earlier crashes recovered):
-  - every new attempt goes to attempts/ (the history keeps all of them);
-  - a new attempt is kept unless the run already has a newer one (two drivers, clocks of workers);
+`write_records` takes the writers' lock, recovers what a crash left, and commits one transaction; per
+task (`stage_task`):
+  - every new attempt goes to attempts/ (the history keeps all of them), numbered with the task's next
+    commit sequence (`commit_seq`): the store's order of attempts, never a clock's;
+  - a new attempt supersedes every stored attempt of its run, since this transaction commits after
+    them (a driver's or a worker's clock an hour behind changes nothing); of two records of one run in
+    one flush, the later to arrive wins;
   - the parts of runs/ and curves/ holding a superseded attempt are rewritten without it, in the same
     part as the new rows; so are parts whose schema differs from the task's current one (a new task
     version's column), so that one task's files always share one schema, as polars requires;
   - the kept attempts' rows go to runs/ and their curve rows to curves/; the curve rows of the
     attempts they supersede move to attempt_curves/ (the history's curves).
+
+A record whose curve rows a worker already wrote (`RunRecord.staged`, runner.store.incoming) brings its
+runs row and the part's name only: the part is published into curves/ as it is, unread, when this
+transaction keeps every run it holds with the part's schema; otherwise (a run of it superseded within
+the flush, a record stored alone after a bad value, a task whose stored parts have other columns) the
+rows it keeps are read from it and written with the others, and the part is left for the incoming
+cleanup. Every staged part is first checked to be there, whole (`incoming.lost`).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 from collections.abc import Sequence
 from itertools import chain
 
@@ -21,31 +33,52 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from runner.store import incoming
+from runner.store.columns import PARTITION
+from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
-from runner.store.store import (
-    ATTEMPT_CURVES,
-    ATTEMPTS,
-    CURVES,
-    RUNS,
-    ResultStore,
-    conform,
-    latest_per_run,
-    micros,
-    task_dir,
-    without_partition,
-)
+from runner.store.store import ResultStore, SchemaFor
+from runner.store.tables import conform, last_per_run, latest_per_run, with_attempt
 from runner.store.txn import Transaction
+from runner.store.union import stage_union
 
 
-def curve_table(recs: Sequence[RunRecord], batch_id: str, schema: pa.Schema) -> pa.Table:
-    """The curve rows of `recs`, built column by column: the ids by one `take` of each record's id
-    repeated over its steps, the values from one flattened list per column (a Python loop over rows
-    was most of a flush's CPU time)."""
+def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
+    """Persist finished runs in one transaction: per task, the attempts, the curves of the kept
+    attempts and the runs rows, with the parts holding superseded attempts rewritten without them."""
+    by_task: dict[str, list[RunRecord]] = defaultdict(list)
+    for rec in records:
+        by_task[rec.task].append(rec)
+    if not by_task:
+        return
+    with store.writing():
+        gone = incoming.lost(store.files, {rec.staged.path for rec in records if rec.staged is not None})
+        if gone:  # cleaned from under a driver paused past the grace period, or deleted by hand
+            raise incoming.StagedPartLost(f"staged curve parts missing or cut short: {', '.join(gone)}")
+        txn = Transaction(store.files, "flush")
+        written = {name: schemas(name) for name in by_task}
+        for name, recs in by_task.items():
+            runs_schema, curves_schema = written[name]
+            stage_task(store, txn, name, recs, without_partition(runs_schema), curves_schema)
+        # a folder read whole by a plain Parquet client shows every task's columns (runner.store.union)
+        adding = {tuple(final.split("/")[:2]) for _, final in txn.marker.adds}
+        for kind, index in ((RUNS, 0), (ATTEMPTS, 0), (CURVES, 1), (ATTEMPT_CURVES, 1)):
+            here = {name: pair[index] for name, pair in written.items() if (kind, f"{PARTITION}={name}") in adding}
+            stage_union(store, txn, kind, here)
+        txn.commit()
+
+
+def curve_table(recs: Sequence[RunRecord], schema: pa.Schema) -> pa.Table:
+    """The curve rows of `recs` (curves/: no attempt id, runner.store.columns), built column by column:
+    the ids by one `take` of each record's id repeated over its steps, the values from one flattened
+    list per column (a Python loop over rows was most of a flush's CPU time)."""
     lengths = [len(rec.curve.get("step", [])) for rec in recs]
-    total = sum(lengths)
     owner = np.repeat(np.arange(len(recs)), lengths)
-    columns = [pa.array([rec.run_id for rec in recs], pa.string()).take(owner), pa.repeat(batch_id, total)]
-    for field in list(schema)[2:]:
+    columns = []
+    for field in schema:
+        if field.name == "run_id":
+            columns.append(pa.array([rec.run_id for rec in recs], pa.string()).take(owner))
+            continue
         values = (rec.curve.get(field.name, [None] * n) for rec, n in zip(recs, lengths, strict=True))
         columns.append(pa.array(list(chain.from_iterable(values)), field.type))
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
@@ -64,26 +97,28 @@ def stage_task(
     curves_schema: pa.Schema,
 ) -> None:
     batch_id = uuid.uuid4().hex
-    rows = [{**rec.row, "batch_id": batch_id, "curve_rows": len(rec.curve.get("step", []))} for rec in recs]
-    new = pa.Table.from_pylist(rows, schema=runs_schema)
     reader = store.reader
     runs_dir, curves_dir = task_dir(RUNS, task), task_dir(CURVES, task)
+    attempts_dir = task_dir(ATTEMPTS, task)
+    seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)))
+    rows = [
+        {
+            **rec.row,
+            "batch_id": rec.staged.batch_id if rec.staged is not None else batch_id,
+            "curve_rows": rec.curve_rows,
+            "commit_seq": seq,
+        }
+        for rec in recs
+    ]
+    new = pa.Table.from_pylist(rows, schema=runs_schema)
     run_parts = reader.readable(store.parts(runs_dir))
     # a store from before this layout has `task` inside its files: the rewritten parts drop it
     target = without_partition(reader.unified_schema(run_parts, base=runs_schema))
     history = [conform(new, target)]
 
-    # Which new attempts win, and which stored rows they supersede.
-    new = latest_per_run(new)
-    have = store.stored_rows(task, run_parts, new["run_id"].to_pylist())
-    stored_finished = dict(zip(have["run_id"].to_pylist(), have["finished"].to_pylist(), strict=True))
-    keep_ids = {
-        rid
-        for rid, fin in zip(new["run_id"].to_pylist(), micros(new["finished"]), strict=True)
-        if rid not in stored_finished or stored_finished[rid] is None or fin is None or fin >= stored_finished[rid]
-    }
-    kept = new.filter(pc.is_in(new["run_id"], value_set=pa.array(sorted(keep_ids), pa.string())))
-    gone = have.filter(pc.is_in(have["run_id"], value_set=kept["run_id"]))
+    # Every new attempt wins (the last of a run's records in this flush), superseding the stored rows of its run.
+    kept = last_per_run(new)
+    gone = store.runs_index.stored_rows(task, run_parts, kept["run_id"].to_pylist())
 
     rewrite = set(gone["part"].to_pylist()) | {p for p in run_parts if not _same(target, reader.schema(p))}
     survivors = [
@@ -96,22 +131,18 @@ def stage_task(
         pairs = pc.binary_join_element_wise(newest["run_id"], newest["batch_id"], "/")
         every = pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
         history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
-    _add(store, txn, pa.concat_tables(history), task_dir(ATTEMPTS, task))
+    store.runs_index.written(_add(store, txn, pa.concat_tables(history), attempts_dir), seq)
     if newest.num_rows:
-        store.remember(task, _add(store, txn, newest, runs_dir), newest)
+        store.runs_index.remember(task, _add(store, txn, newest, runs_dir), newest)
     for part in rewrite:
         txn.remove(part)
 
     curve_parts = reader.readable(store.parts(curves_dir))
     ctarget = reader.unified_schema(curve_parts, base=curves_schema)
-    chosen: dict[str, RunRecord] = {}  # one record per run: the one whose row was kept
-    for rec in recs:
-        if rec.run_id in keep_ids and (rec.run_id not in chosen or _finished(rec) >= _finished(chosen[rec.run_id])):
-            chosen[rec.run_id] = rec
-    fresh = curve_table(list(chosen.values()), batch_id, curves_schema)
-    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks()) & pc.field("batch_id").isin(
-        pc.unique(gone["batch_id"].combine_chunks())
-    )
+    chosen = {rec.run_id: rec for rec in recs}  # one record per run: the last, whose row was kept
+    fresh = curve_table([r for r in chosen.values() if r.staged is None], curves_schema)
+    copied = _adopt_staged(store, txn, list(chosen.values()), ctarget, curves_dir)
+    stale = pc.field("run_id").isin(gone["run_id"].combine_chunks())  # curves/ holds a run's kept attempt only
     crewrite = _parts_with_rows(store, curve_parts, ctarget, stale) if gone.num_rows else set()
     crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
     csurvivors, superseded = [], []
@@ -121,22 +152,41 @@ def stage_task(
         csurvivors.append(rows_.filter(pc.invert(doomed)))
         superseded.append(rows_.filter(doomed))
         txn.remove(part)
-    ctable = pa.concat_tables([conform(fresh, ctarget), *csurvivors])
+    ctable = pa.concat_tables([conform(fresh, ctarget), *copied, *csurvivors])
     if ctable.num_rows:
         _add(store, txn, ctable, curves_dir)
     old = pa.concat_tables(superseded) if superseded else None
-    if old is not None and old.num_rows:  # the history keeps them, out of every curves/ reader's way
-        _add(store, txn, old, task_dir(ATTEMPT_CURVES, task))
+    if old is not None and old.num_rows:  # the history keeps them, with their attempt's id, out of curves/
+        _add(store, txn, with_attempt(old, gone.select(["run_id", "batch_id"])), task_dir(ATTEMPT_CURVES, task))
+
+
+def _adopt_staged(
+    store: ResultStore, txn: Transaction, kept: Sequence[RunRecord], schema: pa.Schema, directory: str
+) -> list[pa.Table]:
+    """Publish the staged parts of the kept records into `directory` as they are where that is exact;
+    return the rows to copy from the others (see the module's docstring)."""
+    by_part: dict[str, list[RunRecord]] = defaultdict(list)
+    for rec in kept:
+        if rec.staged is not None:
+            by_part[rec.staged.path].append(rec)
+    copied = []
+    for path, recs in by_part.items():
+        part = recs[0].staged
+        assert part is not None
+        if len(recs) == part.runs and _same(schema, part.schema):
+            store.reader.known(txn.adopt(path, directory), part.schema)
+            continue
+        rows = store.reader.read([path], schema, filter=pc.field("run_id").isin([r.run_id for r in recs]))
+        if path in store.reader.damaged or rows.num_rows != sum(r.curve_rows for r in recs):
+            raise incoming.StagedPartLost(f"staged curve part {path} does not hold the rows its manifest names")
+        copied.append(conform(rows, schema))
+    return copied
 
 
 def _add(store: ResultStore, txn: Transaction, table: pa.Table, directory: str) -> str:
     final = txn.add(table, directory)
     store.reader.known(final, table.schema)
     return final
-
-
-def _finished(rec: RunRecord) -> str:
-    return str(rec.row.get("finished") or "")
 
 
 def _parts_with_rows(store: ResultStore, parts: Sequence[str], schema: pa.Schema, expr: ds.Expression) -> set[str]:
@@ -149,9 +199,8 @@ def _parts_with_rows(store: ResultStore, parts: Sequence[str], schema: pa.Schema
 
 
 def _pairs_mask(rows: pa.Table, gone: pa.Table) -> pa.ChunkedArray:
-    """True where a curve row belongs to a superseded (run_id, batch_id)."""
+    """True where a curve row belongs to a run whose stored attempt is superseded (every row of it in
+    curves/: the kept attempt's, or, in a store written before, any older attempt's left there)."""
     if gone.num_rows == 0 or rows.num_rows == 0:
         return pa.chunked_array([pa.array([False] * rows.num_rows)])
-    position = pc.index_in(rows["run_id"], value_set=gone["run_id"])
-    old_batch = pc.take(gone["batch_id"], position)
-    return pc.fill_null(pc.equal(old_batch, rows["batch_id"]), False)
+    return pc.is_in(rows["run_id"], value_set=gone["run_id"].combine_chunks())

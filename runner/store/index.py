@@ -19,15 +19,17 @@ import pyarrow.compute as pc
 from numpy.typing import DTypeLike
 
 from runner.store.index_keys import RUN_ID, any_keys, fixed_width, id_array, part_batches, run_keys, stored_keys
+from runner.store.layout import RUNS, task_dir
 from runner.store.parts import ReadAgain
 from runner.store.spill import KeySpill, matched
-from runner.store.store import RUNS, ResultStore, task_dir
+from runner.store.store import ResultStore
 from tasks.status import FINAL_STATUSES, is_settled
 
 __all__ = ["id_array", "run_keys", "stored_keys"]
 T = TypeVar("T")
 
-RUN_ROW = {"finished": np.float64, "code": np.int16, "task": np.int16}  # a stored run's row in a spill, with its key
+# a stored run's row in a spill, with its key: its commit order (commit_seq, then finished; -inf: null)
+RUN_ROW = {"seq": np.float64, "finished": np.float64, "code": np.int16, "task": np.int16}
 CELL_ROW = {"index": np.int64}  # a grid's cell in a spill: its key and index into the grid
 
 
@@ -71,8 +73,8 @@ def spill_runs(
     every_id: bool = False,
     wanted: np.ndarray | None = None,
 ) -> KeySpill:
-    """Every stored row of the runs of `tasks`: (key, finished as float microseconds with a null as
-    -inf, status code into `names`, -1 for a null, the task's place in sorted `tasks`). Rows whose id
+    """Every stored row of the runs of `tasks`: (key, commit_seq and finished as float microseconds with
+    a null as -inf, status code into `names`, -1 for a null, the task's place in sorted `tasks`). Rows whose id
     is not a run id (a legacy store's) are left out, unless `every_id` (then keyed by
     `index_keys.any_keys`); with `wanted` (sorted keys), so are the rows of other runs: a small grid
     planned against a large store holds its own runs' rows, not the store's."""
@@ -81,20 +83,23 @@ def spill_runs(
         names.clear()
         for number, task in enumerate(sorted(set(tasks))):
             parts = store.parts(task_dir(RUNS, task))
-            for keys, when, codes in stream_parts(store, parts, ["run_id", "status", "finished"], convert):
+            columns = ["run_id", "status", "commit_seq", "finished"]
+            for keys, seq, when, codes in stream_parts(store, parts, columns, convert):
                 keep = slice(None) if wanted is None else lookup(wanted, keys)[1]
-                spill.add(keys[keep], finished=when[keep], code=codes[keep], task=np.full(len(keys), number)[keep])
+                number_ = np.full(len(keys), number)[keep]
+                spill.add(keys[keep], seq=seq[keep], finished=when[keep], code=codes[keep], task=number_)
 
-    def convert(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def convert(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return _status_rows(batch, names, every_id)
 
     return spill_from(store, RUN_ROW, fill)
 
 
 def newest_of(rows: np.ndarray) -> np.ndarray:
-    """The newest row of each run of each task (spilled RUN_ROW rows in read order), sorted by key: the
-    latest `finished` (a null oldest), equal ones the first read, as the store's reader
-    (`latest_per_run`) keeps. (A run id names its task, so only a legacy id is in two tasks.)"""
+    """The newest row of each run of each task (spilled RUN_ROW rows in read order), sorted by key: in
+    commit order (the largest commit_seq, then the latest `finished`; a null oldest), equal ones the
+    first read, as the store's reader (`latest_per_run`) keeps. (A run id names its task, so only a
+    legacy id is in two tasks.)"""
     keys = rows["key"]
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
@@ -103,7 +108,7 @@ def newest_of(rows: np.ndarray) -> np.ndarray:
     if first.all():
         return rows[order]
     # runs stored more than once (retries): by key and task, the newest first, then in read order
-    order = np.lexsort((np.arange(len(keys)), -rows["finished"], rows["task"], keys))
+    order = np.lexsort((np.arange(len(keys)), -rows["finished"], -rows["seq"], rows["task"], keys))
     ordered, tasks = keys[order], rows["task"][order]
     first[1:] = (ordered[1:] != ordered[:-1]) | (tasks[1:] != tasks[:-1])
     return rows[order[first]]
@@ -149,19 +154,29 @@ def member_spill(store: ResultStore, grid: str, wanted: np.ndarray | None = None
     return spill_from(store, {}, fill)
 
 
+def order_values(batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(commit_seq, finished as microseconds) of each row as floats, -inf where null or absent: the
+    commit order (runner.store.tables.order_keys) as numbers."""
+    out = []
+    for name in ("commit_seq", "finished"):
+        if name not in batch.schema.names:
+            out.append(np.full(batch.num_rows, -np.inf))
+            continue
+        column = batch.column(name)
+        if name == "finished":
+            column = pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.int64())
+        out.append(np.asarray(pc.fill_null(pc.cast(column, pa.float64()), -np.inf).to_numpy(zero_copy_only=False)))
+    return out[0], out[1]
+
+
 def _status_rows(
     batch: pa.RecordBatch, names: list[str], every_id: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(keys, finished as float microseconds with nulls as -inf, status codes into `names`, which grows)
-    of a batch of a runs part; rows whose id is not a run id (a legacy store's) are left out, unless
-    `every_id`."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, commit order (`order_values`), status codes into `names`, which grows) of a batch of a
+    runs part; rows whose id is not a run id (a legacy store's) are left out, unless `every_id`."""
     if not every_id:
         batch = batch.filter(pc.fill_null(pc.match_substring_regex(batch.column("run_id"), RUN_ID), False))
-    if "finished" in batch.schema.names:
-        micros = pc.cast(pc.cast(batch.column("finished"), pa.timestamp("us", "UTC")), pa.int64())
-        when = pc.fill_null(pc.cast(micros, pa.float64()), -np.inf).to_numpy()
-    else:
-        when = np.full(batch.num_rows, -np.inf)
+    seq, when = order_values(batch)
     status = batch.column("status").dictionary_encode()
     for name in status.dictionary.to_pylist():
         if name not in names:
@@ -170,4 +185,4 @@ def _status_rows(
     indices = pc.fill_null(status.indices, -1).to_numpy(zero_copy_only=False)
     ids = batch.column("run_id")
     keys = any_keys(ids) if every_id else run_keys(fixed_width(ids))
-    return keys, np.asarray(when, dtype=np.float64), lookup[indices]
+    return keys, seq, when, lookup[indices]

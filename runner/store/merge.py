@@ -40,8 +40,10 @@ import pyarrow.parquet as pq
 
 from runner.store.files import write_parquet_tables
 from runner.store.index_keys import part_batches
+from runner.store.layout import TASK_KINDS, task_dir
 from runner.store.parts import DamagedPartWarning
-from runner.store.store import TASK_KINDS, ResultStore, conform, task_dir
+from runner.store.store import ResultStore
+from runner.store.tables import conform
 from runner.store.txn import Transaction
 
 MERGE_BUDGET = 64 * 1024 * 1024  # uncompressed bytes of one merged part; a part over half of it is left

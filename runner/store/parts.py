@@ -15,7 +15,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from runner.store.txn import Root
+from runner.fs.root import Root
+from runner.store import part_names
+from runner.store.columns import foreign_columns
+from runner.store.files import read_tail
 
 # Every read verifies page checksums: flipped bytes become an error naming the file, not wrong numbers.
 PARQUET = ds.ParquetFileFormat(
@@ -31,6 +34,15 @@ class ReadAgain(Exception):
     damaged, and the reader starts over without it (`ResultStore.retrying`)."""
 
 
+class DamagedPart(ValueError):
+    """A part whose bytes are not what its name records."""
+
+
+class ForeignPart(ValueError):
+    """A part whose columns are not those of the folder it lies in (a file put there by hand, a type
+    changed by damage the footer checksum could not see: a part named before checksums)."""
+
+
 class DamagedPartWarning(UserWarning):
     """A part file could not be read and was skipped (see `convgrid status`, `convgrid compact --repair`)."""
 
@@ -42,6 +54,7 @@ class PartReader:
     def __init__(self, root: Root) -> None:
         self.root = root
         self._schemas: dict[str, pa.Schema] = {}
+        self._metadata: dict[str, pq.FileMetaData] = {}
         self.damaged: dict[str, str] = {}  # relative path -> the error that made it unreadable
 
     def mark_damaged(self, rel: str, error: BaseException) -> None:
@@ -55,21 +68,64 @@ class PartReader:
             )
 
     def schema(self, rel: str) -> pa.Schema | None:
-        """The part's schema from its footer; None (and a warning) when the part is damaged (also one
-        whose footer was read before a page of it failed)."""
+        """The part's schema from its footer, checked: against the size and footer checksum its name
+        records (runner.store.part_names), and against the columns its folder's rows must have
+        (runner.store.columns.required). None (and a warning naming the file and the fix) when the part
+        is damaged, foreign, or was found damaged before (a page of it failed after its footer was read)."""
         if rel in self.damaged:
             return None
         if rel in self._schemas:
             return self._schemas[rel]
         try:
-            schema = pq.read_schema(self.root.abs(rel), filesystem=self.root.fs)
+            schema = self._checked_schema(rel)
         except FileNotFoundError:
             raise
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, ValueError) as exc:  # UnicodeDecodeError of a flipped name, too
             self.mark_damaged(rel, exc)
             return None
         self._schemas[rel] = schema
         return schema
+
+    def _checked_schema(self, rel: str) -> pa.Schema:
+        path = self.root.abs(rel)
+        expected = part_names.expected(rel)
+        size = None
+        if expected is not None:
+            size = self.root.fs.get_file_info(path).size
+            if size != expected.size:
+                raise DamagedPart(f"{size} bytes where its name records {expected.size}")
+        tail = read_tail(self.root.fs, path, size)
+        if expected is not None and part_names.footer_crc(tail) != expected.footer_crc:
+            raise DamagedPart("its footer does not match the checksum its name records")
+        metadata = pq.read_metadata(pa.BufferReader(tail))
+        schema = metadata.schema.to_arrow_schema()
+        problem = foreign_columns(rel, schema)
+        if problem:
+            raise ForeignPart(problem)
+        self._metadata[rel] = metadata
+        return schema
+
+    def column_max(self, rel: str, column: str) -> int | None:
+        """The largest value of a top-level integer column by the part's footer statistics (None: no such
+        column, or no statistics for some of its values, or a part not readable)."""
+        if self.schema(rel) is None:
+            return None
+        metadata = self._metadata.get(rel)
+        if metadata is None:  # a part this process wrote: its footer was not read
+            tail = read_tail(self.root.fs, self.root.abs(rel))
+            metadata = self._metadata[rel] = pq.read_metadata(pa.BufferReader(tail))
+        leaves = [i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column]
+        if not leaves:
+            return None
+        found = []
+        for g in range(metadata.num_row_groups):
+            group = metadata.row_group(g)
+            stats = group.column(leaves[0]).statistics
+            if stats is not None and stats.has_min_max:
+                found.append(int(stats.max))
+            elif group.num_rows and (stats is None or stats.null_count != group.num_rows):
+                return None  # values the footer says nothing of
+        return max(found, default=None)
 
     def known(self, rel: str, schema: pa.Schema) -> None:
         """The schema of a part this process is writing (what its footer will say): the next flush
@@ -104,7 +160,7 @@ class PartReader:
             return self._scan(rels, schema, columns, filter)
         except FileNotFoundError:
             raise  # a transaction moved a part meanwhile: the caller lists again
-        except (OSError, pa.ArrowException):
+        except (OSError, pa.ArrowException, ValueError):
             pass
         tables = []
         for rel in rels:  # slow path: find the part(s) that fail, name them, keep the rest
@@ -112,7 +168,7 @@ class PartReader:
                 tables.append(self._scan([rel], schema, columns, filter))
             except FileNotFoundError:
                 raise
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, pa.ArrowException, ValueError) as exc:
                 self.mark_damaged(rel, exc)
         if not tables:
             table = schema.empty_table()
@@ -138,7 +194,7 @@ class PartReader:
                     pass
         except FileNotFoundError:
             raise
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, ValueError) as exc:
             self.mark_damaged(rel, exc)
             return False
         return True

@@ -11,7 +11,6 @@ the order they were added in (so a "first read wins" rule between equal rows see
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -21,14 +20,14 @@ from typing import BinaryIO
 import numpy as np
 from numpy.typing import DTypeLike
 
-SPILL_ROWS_ENV = "CONVGRID_SPILL_ROWS"
-DEFAULT_SPILL_ROWS = 262_144
+from runner.settings import settings
+
 PARTITIONS = 64
 _SHIFT = np.uint64(64 - 6)  # a key's range: its top 6 bits (PARTITIONS = 2**6)
 
 
 def spill_rows() -> int:
-    return int(os.environ.get(SPILL_ROWS_ENV, DEFAULT_SPILL_ROWS))
+    return settings().spill_rows
 
 
 def key_range(keys: np.ndarray) -> np.ndarray:

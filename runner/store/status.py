@@ -12,12 +12,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runner.store.claims import DriverInfo, live_claims
-from runner.store.index import lookup, newest_of, spill_from, spill_runs, stream_parts
+from runner.coord.claims import live_claims
+from runner.coord.liveness import DriverInfo
+from runner.errors import printable
+from runner.settings import settings
+from runner.store.index import lookup, newest_of, order_values, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
+from runner.store.layout import RUNS, TASK_KINDS, task_dir
 from runner.store.parts import DamagedPartWarning
 from runner.store.spill import KeySpill, matched
-from runner.store.store import RUNS, TASK_KINDS, ResultStore, task_dir
+from runner.store.store import ResultStore
 from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST
 
 COLUMNS = (*ALL_STATUSES, "missing")
@@ -40,7 +44,8 @@ class StatusReport:
             width = max(len(title), *(len(k) for k in table))
             lines.append(f"{title:<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS))
             for key in sorted(table):
-                lines.append(f"{key:<{width}}  " + "  ".join(f"{table[key][c]:>8}" for c in COLUMNS))
+                name = printable(key)  # a newline inside a name stays inside its row
+                lines.append(f"{name:<{width}}  " + "  ".join(f"{table[key][c]:>8}" for c in COLUMNS))
             lines.append("")
         if self.errors:
             lines.append(f"failures ({len(self.errors)}; first lines):")
@@ -61,7 +66,8 @@ class StatusReport:
                     f"  grid {key} driver {info.driver} (host {info.host}, pid {info.pid}): "
                     f"{held} blocks claimed, {finished} finished, last heartbeat {age:.0f}s ago"
                 )
-        return "\n".join(lines).rstrip() or "the store is empty"
+        # names come from the store's files: a newline or an escape sequence in one is shown, not obeyed
+        return printable("\n".join(lines).rstrip(), keep="\n") or "the store is empty"
 
 
 def damaged_parts(store: ResultStore) -> dict[str, str]:
@@ -127,7 +133,7 @@ def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
     report.by_grid, report.by_grid_task = dict(by_grid), dict(by_grid_task)
     report.errors = sorted((e for f in failures for e in f.errors()), key=lambda e: e[1])
     report.damaged = damaged
-    report.drivers = live_claims(store.files)
+    report.drivers = live_claims(store.files, settings().lease_s)
     return report
 
 
@@ -181,8 +187,9 @@ class _Failures:
 
     task: str
     number: int  # the task's place among the store's tasks, as the runs spill codes it
-    table: pa.Table  # run_id, finished, error
+    table: pa.Table  # run_id, error
     keys: np.ndarray
+    seq: np.ndarray  # the rows' commit order (index.order_values)
     when: np.ndarray
     newest: np.ndarray  # whether each row is its run's newest (and so its status the run's)
 
@@ -190,7 +197,8 @@ class _Failures:
         mine = newest[newest["task"] == self.number]
         at, found = lookup(mine["key"], self.keys)
         if len(mine):
-            found &= (mine["finished"][at] == self.when) & retry_codes[mine["code"][at]]
+            same_row = (mine["seq"][at] == self.seq) & (mine["finished"][at] == self.when)
+            found &= same_row & retry_codes[mine["code"][at]]
         self.newest |= found
 
     def errors(self) -> list[tuple[str, str, str]]:
@@ -206,9 +214,8 @@ class _Failures:
 
 def _failures(store: ResultStore, task: str) -> _Failures:
     wanted = pc.field("status").isin(sorted(RETRY_ON_REQUEST)) & (pc.utf8_length(pc.field("error")) > 0)
-    table = store.read_table(RUNS, task, ["run_id", "finished", "error"], wanted)
+    table = store.read_table(RUNS, task, ["run_id", "commit_seq", "finished", "error"], wanted)
     keys = np.concatenate([np.empty(0, dtype=np.uint64), *(any_keys(c) for c in table["run_id"].chunks)])
-    micros = pc.cast(pc.cast(table["finished"], pa.timestamp("us", "UTC")), pa.int64())
-    when = np.asarray(pc.fill_null(pc.cast(micros, pa.float64()), -np.inf).to_numpy(zero_copy_only=False))
+    seq, when = order_values(table)
     number = store.tasks().index(task)
-    return _Failures(task, number, table, keys, when, np.zeros(len(keys), dtype=bool))
+    return _Failures(task, number, table, keys, seq, when, np.zeros(len(keys), dtype=bool))

@@ -1,4 +1,4 @@
-"""The Parquet result store.
+"""The Parquet result store: paths, recovery and reads, and appending parts (members, trials).
 
 Layout under the root (a local path or any pyarrow filesystem URI such as s3://bucket/prefix):
 
@@ -11,23 +11,22 @@ Layout under the root (a local path or any pyarrow filesystem URI such as s3://b
 
 Because runs/ and curves/ are kept as the current state, any Parquet client reads them right with no
 convgrid code whenever no command is running (docs/store.md). Every change is one transaction
-(runner.store.txn): a driver's flush adds its attempts, its curves and its runs rows, and rewrites the
-parts that held rows it supersedes (a retry), all or nothing. `task` is the partition key and never
-a column inside the files.
+(runner.store.txn); a driver's flush of finished runs is `runner.store.flush.write_records`. `task` is
+the partition key and never a column inside the files.
 
 The store knows data, not code: it writes the schemas its caller hands it (built from the task by
-runner.grid.schema) and reads each task's schema back from the files.
+runner.grid.schema) and reads each task's schema back from the files. Who may write is the writers'
+lock of runner.coord; which driver runs which cells is not the store's business.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
@@ -35,48 +34,32 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from runner.store.claims import LEASE_S, Claims
-from runner.store.columns import CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
-from runner.store.exclusive import S3IfNoneMatch, for_root
-from runner.store.files import WriterLock, is_local
-from runner.store.index_keys import PartKeys, part_batches
-from runner.store.lease_lock import LOCK_LEASE_S, LeaseLock
+from runner.coord.writers import writers_lock
+from runner.fs.files import is_local
+from runner.fs.root import Root, open_root
+from runner.store import incoming
+from runner.store.columns import ATTEMPT_CURVE_COLUMNS, CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
+from runner.store.layout import (
+    ATTEMPT_CURVES,
+    ATTEMPTS,
+    CURVES,
+    MEMBERS,
+    RUNS,
+    SCHEMA_TASK,
+    task_dir,
+    without_partition,
+)
 from runner.store.parts import PartReader, ReadAgain
-from runner.store.records import RunRecord
-from runner.store.txn import INTERNAL, Root, Transaction, View, recover
-from tasks.status import FINAL_STATUSES
+from runner.store.runs_index import RunsIndex
+from runner.store.tables import kept_curves, latest_per_run, order_keys, with_attempt
+from runner.store.txn import INTERNAL, STAGING_DIR, TXN_DIR, Transaction, View, recover
 
-RUNS, CURVES, ATTEMPTS = "runs", "curves", "attempts"
-# the curve rows of superseded attempts: the history's curves, beside (never inside) curves/ and attempts/
-ATTEMPT_CURVES = "attempt_curves"
-TASK_KINDS = (RUNS, CURVES, ATTEMPTS, ATTEMPT_CURVES)
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]
-# what `stored_rows` answers: where a flush finds the stored rows of its runs
-ROWS_FOUND = pa.schema(
-    [("part", pa.string()), ("run_id", pa.string()), ("batch_id", pa.string()), ("finished", pa.int64())]
-)
 
 # task name -> (runs schema, curves schema): how a writer tells the store the columns of a task.
 SchemaFor = Callable[[str], tuple[pa.Schema, pa.Schema]]
 T = TypeVar("T")
-
-
-def open_root(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and base path for a local path or a URI (s3://, gs://, file://)."""
-    text = str(root)
-    if "://" in text:
-        return pafs.FileSystem.from_uri(text)
-    return pafs.LocalFileSystem(), str(Path(text).resolve())
-
-
-def task_dir(kind: str, task: str) -> str:
-    return f"{kind}/{PARTITION}={task}"
-
-
-def without_partition(schema: pa.Schema) -> pa.Schema:
-    index = schema.get_field_index(PARTITION)
-    return schema.remove(index) if index >= 0 else schema
 
 
 class ResultStore:
@@ -89,19 +72,8 @@ class ResultStore:
         self.local = is_local(self.fs)
         self.files = Root(self.fs, self.base)
         self.reader = PartReader(self.files)
-        self.lock = self._writer_lock()
-        # task -> runs part -> the keys of its run ids: where a flush finds the runs it supersedes
-        self._part_keys: dict[str, dict[str, PartKeys]] = {}
-
-    def _writer_lock(self) -> WriterLock | LeaseLock:
-        """An flock locally; on S3 a lease on its conditional PUT (runner.store.lease_lock), whose
-        transactions check before committing that the lease is still theirs."""
-        exclusive = for_root(self.root, self.fs)
-        if self.local or not isinstance(exclusive, S3IfNoneMatch):
-            return WriterLock(self.fs, self.files.abs(f"{INTERNAL}/lock"))
-        lock = LeaseLock(self.files, exclusive, float(os.environ.get("CONVGRID_LEASE_S", LOCK_LEASE_S)))
-        self.files.fence = lock.check
-        return lock
+        self.lock = writers_lock(self.root, self.files)
+        self.runs_index = RunsIndex(self.files, self.reader)  # where a flush finds the runs it supersedes
 
     # ---- paths ---------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -109,16 +81,21 @@ class ResultStore:
 
     def tasks(self) -> list[str]:
         """Tasks with at least one runs or attempts part."""
+        return sorted(set(self.tasks_in(RUNS)) | set(self.tasks_in(ATTEMPTS)))
+
+    def tasks_in(self, kind: str) -> list[str]:
+        """Tasks with a folder in `kind` (runs, curves, attempts, attempt_curves); never the folder of
+        the union's part (runner.store.union), which is no task."""
         names: set[str] = set()
-        for kind in (RUNS, ATTEMPTS):
-            for info in self.files.listing(kind):
-                if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
-                    names.add(info.base_name.split("=", 1)[1])
+        for info in self.files.listing(kind):
+            if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION}="):
+                names.add(info.base_name.split("=", 1)[1])
         # a committed transaction's parts may all still be in staging (its writer died before publishing)
         for final in View.of(self.files).staged:
-            kind, folder = final.split("/")[:2]
-            if kind in (RUNS, ATTEMPTS) and folder.startswith(f"{PARTITION}="):
+            folder_kind, folder = final.split("/")[:2]
+            if folder_kind == kind and folder.startswith(f"{PARTITION}="):
                 names.add(folder.split("=", 1)[1])
+        names.discard(SCHEMA_TASK)
         return sorted(names)
 
     @property
@@ -132,23 +109,34 @@ class ResultStore:
         A root without _store/ has no transaction to finish: nothing is created there."""
         if not self.files.exists(INTERNAL):
             return 0
-        with self.lock.held():
-            return recover(self.files, locked=self.local)
+        left = len(self.files.listing(TXN_DIR)) + len(self.files.listing(STAGING_DIR))
+        if not left:
+            return 0  # nothing to finish: no lock taken, so a read-only root reads as any other
+        try:
+            with self.lock.held():
+                return recover(self.files, locked=self.local)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            warnings.warn(
+                f"{self.root} is read-only ({exc.strerror}): {left} files of unfinished transactions not recovered; "
+                "reading what was committed (a command that can write there finishes them)",
+                stacklevel=2,
+            )
+            return 0
 
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """Hold the writer lock, with every earlier crash rolled forward or back first."""
+        """Hold the writer lock, with every earlier crash rolled forward or back first (and workers'
+        parts that no manifest will name any more deleted: runner.store.incoming)."""
         with self.lock.held():
             recover(self.files, locked=self.local)
+            incoming.sweep(self.files)
             yield
 
     def parts(self, *directory: str) -> list[str]:
         """Visible parts (relative paths) of a folder, as of the committed transactions."""
         return View.of(self.files).parts(self.files, "/".join(directory))
-
-    def part_files(self, *directory: str) -> list[str]:
-        """Absolute paths of the visible parts of a folder, oldest first."""
-        return [self.files.abs(r) for r in self.parts(*directory)]
 
     def retrying(self, read: Callable[[], T]) -> T:
         """A transaction may publish or delete a part between our listing and our read: list again. A
@@ -165,17 +153,7 @@ class ResultStore:
             except ReadAgain:
                 continue
 
-    def claims(self, grid_key: str, lease_s: float | None = None) -> Claims | None:
-        """This driver's share of the claims on the grid whose `claims.grid_key` is `grid_key`
-        (runner.store.claims), or None where the root has no create-if-absent (then drivers do not
-        share work)."""
-        exclusive = for_root(self.root, self.fs)
-        if exclusive is None:
-            return None
-        lease = lease_s if lease_s is not None else float(os.environ.get("CONVGRID_LEASE_S", LEASE_S))
-        return Claims(self.files, exclusive, grid_key, lease)
-
-    # ---- writing -------------------------------------------------------------------------------
+    # ---- appending -----------------------------------------------------------------------------
     def write_part(self, table: pa.Table, *directory: str) -> str:
         """Append `table` as one new part (members, trials); atomic for every reader. Returns its path."""
         with self.writing():
@@ -183,75 +161,6 @@ class ResultStore:
             final = txn.add(table, "/".join(directory))
             txn.commit()
         return self.files.abs(final)
-
-    def write_records(self, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
-        """Persist finished runs in one transaction: per task, the attempts, the curves of the kept
-        attempts and the runs rows, with the parts holding superseded attempts rewritten without them."""
-        by_task: dict[str, list[RunRecord]] = defaultdict(list)
-        for rec in records:
-            by_task[rec.task].append(rec)
-        if not by_task:
-            return
-        from runner.store.flush import stage_task
-
-        with self.writing():
-            txn = Transaction(self.files, "flush")
-            for name, recs in by_task.items():
-                runs_schema, curves_schema = schemas(name)
-                stage_task(self, txn, name, recs, without_partition(runs_schema), curves_schema)
-            txn.commit()
-
-    def remember(self, task: str, part: str, table: pa.Table) -> None:
-        """Index a runs part this process is writing, sparing the next flush from reading it back
-        (if its transaction fails, the part is never visible and the next flush forgets it)."""
-        self._part_keys.setdefault(task, {})[part] = PartKeys.of(table["run_id"])
-
-    def _read_keys(self, part: str) -> PartKeys:
-        """The keys of a runs part's ids, read in batches (a million-row part's ids as one column were
-        ~120 MB of a flush); a part that fails midway is marked damaged and holds nothing, as on read."""
-        try:
-            return PartKeys.join(
-                [PartKeys.of(b.column("run_id")) for b in part_batches(self.fs, self.files.abs(part), ["run_id"])]
-            )
-        except FileNotFoundError:
-            raise
-        except (OSError, pa.ArrowException) as exc:
-            self.reader.mark_damaged(part, exc)
-            return PartKeys.join([])
-
-    def stored_rows(self, task: str, parts: Sequence[str], run_ids: Sequence[str]) -> pa.Table:
-        """(part, run_id, batch_id, finished) of the rows of `run_ids` in the given runs parts, with
-        `finished` in integer microseconds (see `micros`).
-
-        Each part is indexed once by the sorted 64-bit keys of its run ids (8 bytes a run, updated by
-        the parts that appeared or went since the last call: parts are immutable and uniquely named),
-        so a flush of new runs reads nothing back, and a flush that supersedes stored runs reads only
-        the parts that hold them."""
-        known = self._part_keys.setdefault(task, {})
-        visible = set(self.reader.readable(parts))
-        for gone in set(known) - visible:
-            del known[gone]
-        for new in sorted(visible - set(known)):
-            known[new] = self._read_keys(new)
-        wanted = PartKeys.of(pa.array(run_ids, pa.string()))
-        rows = [ROWS_FOUND.empty_table()]
-        for part in sorted(visible):
-            if not known[part].meets(wanted):
-                continue
-            schema = self.reader.unified_schema([part])
-            table = self.reader.read(
-                [part], schema, ["run_id", "batch_id", "finished"], pc.field("run_id").isin(run_ids)
-            )
-            finished = pc.cast(pc.cast(table["finished"], pa.timestamp("us", "UTC")), pa.int64())
-            part_column = pa.repeat(pa.scalar(part), table.num_rows)
-            columns = {
-                "part": part_column,
-                "run_id": table["run_id"],
-                "batch_id": table["batch_id"],
-                "finished": finished,
-            }
-            rows.append(pa.table(columns, schema=ROWS_FOUND))
-        return pa.concat_tables(rows)
 
     def write_members(self, rows: Iterable[dict[str, object]]) -> int:
         """Add membership rows not already present; returns how many were new."""
@@ -266,14 +175,14 @@ class ResultStore:
             now = datetime.now(UTC)
             new = [{**r, "added": now} for r in rows if (r["grid"], r["run_id"]) not in have]
             if new:
-                self.write_part(pa.Table.from_pylist(new, schema=MEMBER_SCHEMA), "members")
+                self.write_part(pa.Table.from_pylist(new, schema=MEMBER_SCHEMA), MEMBERS)
         return len(new)
 
     # ---- reading -------------------------------------------------------------------------------
     def file_schema(self, kind: str, task: str) -> pa.Schema:
         """The schema of a task's runs, curves or attempts as its files say: the union of every part's
         columns (a later code version may have added some), with the metadata of the newest part."""
-        fixed = CURVE_COLUMNS if kind in (CURVES, ATTEMPT_CURVES) else RUN_COLUMNS
+        fixed = {CURVES: CURVE_COLUMNS, ATTEMPT_CURVES: ATTEMPT_CURVE_COLUMNS}.get(kind, RUN_COLUMNS)
         rels = self.retrying(lambda: self.parts(task_dir(kind, task)))
         if kind == RUNS:  # legacy stores and a runs folder emptied by a repair: attempts say it too
             rels = rels + self.retrying(lambda: self.parts(task_dir(ATTEMPTS, task)))
@@ -284,7 +193,7 @@ class ResultStore:
 
     def read_members(self) -> pa.Table:
         def read() -> pa.Table:
-            return self.reader.read(self.parts("members"), MEMBER_SCHEMA)
+            return self.reader.read(self.parts(MEMBERS), MEMBER_SCHEMA)
 
         return self.retrying(read)
 
@@ -330,23 +239,24 @@ class ResultStore:
                 fixed = {f.name: f for f in [*RUN_COLUMNS, pa.field(PARTITION, pa.string())]}
                 return pa.schema([fixed[c] for c in shared]).empty_table()
             return pa.concat_tables(parts, promote_options="permissive")
-        cols = None if columns is None else list(dict.fromkeys(["run_id", "finished", *columns]))
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "commit_seq", "finished", *columns]))
         # In a settled store runs/ holds one row per run already; de-duplicating again is cheap and
         # keeps stores written before the current layout (several attempts in runs/) right.
-        return latest_per_run(self.read_table(RUNS, task, cols, filter))
+        newest = latest_per_run(self.read_table(RUNS, task, cols, filter))
+        if columns is not None and "commit_seq" not in columns:
+            newest = newest.drop_columns(["commit_seq"])  # read to order the rows, not asked for
+        return newest
 
     def read_attempts(self, task: str, columns: list[str] | None = None) -> pa.Table:
-        """Every attempt of every run of the task, oldest first (the history; runs/ keeps the newest)."""
-        table = self.read_table(ATTEMPTS, task, columns)
-        if table.num_rows and "finished" in table.column_names:
-            table = table.sort_by([("run_id", "ascending"), ("finished", "ascending")])
+        """Every attempt of every run of the task, in commit order (runner.store.tables.order_keys; the
+        history: runs/ keeps the newest)."""
+        cols = None if columns is None else list(dict.fromkeys(["run_id", "commit_seq", "finished", *columns]))
+        table = self.read_table(ATTEMPTS, task, cols)
+        if table.num_rows:
+            table = table.sort_by([("run_id", "ascending", "at_end"), *order_keys(table, "ascending")])
+        if columns is not None and "commit_seq" not in columns:
+            table = table.drop_columns(["commit_seq"])  # read to order the rows, not asked for
         return table
-
-    def done_ids(self, task: str | None = None) -> set[str]:
-        """Run ids whose newest row is final (ok or diverged): these are never run again."""
-        table = self.read_runs(task, columns=["status"])
-        mask = pc.is_in(table["status"], value_set=pa.array(sorted(FINAL_STATUSES)))
-        return set(table.filter(mask)["run_id"].to_pylist())
 
     def read_curves(
         self,
@@ -357,78 +267,42 @@ class ResultStore:
         sort: bool = True,
         attempts: str = "kept",
     ) -> pa.Table:
-        """Curve rows of the newest attempt of each run (optionally only of `run_ids`, or of the
-        (run_id, batch_id) pairs in `keys`), sorted by run_id and step; with `sort=False` in the
-        order read, which is grouped by run in step order too, and cheaper on millions of rows.
+        """Curve rows (run_id, step, ...: no attempt id) of the newest attempt of each run (optionally
+        only of `run_ids`, or of the (run_id, batch_id) pairs in `keys`), sorted by run_id and step; with
+        `sort=False` in the order read, which is grouped by run in step order too, and cheaper on
+        millions of rows.
 
         `attempts="superseded"`: the curve rows of the attempts a later one replaced (attempt_curves/,
-        kept since this layout; join `read_attempts` on run_id and batch_id); `"all"`: both, sorted
-        by run_id, batch_id and step."""
+        kept since this layout; join `read_attempts` on run_id and batch_id); `"all"`: both, each row
+        with its attempt's batch_id, sorted by run_id, batch_id and step."""
         if attempts not in ATTEMPT_CHOICES:
             raise ValueError(f"attempts={attempts!r}: choose one of {', '.join(ATTEMPT_CHOICES)}")
         if attempts != "kept":
             old = self._superseded_curves(task, run_ids, columns)
             if attempts == "superseded":
                 return old.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
-            kept = self.read_curves(task, run_ids, columns, keys, sort=False)
+            runs = self.read_runs(task, columns=["batch_id"]).select(["run_id", "batch_id"])
+            kept = with_attempt(self.read_curves(task, run_ids, columns, keys, sort=False), runs)
             both = pa.concat_tables([kept, old], promote_options="permissive")
             return both.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
         if keys is None:
             keys = self.read_runs(task, columns=["batch_id"]).select(["run_id", "batch_id"])
         if run_ids is not None:
             keys = keys.filter(pc.is_in(keys["run_id"], value_set=pa.array(list(run_ids), pa.string())))
-        cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
-        expr = pc.field("batch_id").isin(pc.unique(keys["batch_id"]))
-        if run_ids is not None:
-            expr = expr & pc.field("run_id").isin(keys["run_id"])
-        table = kept_curves(self.read_table(CURVES, task, cols, expr), keys)
+        schema = self.file_schema(CURVES, task)
+        legacy = "batch_id" in schema.names  # parts written before curves/ lost its attempt id
+        wanted = ["run_id", "batch_id", "step"] if legacy else ["run_id", "step"]
+        cols = None if columns is None else list(dict.fromkeys([*wanted, *columns]))
+        expr = pc.field("run_id").isin(keys["run_id"]) if run_ids is not None else None
+        if legacy:  # a row of the current layout has no attempt id; an older one's must be a kept attempt's
+            by_batch = pc.field("batch_id").is_null() | pc.field("batch_id").isin(pc.unique(keys["batch_id"]))
+            expr = by_batch if expr is None else expr & by_batch
+        table = kept_curves(self.read_table(CURVES, task, cols, expr, schema=schema), keys)
+        if legacy and (columns is None or "batch_id" not in columns):
+            table = table.drop_columns(["batch_id"])  # one view of curves/ whatever wrote it
         return table.sort_by([("run_id", "ascending"), ("step", "ascending")]) if sort and table.num_rows else table
 
     def _superseded_curves(self, task: str, run_ids: Iterable[str] | None, columns: list[str] | None) -> pa.Table:
         cols = None if columns is None else list(dict.fromkeys(["run_id", "batch_id", "step", *columns]))
         expr = None if run_ids is None else pc.field("run_id").isin(pa.array(list(run_ids), pa.string()))
         return self.read_table(ATTEMPT_CURVES, task, cols, expr)
-
-
-def micros(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
-    """Timestamps as integer microseconds since the epoch, for comparing in Python: a Python datetime
-    costs about 5 µs to make, which was a tenth of a flush's time in the index of runs parts."""
-    return list(pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.int64()).to_pylist())
-
-
-def kept_curves(table: pa.Table, keys: pa.Table) -> pa.Table:
-    """The rows of `table` whose (run_id, batch_id) is in `keys`, in the order read: each run's rows
-    lie in one part, written in step order, so they come grouped by run in step order (sorting 10
-    million rows would cost more than the whole read). In a settled store that is every row read;
-    rows of superseded attempts appear only in stores written before the current layout."""
-    if table.num_rows == 0:
-        return table
-    position = pc.index_in(table["run_id"], value_set=keys["run_id"])
-    expected = pc.take(keys["batch_id"], position)
-    keep = pc.fill_null(pc.equal(expected, table["batch_id"]), False)
-    return table if pc.all(keep).as_py() else table.filter(keep)
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` with exactly `schema`'s columns, in its order and types (absent ones as nulls)."""
-    if table.schema.equals(schema, check_metadata=True):
-        return table
-    columns = [
-        table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def latest_per_run(table: pa.Table) -> pa.Table:
-    """Keep the newest row (by `finished`) of each run_id; duplicates come from retries or two drivers."""
-    if table.num_rows == 0:
-        return table
-    table = table.sort_by([("run_id", "ascending"), ("finished", "descending")])
-    ids = table["run_id"]
-    keep = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
-    first = pa.concat_arrays([pa.array([True]), keep.combine_chunks()])
-    return table.filter(first)
-
-
-def new_batch_id() -> str:
-    return uuid.uuid4().hex

@@ -3,7 +3,8 @@ adds parts and removes parts atomically for convgrid's readers.
 
 The protocol, in the order it runs (each step durable before the next, but for 1 and 2: see below):
 
-    1. staging   new parts are written under _store/staging/<txn>.part-* (no reader, no glob sees them)
+    1. staging   new parts are written under _store/staging/<txn>.part-* (no reader, no glob sees them),
+                 or were written before by a worker under _store/incoming/ (runner.store.incoming)
     2. marker    _store/txn/<txn>.json names every add (staged -> final path), remove and move: the
                  commit point. Before it exists the transaction never happened; after, it did.
     3. publish   each staged part is renamed to its final path (runs/task=x/part-...parquet, ...)
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,37 +34,39 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from runner.store.files import (
-    delete_quietly,
-    ensure_dir,
-    fsync_dir,
-    is_local,
-    kill_point,
-    read_bytes,
-    write_bytes,
-    write_parquet,
-)
+from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, read_bytes, write_bytes
+from runner.fs.root import Root, UnsafePath, check_relative
+from runner.store.files import encode_parquet, read_tail, write_durably
+from runner.store.layout import MEMBERS, TASK_KINDS, TRIALS
+from runner.store.part_names import name_for, new_id, renamed, tail_of
 
 INTERNAL = "_store"
+# The folders of data a transaction may add to or remove from.
+DATA_FOLDERS = frozenset({*TASK_KINDS, MEMBERS, TRIALS})
 TXN_DIR = f"{INTERNAL}/txn"
 STAGING_DIR = f"{INTERNAL}/staging"
+# Parts workers wrote for a driver to commit (runner.store.incoming): staged like staging's, but by
+# another process, and cleaned by their own rule (never with staging's, which runs under every lock).
+INCOMING_DIR = f"{INTERNAL}/incoming"
 QUARANTINE_DIR = f"{INTERNAL}/quarantine"
 # On an object store nothing tells a dead writer's staging from a live one's: leave it this long.
 STALE_STAGING_S = 3600.0
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="convgrid-store")
+_PUBLISHING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="convgrid-publish")
 
-# The phases a transaction passes through, in order: the kill points of the fault tests.
+# The phases a transaction passes through, in order. Fault tests install a hook in PHASE_HOOKS that
+# kills the process at one of them (tests/kill_at.py); production code installs none.
 PHASES = ("staging", "staged", "marked", "publishing", "published", "deleting", "deleted")
+# (phase, the transaction's label: flush, compact, merge, append; or "incoming": a worker's staged part,
+# runner.store.incoming, which reaches "staged" once written)
+PhaseHook = Callable[[str, str], None]
+PHASE_HOOKS: list[PhaseHook] = []
 
 
-def new_id() -> str:
-    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
-
-
-def part_name() -> str:
-    """A globally unique part file name; its time prefix sorts parts oldest first."""
-    return f"part-{new_id()}.parquet"
+def reached(phase: str, label: str) -> None:
+    for hook in PHASE_HOOKS:
+        hook(phase, label)
 
 
 @dataclass
@@ -82,48 +84,54 @@ class Marker:
 
     @classmethod
     def from_json(cls, data: bytes) -> Marker:
-        body = json.loads(data)
-        return cls(
-            body["txn"],
-            [(a, b) for a, b in body["adds"]],
-            list(body["removes"]),
-            [(a, b) for a, b in body.get("moves", [])],
-        )
-
-
-def _no_fence() -> None:
-    return None
-
-
-class Root:
-    """A filesystem and a base path: where relative store paths live."""
-
-    def __init__(self, fs: pafs.FileSystem, base: str) -> None:
-        self.fs, self.base = fs, base.rstrip("/")
-        # asked right before every commit point: raises where this writer may have lost its lock (an
-        # object store's lease lock, runner.store.lease_lock); an flock cannot be lost, so by default nothing
-        self.fence: Callable[[], None] = _no_fence
-
-    def abs(self, rel: str) -> str:
-        return f"{self.base}/{rel}" if rel else self.base
-
-    def rel(self, path: str) -> str:
-        return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
-
-    def exists(self, rel: str) -> bool:
-        return self.fs.get_file_info(self.abs(rel)).type != pafs.FileType.NotFound
-
-    def listing(self, rel: str) -> list[pafs.FileInfo]:
-        if not self.exists(rel):
-            return []
+        """The marker, its every path checked (`check_paths`); MarkerError for anything else."""
         try:
-            return list(self.fs.get_file_info(pafs.FileSelector(self.abs(rel))))
-        except FileNotFoundError:
-            return []
+            body = json.loads(data)
+            marker = cls(
+                str(body["txn"]),
+                [(str(a), str(b)) for a, b in body["adds"]],
+                [str(r) for r in body["removes"]],
+                [(str(a), str(b)) for a, b in body.get("moves", [])],
+            )
+        except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise MarkerError(f"not a transaction marker: {type(exc).__name__}: {exc}") from None
+        marker.check_paths()
+        return marker
+
+    def check_paths(self) -> None:
+        """Every path lies where this kind of path must: a staged part in staging (or a worker's, in
+        incoming), a final or removed part in a data folder, a quarantined one in quarantine; all inside
+        the root (a planted marker must not delete, move or overwrite anything else)."""
+        for path, where in [
+            *((a, "staged") for a, _ in self.adds),
+            *((b, "data") for _, b in self.adds),
+            *((r, "data") for r in self.removes),
+            *((a, "data") for a, _ in self.moves),
+            *((b, "quarantine") for _, b in self.moves),
+        ]:
+            try:
+                check_relative(path)
+            except UnsafePath as exc:
+                raise MarkerError(str(exc)) from None
+            top = path.split("/", 1)[0]
+            ok = {
+                "staged": (path.startswith(f"{STAGING_DIR}/") and path.count("/") == 2)
+                or (path.startswith(f"{INCOMING_DIR}/") and path.count("/") >= 3),
+                "data": top in DATA_FOLDERS and path.count("/") >= 1,
+                "quarantine": path.startswith(f"{QUARANTINE_DIR}/"),
+            }[where]
+            if not ok:
+                raise MarkerError(f"a {where} path outside its place: {path[:200]!r}")
 
 
-def read_markers(root: Root) -> list[Marker]:
-    """Every committed transaction not yet finished (normally none; one after a crash or mid-write)."""
+class MarkerError(ValueError):
+    """A file in _store/txn/ that is not a marker this store wrote (damaged, or planted)."""
+
+
+def read_markers(root: Root, quarantine: bool = False) -> list[Marker]:
+    """Every committed transaction not yet finished (normally none; one after a crash or mid-write).
+    A file there that is not a valid marker is never applied: it is skipped with a warning naming it,
+    and with `quarantine` (a writer holding the lock) moved to _store/quarantine/markers/."""
     markers = []
     for info in root.listing(TXN_DIR):
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json") or info.base_name.startswith("."):
@@ -132,12 +140,30 @@ def read_markers(root: Root) -> list[Marker]:
             markers.append(Marker.from_json(read_bytes(root.fs, info.path)))
         except FileNotFoundError:
             continue  # finished between the listing and the read: its effects are in place
+        except MarkerError as exc:
+            _bad_marker(root, info.path, exc, quarantine)
         except OSError:
             # an object store may report a key deleted while it is read as some other failure (moto:
             # "Failed to flush response stream"): gone now means finished, as above
             if root.exists(root.rel(info.path)):
                 raise
     return markers
+
+
+class BadMarkerWarning(UserWarning):
+    """A file in _store/txn/ that is not a valid marker was skipped (and, by a writer, quarantined)."""
+
+
+def _bad_marker(root: Root, path: str, error: MarkerError, quarantine: bool) -> None:
+    where = f"{QUARANTINE_DIR}/markers/{PurePosixPath(path).name}"
+    moved = ""
+    if quarantine:
+        ensure_dir(root.fs, root.abs(f"{QUARANTINE_DIR}/markers"))
+        root.fs.move(path, root.abs(where))
+        moved = f"; moved to {root.abs(where)}"
+    else:
+        moved = "; the next command that writes moves it to quarantine"
+    warnings.warn(f"convgrid: ignoring {path}: {error}{moved}", BadMarkerWarning, stacklevel=3)
 
 
 @dataclass
@@ -167,52 +193,68 @@ class View:
         pending = {
             final: staged
             for final, staged in self.staged.items()
-            if str(PurePosixPath(final).parent) == directory and final not in listed
+            if final.rpartition("/")[0] == directory and final not in listed
         }
         visible = [p for p in listed if p not in self.removed]
-        # sorted by part name (its time prefix): oldest first, wherever the file currently lies
-        return sorted([*visible, *pending.values()], key=lambda p: PurePosixPath(p).name)
+        # sorted by part name (its time prefix): oldest first, wherever the file currently lies (string
+        # operations: a flush lists each folder it writes, and a folder may hold 10^4 parts)
+        return sorted([*visible, *pending.values()], key=lambda p: p.rpartition("/")[2])
 
 
 class Transaction:
     """Collects adds, removes and moves; `commit` runs the protocol above. Callers hold the writer lock."""
 
     def __init__(self, root: Root, label: str = "append") -> None:
-        self.root, self.label = root, label  # the label names it to the fault tests' kill points
+        self.root, self.label = root, label  # the label names it to the phase hooks
         self.marker = Marker(new_id())
         self._writes: list[Future[None]] = []
+        self._staging_ready = False
 
     def add(self, table: pa.Table, directory: str) -> str:
-        """Stage `table` as a new part of `directory`; returns its final relative path."""
-        staged, final = self._names(directory)
-        # parts are written and fsynced in parallel (pyarrow and fsync release the GIL); `commit`
+        """Stage `table` as a new part of `directory`; returns its final relative path, which records the
+        part's size and footer checksum (runner.store.part_names): it is encoded here, in memory."""
+        data = encode_parquet(table)
+        name = name_for(data.size, tail_of(memoryview(data)))
+        staged, final = self._staged(name), f"{directory}/{name}"
+        # parts are written and fsynced in parallel (fsync and the write release the GIL); `commit`
         # waits for all of them before the marker
-        self._writes.append(_POOL.submit(write_parquet, self.root.fs, table, self.root.abs(staged)))
+        self._writes.append(_POOL.submit(write_durably, self.root.fs, self.root.abs(staged), data))
         return self._added(staged, final)
 
     def add_written(self, directory: str, write: Callable[[pafs.FileSystem, str], None]) -> str:
         """Stage a new part of `directory` that `write(fs, path)` writes, in this thread (a merge streams
-        rows into it, so the part never stands in memory whole); returns its final relative path. If
-        `write` raises, its partial file is deleted and nothing is added."""
-        staged, final = self._names(directory)
+        rows into it, so the part never stands in memory whole); returns its final relative path, named
+        once written from its size and footer. If `write` raises, its partial file is deleted and nothing
+        is added."""
+        staged = self._staged(f"part-{new_id()}.written")
+        path = self.root.abs(staged)
         try:
-            write(self.root.fs, self.root.abs(staged))
+            write(self.root.fs, path)
+            size = self.root.fs.get_file_info(path).size
+            final = f"{directory}/{name_for(size, read_tail(self.root.fs, path, size))}"
         except BaseException:
-            delete_quietly(self.root.fs, self.root.abs(staged))
+            delete_quietly(self.root.fs, path)
             raise
         return self._added(staged, final)
 
-    def _names(self, directory: str) -> tuple[str, str]:
-        if not self.marker.adds:
+    def adopt(self, staged: str, directory: str) -> str:
+        """Add a part written (durably, its name in its folder made durable too) by another process under
+        _store/incoming/ (runner.store.incoming): published into `directory` under a new name of this
+        transaction's time that records the same size and footer checksum. Nothing is read or written
+        here; returns its final relative path."""
+        return self._added(staged, f"{directory}/{renamed(staged.rsplit('/', 1)[-1])}")
+
+    def _staged(self, name: str) -> str:
+        if not self._staging_ready:
             ensure_dir(self.root.fs, self.root.abs(STAGING_DIR))
-        name = part_name()
+            self._staging_ready = True
         # one flat staging folder, files prefixed by their transaction: no folder to create (and
         # fsync) per transaction, which is most of a small flush's cost
-        return f"{STAGING_DIR}/{self.marker.txn}.{name}", f"{directory}/{name}"
+        return f"{STAGING_DIR}/{self.marker.txn}.{name}"
 
     def _added(self, staged: str, final: str) -> str:
         self.marker.adds.append((staged, final))
-        kill_point("staging", self.label)
+        reached("staging", self.label)
         return final
 
     def remove(self, rel: str) -> None:
@@ -243,7 +285,7 @@ class Transaction:
             self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
-        kill_point("staged", self.label)
+        reached("staged", self.label)
         self.root.fence()
         ensure_dir(fs, self.root.abs(TXN_DIR))
         if is_local(fs):
@@ -254,7 +296,7 @@ class Transaction:
         # a power cut between them can leave a durable marker whose parts have no names, which
         # `recover` rolls back (`_lost_before_publishing`); nothing is published before both are done.
         list(_POOL.map(lambda d: fsync_dir(fs, self.root.abs(d)), (STAGING_DIR, TXN_DIR)))
-        kill_point("marked", self.label)
+        reached("marked", self.label)
         try:
             apply(self.root, self.marker, self.label)
         except OSError as exc:
@@ -266,21 +308,16 @@ class Transaction:
 def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
     fs = root.fs
+    published: set[str | None] = set()
+    if marker.adds:
+        published.add(_publish(root, *marker.adds[0]))
+        reached("publishing", label)
+        # the others at once: a flush of workers' parts (runner.store.incoming) publishes one a run of a
+        # long curve, and on an object store a move is a copy and a delete, tens of ms each
+        published.update(_PUBLISHING.map(lambda add: _publish(root, *add), marker.adds[1:]))
+    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), {d for d in published if d is not None}))
+    reached("published", label)
     touched: set[str] = set()
-    for i, (staged, final) in enumerate(marker.adds):
-        if root.exists(staged):
-            if root.exists(final):
-                delete_quietly(fs, root.abs(staged))  # an object store's move is copy then delete
-            else:
-                parent = str(PurePosixPath(final).parent)
-                ensure_dir(fs, root.abs(parent))
-                _move(root, staged, final)
-                touched.add(parent)
-        if i == 0:
-            kill_point("publishing", label)
-    list(_POOL.map(lambda d: fsync_dir(fs, root.abs(d)), touched))
-    kill_point("published", label)
-    touched = set()
     for src, dest in marker.moves:
         if root.exists(src):
             ensure_dir(fs, root.abs(str(PurePosixPath(dest).parent)))
@@ -290,13 +327,26 @@ def apply(root: Root, marker: Marker, label: str = "recover") -> None:
         delete_quietly(fs, root.abs(rel))
         touched.add(str(PurePosixPath(rel).parent))
         if i == 0:
-            kill_point("deleting", label)
+            reached("deleting", label)
     for directory in touched:
         fsync_dir(fs, root.abs(directory))
-    kill_point("deleted", label)
+    reached("deleted", label)
     # No fsync after this delete: if a crash undoes it, recovery applies the marker again, which
     # finds every add published and every remove gone, and changes nothing.
     delete_quietly(fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"))
+
+
+def _publish(root: Root, staged: str, final: str) -> str | None:
+    """Move a staged part to its final path; returns the folder it went to (None: done before)."""
+    if not root.exists(staged):
+        return None
+    if root.exists(final):
+        delete_quietly(root.fs, root.abs(staged))  # an object store's move is copy then delete
+        return None
+    parent = final.rpartition("/")[0]
+    ensure_dir(root.fs, root.abs(parent))
+    _move(root, staged, final)
+    return parent
 
 
 def _move(root: Root, src: str, dest: str) -> None:
@@ -324,7 +374,7 @@ def recover(root: Root, locked: bool) -> int:
     and delete temporary files. `locked`: the caller holds the writer lock, so no staging is live.
     Returns how many leftovers were dealt with."""
     done = 0
-    for marker in read_markers(root):
+    for marker in read_markers(root, quarantine=True):  # recovery runs under the writers' lock
         if _lost_before_publishing(root, marker):
             for staged, _ in marker.adds:
                 delete_quietly(root.fs, root.abs(staged))

@@ -1,9 +1,12 @@
 """Optuna studies driven from the driver, trials evaluated by any executor, every trial a stored run.
 
-spec.py            the study file model (knows nothing of Optuna)
-optuna_adapter.py  the one module that speaks Optuna: samplers, pruners, storages, distributions
-driver.py          ask -> run (through an Executor and its report channel) -> tell
-pruning.py         the judge of intermediate values (trial.report / should_prune)
+study_file.py      the study file's model (pydantic; knows nothing of Optuna)
+study_checks.py    the file checked against its task: every problem one ConfigError
+spec.py            StudyPlan, one per sweep combination (load_study)
+optuna_adapter.py  the one module that speaks Optuna: Study (ask, tell, report, trials, ...), storages
+driver.py          a study's run: its storage, trials/ and members/ rows, the executor
+schedule.py        when trials are asked and told (async or deterministic), behind ScheduleHost
+pruning.py         the judge of intermediate values
 trials.py          a run's row -> a trial's state; the tune report
 """
 

@@ -17,7 +17,8 @@ params enqueued, so they are asked again (and told from the store if their run h
 trial is told as soon as its run finishes, before the run's part file is written; a driver killed
 in between leaves finished trials whose run is not in the store, and the next start runs those
 cells again (`repair_runs`: a run is a function of its params). A worker lost while the driver lives
-is handled by the executor, which runs the lost runs again. One driver per study at a time.
+is handled by the executor, which runs the lost runs again. One driver per study at a time: each holds
+the study's lease (runner.coord.study_lease), and a second one stops before it changes anything.
 """
 
 from __future__ import annotations
@@ -27,78 +28,98 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pydantic import ValidationError
 
-from runner.api import execute_cells, make_executor, member_row, plan
+from runner.execute.auto import make_executor
 from runner.execute.base import Executor, ForecastsWork, ReportChannel, ReportSpec
+from runner.execute.options import ExecutionOptions, ExecutorKind, as_options
 from runner.execute.progress import Progress
 from runner.grid.cells import Cell
-from runner.store import ResultStore
+from runner.run.members import member_row
+from runner.run.persist import execute_cells
+from runner.run.plan import plan
+from runner.store import ResultStore, RunRecord
 from runner.store.columns import MEMBER_SCHEMA
+from runner.store.layout import MEMBERS
 from runner.store.trials import write_trials
+from runner.tune.one_driver import study_lease
 from runner.tune.optuna_adapter import (
     JOURNAL_NAME,
-    distributions,
-    grid_size,
+    State,
+    Study,
+    TrialInfo,
     load_plans,
     open_storage,
-    open_study,
     quiet,
-    recover,
-    tell,
-    trial_states,
 )
 from runner.tune.pruning import PruningHub
 from runner.tune.schedule import TrialSchedule
-from runner.tune.spec import StudyPlan
-from runner.tune.trials import TuneReport, missing_rows, run_status, trial_run_id
-from tasks.status import PRUNED, is_settled
+from runner.tune.spec import StudyPlan, with_overrides
+from runner.tune.trials import TuneReport, missing_rows, run_status, trial_row, trial_run_id
+from tasks.status import FAILED, PRUNED, RETRY_ON_REQUEST, is_settled
 
-__all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "tune", "with_overrides"]
-
-EXECUTOR_OPTIONS = ("address", "workers", "threads", "timeout_s", "grace_s")
+__all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "study_lease", "tune", "with_overrides"]
 
 
 class StudyDriver:
+    """One study's run: its storage and study, the rows it owes trials/ and members/, and the hooks its
+    schedule calls (runner.tune.schedule.ScheduleHost)."""
+
     def __init__(
         self,
         p: StudyPlan,
         store: ResultStore,
         storage: str | None,
-        executor: str | Executor,
-        options: dict[str, Any],
+        executor: Executor,
+        options: ExecutionOptions,
         retry_failed: bool,
-        flush_s: float = 2.0,
     ) -> None:
-        self.p, self.store, self.retry_failed, self.flush_s = p, store, retry_failed, flush_s
-        storage_obj, self.label = open_storage(storage, store)
-        self.study = open_study(p, storage_obj)
-        self.report = TuneReport(p.name, self.label, p.n_trials, recovered=recover(self.study))
+        self.p, self.store, self.retry_failed, self.options = p, store, retry_failed, options
+        opened = open_storage(storage, store)
+        self.label = opened.label
+        self.study = Study.open(p, opened)
+        self.report = TuneReport(p.name, self.label, p.n_trials, recovered=self.study.recover())
         self.rows: list[dict[str, Any]] = []  # trials/ rows not written yet; appended by the teller thread too
         self.rows_lock = threading.Lock()
         self.new_members: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
-        self.known: dict[str, dict[str, Any]] = {}  # settled runs: run_id -> its row (what a trial is told)
         self.bar = Progress(0, p.name, enabled=False)
         old = store.read_members()
         self.members = {
             r for g, r in zip(old["grid"].to_pylist(), old["run_id"].to_pylist(), strict=True) if g == p.name
         }
-        self.hub = PruningHub()
-        self.owned = isinstance(executor, str)
-        self.executor = make_executor(executor, **options)
+        self.guard: Callable[[], None] = lambda: None  # raises where this driver lost the study's lease
+        self.hub = PruningHub(self.study)
+        self.executor = executor
         self.channel: ReportChannel | None = None
         if p.pruning:
             log = p.pruner.log if p.pruner.log is not None else p.objectives[0].log
             spec = ReportSpec(str(p.pruner.metric), log, p.pruner.every)
             self.channel = self.executor.report_channel(self.hub.judge, spec)
 
+    # ---- what the schedule tells the driver (ScheduleHost) -------------------------------------------
+    def rejected(self, count: int) -> None:
+        self.bar.update([FAILED] * count)
+
+    def decided(self, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
+        self.report.from_store += not fresh
+        self.report.skipped_failed += not fresh and row["status"] in RETRY_ON_REQUEST
+        self.member(cell)
+        self.bar.update([row["status"]])
+
+    def told(self, trial: TrialInfo, run_id: str) -> None:
+        with self.rows_lock:
+            self.rows.append(trial_row(self.p, self.label, trial, run_id))
+
+    def ran(self, record: RunRecord) -> None:
+        self.report.ran += 1
+        self.report.counts[record.row["status"]] += 1
+
+    # ---- trials/ and members/ ----------------------------------------------------------------------
     def member(self, cell: Cell) -> None:
         if cell.run_id not in self.members:
             self.members.add(cell.run_id)
@@ -106,24 +127,21 @@ class StudyDriver:
                 {**member_row(cell, self.p.name, "study", self.p.source), "added": datetime.now(UTC)}
             )
 
-    def add_row(self, row: dict[str, Any]) -> None:
-        with self.rows_lock:
-            self.rows.append(row)
-
     def flush(self) -> None:
         with self.rows_lock:
             rows, self.rows = self.rows, []
         write_trials(self.store, rows)
         if self.new_members:
-            self.store.write_part(pa.Table.from_pylist(self.new_members, schema=MEMBER_SCHEMA), "members")
+            self.store.write_part(pa.Table.from_pylist(self.new_members, schema=MEMBER_SCHEMA), MEMBERS)
         self.new_members.clear()
         self.last_flush = time.monotonic()
 
     def flush_if_due(self) -> None:
-        """trials/ and members/ rows every `flush_s` seconds (runs have execute_cells' own policy)."""
-        if time.monotonic() - self.last_flush >= self.flush_s:
+        """trials/ and members/ rows every flush window (runs have execute_cells' own policy)."""
+        if time.monotonic() - self.last_flush >= self.options.flush.seconds:
             self.flush()
 
+    # ---- running -----------------------------------------------------------------------------------
     @contextmanager
     def expecting(self, left: Callable[[], int]) -> Iterator[None]:
         """While the executor runs, it may know how many runs are still to come (`left`): a warm start
@@ -137,64 +155,49 @@ class StudyDriver:
             if forecasting is not None:
                 forecasting.expect_items(None)
 
-    def run_baselines(self, progress: bool) -> None:
+    def known_runs(self) -> dict[str, dict[str, Any]]:
+        """Settled runs of the task: run_id -> its row (what a trial asking for it is told)."""
+        metrics = list(dict.fromkeys([o.metric for o in self.p.objectives] + self.p.report))
+        rows = self.store.read_runs(self.p.task, columns=["status", *metrics]).to_pylist()
+        return {r["run_id"]: r for r in rows if is_settled(r["status"], self.retry_failed)}
+
+    def run_baselines(self) -> None:
         for c in self.p.baselines:
             self.member(c)
         todo, _, _ = plan(self.p.baselines, self.store, self.retry_failed)
         if todo:
             # the baselines, then the trials: an upper bound of what is left is good enough to decide on
             with self.expecting(lambda: len(todo) + self.p.n_trials):
-                execute_cells(todo, self.store, self.executor, f"{self.p.name} baselines", progress=progress)
+                label = f"{self.p.name} baselines"
+                self.report.counts += execute_cells(todo, self.store, self.executor, label, self.options)
 
-    def known_runs(self) -> dict[str, dict[str, Any]]:
-        metrics = list(dict.fromkeys([o.metric for o in self.p.objectives] + self.p.report))
-        rows = self.store.read_runs(self.p.task, columns=["status", *metrics]).to_pylist()
-        return {r["run_id"]: r for r in rows if is_settled(r["status"], self.retry_failed)}
-
-    def ask(self, n: int) -> tuple[list[tuple[Any, Cell]], int]:
-        """n new trials as (trial, cell); trials whose params the task rejects are told FAIL at once."""
-        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
-        asked, rejected = [], 0
-        dists = distributions(self.p)
-        for _ in range(n):
-            trial = self.study.ask(dists)
-            try:
-                cell = self.p.cell(dict(trial.params))
-            except (ValidationError, TypeError, ValueError) as exc:
-                trial.set_user_attr("note", f"params rejected by the task: {str(exc).splitlines()[0]}")
-                tell(self.study, trial, state=TrialState.FAIL)
-                rejected += 1
-                continue
-            asked.append((trial, cell))
-        return asked, rejected
-
-    def repair_runs(self, progress: bool) -> None:
+    def repair_runs(self) -> None:
         """Run again the cells of finished trials whose run is not in the store: a driver killed after
         telling a trial but before its flush. Pruned trials are left alone (a pruned run is not done
         either way; it runs again when asked)."""
         stored = set(self.store.read_runs(self.p.task, columns=["status"])["run_id"].to_pylist())
         lost: dict[str, Cell] = {}
-        for t in self.study.get_trials(deepcopy=False):
-            if t.state.is_finished() and run_status(t) not in (None, PRUNED):  # None: never ran (rejected, recovered)
+        for t in self.study.trials():
+            if t.state.finished and run_status(t) not in (None, PRUNED):  # None: never ran (rejected, recovered)
                 cell = self.p.cell(dict(t.params))
                 if cell.run_id not in stored:
                     lost[cell.run_id] = cell
         if lost:
-            execute_cells(
-                list(lost.values()),
-                self.store,
-                self.executor,
-                f"{self.p.name} (runs of told trials)",
-                progress=progress,
-            )
+            label = f"{self.p.name} (runs of told trials)"
+            self.report.counts += execute_cells(list(lost.values()), self.store, self.executor, label, self.options)
             self.report.repaired = len(lost)
 
-    def loop(self, progress: bool, flush_s: float, flush_every: int = 256) -> None:
+    def loop(self) -> None:
         p = self.p
-        self.known = self.known_runs()
-        schedule = TrialSchedule(self)
-        self.bar = Progress(max(p.n_trials - schedule.done, 0), p.name, enabled=progress)
+        schedule = TrialSchedule(p, self.study, self.known_runs(), self.hub, self, self.retry_failed)
+        self.bar = Progress(max(p.n_trials - schedule.done, 0), p.name, enabled=self.options.progress)
+        quiet_options = self.options.with_(progress=False)  # the study's own bar counts trials, not runs
+
+        def finished(records: list[RunRecord]) -> None:
+            self.guard()  # still this study's driver (not paused and taken over) before telling anything
+            schedule.finished(records)
+            self.flush_if_due()
+
         try:
             with self.expecting(schedule.left), self.channel.batch() if self.channel is not None else nullcontext():
                 execute_cells(
@@ -202,56 +205,49 @@ class StudyDriver:
                     self.store,
                     self.executor,
                     p.name,
-                    progress=False,
-                    flush_every=flush_every,
-                    flush_s=flush_s,
+                    quiet_options,
                     channel=self.channel,
-                    sink=schedule.finished,
+                    sink=finished,
                 )
         except KeyboardInterrupt:
             schedule.close()  # the tells already decided land first
-            self.report.recovered += recover(self.study)  # leave nothing RUNNING
+            self.report.recovered += self.study.recover()  # leave nothing RUNNING
             raise
         finally:
             schedule.close()
             self.bar.close()
+            self.report.stopped_early = schedule.stopped_early
 
     def close(self) -> None:
-        """Write what is buffered (plus any finished trial trials/ lacks), release Ray resources."""
+        """Write what is buffered (plus any finished trial trials/ lacks); release the channel."""
         written = {r["number"] for r in self.rows}
-        rest = [t for t in self.study.get_trials(deepcopy=False) if t.number not in written]
+        rest = [t for t in self.study.trials() if t.number not in written]
         self.rows.extend(missing_rows(self.store, self.p, self.label, rest))
         self.flush()
         if self.channel is not None:
             self.channel.close()
-        if self.owned:
-            self.executor.close()
 
     def summarise(self) -> None:
-        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
-        p, trials = self.p, self.study.get_trials(deepcopy=False)
-        self.report.states = Counter(t.state.name for t in trials if t.state != TrialState.WAITING)
+        p, trials = self.p, self.study.trials()
+        self.report.states = Counter(t.state.value for t in trials if t.state != State.WAITING)
         metrics = list(dict.fromkeys([o.metric for o in p.objectives] + p.report + ["flops"]))
         runs = {r["run_id"]: r for r in self.store.read_runs(p.task, columns=["status", *metrics]).to_pylist()}
-        if any(t.state == TrialState.COMPLETE for t in trials):
-            best = self.study.best_trials if len(p.objectives) > 1 else [self.study.best_trial]
-            seen: set[str] = set()
-            for t in sorted(best, key=lambda t: t.number):
-                rid = trial_run_id(p, t)
-                if rid in seen or len(seen) >= 20:
-                    continue  # one line per distinct run (a Pareto front repeats integer points)
-                seen.add(rid or "")
-                run = runs.get(rid or "", {})
-                self.report.best.append(
-                    {
-                        "number": t.number,
-                        "values": t.values,
-                        "params": t.params,
-                        "run_id": rid,
-                        "metrics": {m: run.get(m) for m in metrics},
-                    }
-                )
+        seen: set[str] = set()
+        for t in sorted(self.study.best(), key=lambda t: t.number):
+            rid = trial_run_id(p, t)
+            if rid in seen or len(seen) >= 20:
+                continue  # one line per distinct run (a Pareto front repeats integer points)
+            seen.add(rid or "")
+            run = runs.get(rid or "", {})
+            self.report.best.append(
+                {
+                    "number": t.number,
+                    "values": t.values,
+                    "params": t.params,
+                    "run_id": rid,
+                    "metrics": {m: run.get(m) for m in metrics},
+                }
+            )
         for c in p.baselines:
             run = runs.get(c.run_id, {})
             self.report.baselines.append(
@@ -265,66 +261,55 @@ class StudyDriver:
 
 def run_study(
     p: StudyPlan,
-    results: str | Path = "results",
-    executor: str | Executor = "ray",
+    results: str | Path,
+    executor: Executor,
+    options: ExecutionOptions,
     *,
     storage: str | None = None,
     retry_failed: bool = False,
-    progress: bool = True,
-    flush_s: float = 2.0,
-    flush_every: int = 256,
-    **executor_options: Any,
 ) -> TuneReport:
-    """Run one study until n_trials of its trials are finished (COMPLETE + PRUNED)."""
+    """Run one study on `executor` until n_trials of its trials are finished (COMPLETE + PRUNED), holding
+    its lease throughout: one driver per study."""
     quiet()
     t0 = time.monotonic()
     store = ResultStore(results)
-    options = {k: v for k, v in executor_options.items() if v is not None}
-    driver = StudyDriver(p, store, storage, executor, options, retry_failed, flush_s)
-    write_trials(store, missing_rows(store, p, driver.label, driver.study.get_trials(deepcopy=False)))
-    try:
-        driver.repair_runs(progress)
-        driver.run_baselines(progress)
-        driver.loop(progress, flush_s, flush_every)
-    finally:
-        driver.close()
-    driver.summarise()
+    with study_lease(store, p.name, storage) as lease:
+        driver = StudyDriver(p, store, storage, executor, options, retry_failed)
+        if lease is not None:
+            driver.guard = lease.check
+        write_trials(store, missing_rows(store, p, driver.label, driver.study.trials()))
+        try:
+            driver.repair_runs()
+            driver.run_baselines()
+            driver.loop()
+        finally:
+            driver.close()
+        driver.summarise()
     driver.report.wall_s = time.monotonic() - t0
     return driver.report
-
-
-def with_overrides(
-    p: StudyPlan, n_trials: int | None = None, parallel: int | None = None, deterministic: bool = False
-) -> StudyPlan:
-    """A plan with the command line's --n-trials / --parallel / --deterministic (a grid study never
-    exceeds its grid)."""
-    if n_trials is not None:
-        n_trials = min(n_trials, grid_size(p)) if p.sampler.name == "grid" else n_trials
-        p = replace(p, n_trials=n_trials, max_failed=max(p.max_failed, n_trials))
-    if deterministic:
-        p = replace(p, mode="deterministic")
-    return replace(p, parallel=parallel, batch=min(p.batch, parallel)) if parallel is not None else p
 
 
 def tune(
     source: str | Path | dict[str, Any] | list[StudyPlan],
     results: str | Path = "results",
-    executor: str | Executor = "ray",
+    options: ExecutionOptions | ExecutorKind | None = None,
     *,
+    executor: Executor | None = None,
+    storage: str | None = None,
+    retry_failed: bool = False,
     n_trials: int | None = None,
     parallel: int | None = None,
     deterministic: bool = False,
-    **kwargs: Any,
 ) -> list[TuneReport]:
-    """Run every study of a study file (one per `sweep` combination), sharing one executor."""
+    """Run every study of a study file (one per `sweep` combination) on one executor: `executor`, which
+    the caller made and closes, or the one `options` ask for."""
+    options = as_options(options)
     plans = source if isinstance(source, list) else load_plans(source)
     plans = [with_overrides(p, n_trials, parallel, deterministic) for p in plans]
-    shared = None
-    if executor in ("ray", "auto") and len(plans) > 1:
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in EXECUTOR_OPTIONS}
-        executor = shared = make_executor(executor, **options)
+    label = plans[0].name if len(plans) == 1 else ", ".join(dict.fromkeys(p.name.split("[")[0] for p in plans))
+    runner = executor or make_executor(options, label=label)  # a sweep's studies share their file's name
     try:
-        return [run_study(p, results, executor, **kwargs) for p in plans]
+        return [run_study(p, results, runner, options, storage=storage, retry_failed=retry_failed) for p in plans]
     finally:
-        if shared is not None:
-            shared.close()
+        if executor is None:
+            runner.close()

@@ -1,32 +1,103 @@
-"""Optuna objects from a study plan: sampler, pruner, storage, the study itself, and recovery.
+"""The tuner's one door to Optuna: everything the rest of runner/tune needs, as typed functions and
+one small class, so that nothing else imports Optuna or touches one of its objects (a test checks both).
 
 Used as Optuna's authors intend: `create_study(load_if_exists=True)`, its samplers and pruners,
-`JournalStorage(JournalFileBackend)` for the default local storage, `RDBStorage` for a URL,
-`enqueue_trial` to ask a lost trial's params again.
+`JournalStorage(JournalFileBackend)` for the default local storage, `RDBStorage` for a URL, ask/tell,
+`trial.report` / `should_prune`, `enqueue_trial` to ask a lost trial's params again.
+
+    storage = open_storage(args.storage, store)          # StudyStorage: Optuna's object and its label
+    study = Study.open(plan, storage)                     # created or loaded, checked against the plan
+    asked = study.ask()                                   # Asked: number, params (the trial stays here)
+    info = study.tell(asked, values, State.COMPLETE)      # TrialInfo: a plain, frozen view of the trial
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
+import os
 import warnings
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError, redact
 from runner.store import ResultStore
-from runner.tune.space import (
-    CategoricalParam,
-    FloatParam,
-    FloatVectorParam,
-    IntParam,
-    element_name,
-)
+from runner.tune.journal_tail import repair_tail
+from runner.tune.space import CategoricalParam, FloatParam, FloatVectorParam, IntParam, element_name
 from runner.tune.spec import StudyPlan, load_study
 
 JOURNAL_NAME = "optuna.journal"
 
 
-def sampler_class(name: str) -> Any:
+class State(StrEnum):
+    """A trial's state, by Optuna's names."""
+
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAIL"
+    WAITING = "WAITING"
+
+    @property
+    def finished(self) -> bool:
+        return self in (State.COMPLETE, State.PRUNED, State.FAIL)
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    """What the tuner reads of a trial."""
+
+    number: int
+    state: State
+    params: dict[str, Any]
+    values: list[float] | None
+    user_attrs: dict[str, Any]
+    datetime_start: datetime | None
+    datetime_complete: datetime | None
+
+
+@dataclass(eq=False)
+class Asked:
+    """A trial asked and not yet told: its number and params. The Optuna trial stays inside, for this
+    module alone."""
+
+    number: int
+    params: dict[str, Any]
+    _trial: Any = field(repr=False)
+
+
+@dataclass(frozen=True)
+class StudyStorage:
+    """An Optuna storage, and its label in trials/ (credentials redacted)."""
+
+    label: str
+    _storage: Any = field(repr=False)
+
+
+def _info(trial: Any) -> TrialInfo:
+    return TrialInfo(
+        trial.number,
+        State(trial.state.name),
+        dict(trial.params),
+        list(trial.values) if trial.values is not None else None,
+        dict(trial.user_attrs),
+        trial.datetime_start,
+        trial.datetime_complete,
+    )
+
+
+def _optuna_state(state: State) -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState[state.value]
+
+
+# ---- samplers and pruners -----------------------------------------------------------------------
+def _sampler_class(name: str) -> Any:
     import optuna.samplers as s
 
     return {
@@ -38,7 +109,7 @@ def sampler_class(name: str) -> Any:
     }[name]
 
 
-def pruner_class(name: str) -> Any:
+def _pruner_class(name: str) -> Any:
     import optuna.pruners as pr
 
     return {
@@ -49,8 +120,8 @@ def pruner_class(name: str) -> Any:
     }[name]
 
 
-def make_sampler(p: StudyPlan) -> Any:
-    opts, seed, cls = dict(p.sampler.options), p.sampler.seed, sampler_class(p.sampler.name)
+def _make_sampler(p: StudyPlan) -> Any:
+    opts, seed, cls = dict(p.sampler.options), p.sampler.seed, _sampler_class(p.sampler.name)
     if p.sampler.name == "tpe":
         # Batched asks: without the constant liar every trial of a batch would land on one point.
         opts.setdefault("constant_liar", p.parallel > 1)
@@ -77,96 +148,11 @@ def make_sampler(p: StudyPlan) -> Any:
         return cls(seed=seed, **opts)
 
 
-def make_pruner(p: StudyPlan) -> Any:
-    return pruner_class(p.pruner.name)(**p.pruner.options)
+def _make_pruner(p: StudyPlan) -> Any:
+    return _pruner_class(p.pruner.name)(**p.pruner.options)
 
 
-def grid_size(p: StudyPlan) -> int:
-    return math.prod(len(v) for v in p.grid().values())
-
-
-def open_storage(storage: str | None, store: ResultStore) -> tuple[Any, str]:
-    """(Optuna storage, its label in trials/). Default: a journal file in the (local) results root;
-    a URL is an RDB (PostgreSQL, MySQL, SQLite); any other string is a journal file path."""
-    from optuna.storages import JournalStorage, RDBStorage
-    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-
-    if storage is not None and "://" in storage:
-        try:
-            return RDBStorage(storage), redact(storage)
-        except Exception as exc:  # noqa: BLE001 - a driver or connection error is the user's URL
-            raise ConfigError(
-                f"cannot open storage {redact(storage)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
-                key="--storage",
-            ) from None
-    if storage is None and not store.local:
-        raise ConfigError(
-            "an object-store results root needs --storage (an RDB URL or a journal file path)", key="--storage"
-        )
-    path = Path(storage) if storage is not None else Path(store.base) / JOURNAL_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The lock file is Optuna's default (optuna-dashboard uses the same); a driver SIGKILLed while
-    # appending leaves it behind, and the next driver breaks it after 5 s instead of 30.
-    backend = JournalFileBackend(str(path), lock_obj=JournalFileSymlinkLock(str(path), grace_period=5))
-    return JournalStorage(backend), "journal:" + (JOURNAL_NAME if storage is None else str(path.resolve()))
-
-
-def open_study(p: StudyPlan, storage: Any) -> Any:
-    """Create the study, or load it; a name reused for another task or direction is an error."""
-    import optuna
-
-    study = optuna.create_study(
-        storage=storage,
-        sampler=make_sampler(p),
-        pruner=make_pruner(p),
-        study_name=p.name,
-        directions=p.directions,
-        load_if_exists=True,
-    )
-    have = [d.name.lower() for d in study.directions]
-    if have != p.directions:
-        raise ConfigError(
-            f"study {p.name!r} already exists in this storage with directions {have}", file=p.source, key="objective"
-        )
-    info = study.user_attrs.get("convgrid")
-    if info is None:
-        study.set_user_attr("convgrid", {"task": p.task, "source": p.source, "fixed": p.fixed})
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # ExperimentalWarning; the names label the dashboard's axes
-            study.set_metric_names([("log10 " if o.log else "") + o.metric for o in p.objectives])
-    elif info.get("task") != p.task:
-        raise ConfigError(
-            f"study {p.name!r} already exists in this storage for task {info.get('task')!r}", file=p.source, key="task"
-        )
-    return study
-
-
-def tell(study: Any, trial: Any, values: list[float] | None = None, state: Any = None) -> Any:
-    """The told trial (a FrozenTrial), or None when the grid sampler stopped the study."""
-    try:
-        return study.tell(trial, values, state=state)
-    except RuntimeError as exc:
-        # GridSampler calls study.stop() once its grid is covered, which ask/tell cannot take; the
-        # trial is told by then, and the driver stops on `is_exhausted`.
-        if "Study.stop" not in str(exc):
-            raise
-        return None
-
-
-def recover(study: Any) -> list[int]:
-    """FAIL the trials a stopped driver left RUNNING and enqueue their params to ask them again."""
-    from optuna.trial import TrialState
-
-    numbers = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        tell(study, t.number, state=TrialState.FAIL)
-        if t.params:
-            study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number})
-        numbers.append(t.number)
-    return numbers
-
-
-def distributions(plan: StudyPlan) -> dict[str, Any]:
+def _distributions(plan: StudyPlan) -> dict[str, Any]:
     """The Optuna distributions of a plan's search space."""
     import optuna.distributions as d
 
@@ -185,15 +171,32 @@ def distributions(plan: StudyPlan) -> dict[str, Any]:
     return out
 
 
+def grid_size(p: StudyPlan) -> int:
+    return math.prod(len(v) for v in p.grid().values())
+
+
+def _check_option_types(cls: Any, options: dict[str, Any], file: str, key: str) -> None:
+    """A bool given for an option the class types as a number (`n_startup_trials: true`): Python would
+    take it as 1. The classes' annotations say which options are numbers."""
+    parameters = inspect.signature(cls).parameters
+    for name, value in options.items():
+        wanted = str(parameters[name].annotation) if name in parameters else ""
+        if isinstance(value, bool) and "bool" not in wanted and ("int" in wanted or "float" in wanted):
+            raise ConfigError(
+                f"a bool where a number belongs (got {value}; {cls.__name__} takes {wanted})",
+                file=file,
+                key=f"{key}.options.{name}",
+            )
+
+
 def check_plan(plan: StudyPlan) -> StudyPlan:
     """Build the plan's sampler and pruner now, so a bad option fails before anything runs (with the
     options the class takes), not after the first batch."""
-    import inspect
-
-    for make, cls, key in (
-        (make_sampler, sampler_class(plan.sampler.name), "sampler"),
-        (make_pruner, pruner_class(plan.pruner.name), "pruner"),
+    for make, cls, key, options in (
+        (_make_sampler, _sampler_class(plan.sampler.name), "sampler", plan.sampler.options),
+        (_make_pruner, _pruner_class(plan.pruner.name), "pruner", plan.pruner.options),
     ):
+        _check_option_types(cls, options, plan.source, key)
         try:
             make(plan)
         except (TypeError, ValueError) as exc:
@@ -209,11 +212,67 @@ def load_plans(source: str | Path | dict[str, Any], name: str | None = None) -> 
     return [check_plan(p) for p in load_study(source, name)]
 
 
-def trial_states() -> Any:
-    """optuna.trial.TrialState, handed out here so that the rest of the tuner never imports Optuna."""
-    from optuna.trial import TrialState
+# ---- storages -----------------------------------------------------------------------------------
+def open_storage(storage: str | None, store: ResultStore) -> StudyStorage:
+    """Default: a journal file in the (local) results root; a URL is an RDB (PostgreSQL, MySQL, SQLite);
+    any other string is a journal file path."""
+    from optuna.storages import JournalStorage, RDBStorage
 
-    return TrialState
+    if storage is not None and "://" in storage:
+        try:
+            return StudyStorage(storage_label(storage, store), RDBStorage(storage))
+        except Exception as exc:  # noqa: BLE001 - a driver or connection error is the user's URL
+            raise ConfigError(
+                f"cannot open storage {redact(storage)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
+                key="--storage",
+            ) from None
+    if storage is None and not store.local:
+        raise ConfigError(
+            "an object-store results root needs --storage (an RDB URL or a journal file path)", key="--storage"
+        )
+    path = Path(storage) if storage is not None else Path(store.base) / JOURNAL_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return StudyStorage(storage_label(storage, store), JournalStorage(_journal_backend(path)))
+
+
+def _journal_backend(path: Path) -> Any:
+    """Optuna's JournalFileBackend, whose every append first checks the file's last line under the
+    journal's lock and cuts a torn one (runner.tune.journal_tail): appending after a torn line made
+    the journal unreadable for good."""
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+
+    class RepairingJournal(JournalFileBackend):
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            # Optuna's own append (one write of whole lines, fsynced), with the tail checked under the lock
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
+            self._lock.acquire()
+            try:
+                repair_tail(self._file_path)
+                with open(self._file_path, "ab") as handle:
+                    handle.write(text.encode("utf-8"))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            finally:
+                self._lock.release()
+
+    # The lock file is Optuna's default (optuna-dashboard uses the same); a driver SIGKILLed while
+    # appending leaves it behind, and the next driver breaks it after 5 s instead of 30.
+    return RepairingJournal(str(path), lock_obj=JournalFileSymlinkLock(str(path), grace_period=5))
+
+
+def storage_label(storage: str | None, store: ResultStore) -> str:
+    """How trials/ rows and a study's lease name a storage (credentials redacted), without opening it."""
+    if storage is not None and "://" in storage:
+        return redact(storage)
+    return "journal:" + (JOURNAL_NAME if storage is None else str(Path(storage).resolve()))
+
+
+def trial_counts(storage: StudyStorage) -> dict[str, int]:
+    """Study name -> how many trials the storage holds for it."""
+    import optuna
+
+    summaries = optuna.get_all_study_summaries(storage._storage, include_best_trial=False)
+    return {s.study_name: s.n_trials for s in summaries}
 
 
 def quiet() -> None:
@@ -221,3 +280,108 @@ def quiet() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+# ---- the study ----------------------------------------------------------------------------------
+class Study:
+    """One Optuna study, created or loaded for a plan."""
+
+    def __init__(self, plan: StudyPlan, study: Any) -> None:
+        self.plan, self._study = plan, study
+        self._distributions = _distributions(plan)
+
+    @classmethod
+    def open(cls, p: StudyPlan, storage: StudyStorage) -> Study:
+        """Create the study, or load it; a name reused for another task or direction is an error."""
+        import optuna
+
+        try:
+            study = optuna.create_study(
+                storage=storage._storage,
+                sampler=_make_sampler(p),
+                pruner=_make_pruner(p),
+                study_name=p.name,
+                directions=p.directions,
+                load_if_exists=True,
+            )
+        except json.JSONDecodeError as exc:
+            # a line before the last is damaged (a journal appended to after a torn line, before the tail
+            # was checked): the records after it cannot be trusted to be whole
+            raise ConfigError(
+                f"the journal of {storage.label} cannot be read: {exc}; move it aside (its studies start "
+                "again) or cut the damaged line by hand",
+                key="--storage",
+            ) from None
+        have = [d.name.lower() for d in study.directions]
+        if have != p.directions:
+            raise ConfigError(
+                f"study {p.name!r} already exists in this storage with directions {have}",
+                file=p.source,
+                key="objective",
+            )
+        info = study.user_attrs.get("convgrid")
+        if info is None:
+            study.set_user_attr("convgrid", {"task": p.task, "source": p.source, "fixed": p.fixed})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # ExperimentalWarning; the names label the dashboard's axes
+                study.set_metric_names([("log10 " if o.log else "") + o.metric for o in p.objectives])
+        elif info.get("task") != p.task:
+            raise ConfigError(
+                f"study {p.name!r} already exists in this storage for task {info.get('task')!r}",
+                file=p.source,
+                key="task",
+            )
+        return cls(p, study)
+
+    def ask(self) -> Asked:
+        trial = self._study.ask(self._distributions)
+        return Asked(trial.number, dict(trial.params), trial)
+
+    def set_attr(self, asked: Asked, key: str, value: str) -> None:
+        asked._trial.set_user_attr(key, value)
+
+    def tell(
+        self, trial: Asked | int, values: list[float] | None = None, state: State = State.COMPLETE
+    ) -> TrialInfo | None:
+        """Tell a trial (asked, or by number); the told trial, or None when the grid sampler stopped the study."""
+        target = trial._trial if isinstance(trial, Asked) else trial
+        try:
+            frozen = self._study.tell(target, values, state=_optuna_state(state))
+        except RuntimeError as exc:
+            # GridSampler calls study.stop() once its grid is covered, which ask/tell cannot take; the
+            # trial is told by then, and the driver stops on `exhausted`.
+            if "Study.stop" not in str(exc):
+                raise
+            return None
+        return _info(frozen)
+
+    def report(self, asked: Asked, value: float, step: int) -> bool:
+        """Report an intermediate value; whether the pruner says the trial goes on."""
+        asked._trial.report(value, step)
+        return not asked._trial.should_prune()
+
+    def trials(self, states: tuple[State, ...] | None = None) -> list[TrialInfo]:
+        wanted = None if states is None else tuple(_optuna_state(s) for s in states)
+        return [_info(t) for t in self._study.get_trials(deepcopy=False, states=wanted)]
+
+    def best(self) -> list[TrialInfo]:
+        """The best trial (one objective) or the Pareto front (several); empty before any COMPLETE."""
+        if not any(t.state == State.COMPLETE for t in self.trials((State.COMPLETE,))):
+            return []
+        best = self._study.best_trials if len(self.plan.objectives) > 1 else [self._study.best_trial]
+        return [_info(t) for t in best]
+
+    def exhausted(self) -> bool:
+        """The grid sampler has asked every point of its grid (other samplers never are)."""
+        sampler = self._study.sampler
+        return bool(getattr(sampler, "is_exhausted", lambda _s: False)(self._study))
+
+    def recover(self) -> list[int]:
+        """FAIL the trials a stopped driver left RUNNING and enqueue their params to ask them again."""
+        numbers = []
+        for t in self.trials((State.RUNNING,)):
+            self.tell(t.number, state=State.FAIL)
+            if t.params:
+                self._study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number})
+            numbers.append(t.number)
+        return numbers

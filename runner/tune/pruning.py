@@ -1,25 +1,27 @@
 """The driver's judge of intermediate values: which trial a run belongs to, its reported steps,
-and Optuna's verdicts (`trial.report`, `trial.should_prune`). The executor's report channel feeds
-`judge` (on its own thread, on Ray) while the driver tells other trials; the tuner never needs to
-know which executor runs the trials.
+and the pruner's verdicts (through `Study.report`). The executor's report channel feeds `judge` (on
+its own thread, on Ray) while the driver tells other trials; the tuner never needs to know which
+executor runs the trials.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from typing import Any
+
+from runner.tune.optuna_adapter import Asked, Study
 
 
 class PruningHub:
-    def __init__(self) -> None:
+    def __init__(self, study: Study) -> None:
+        self.study = study
         self._lock = threading.Lock()
-        self._trials: dict[str, Any] = {}
+        self._trials: dict[str, Asked] = {}
         self._last_step: dict[str, int] = {}
         self.stopped: set[str] = set()
 
-    def add(self, run_id: str, trial: Any) -> None:
-        """A run starts: its values go to this optuna Trial, judged afresh (a pruned run asked again)."""
+    def add(self, run_id: str, trial: Asked) -> None:
+        """A run starts: its values go to this trial, judged afresh (a pruned run asked again)."""
         with self._lock:
             self._trials[run_id] = trial
             self._last_step.pop(run_id, None)
@@ -42,8 +44,7 @@ class PruningHub:
             if step <= self._last_step.get(run_id, -1) or math.isnan(value):
                 return True  # a re-run after a lost worker repeats steps Optuna already has
             self._last_step[run_id] = step
-            trial.report(value, step)
-            if trial.should_prune():
+            if not self.study.report(trial, value, step):
                 self.stopped.add(run_id)
                 return False
             return True

@@ -30,34 +30,77 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+from pydantic import ValidationError
 
 from runner.grid.cells import Cell
 from runner.store import RunRecord
-from runner.tune.optuna_adapter import grid_size, tell, trial_states
-from runner.tune.trials import trial_row, verdict
-from tasks.status import FAILED, is_settled
+from runner.tune.optuna_adapter import Asked, State, Study, TrialInfo, grid_size
+from runner.tune.pruning import PruningHub
+from runner.tune.spec import StudyPlan
+from runner.tune.trials import verdict
+from tasks.status import is_settled
 
-if TYPE_CHECKING:
-    from runner.tune.driver import StudyDriver
+
+class ScheduleHost(Protocol):
+    """What a schedule tells the driver that owns it (runner.tune.driver.StudyDriver)."""
+
+    def rejected(self, count: int) -> None:
+        """`count` trials asked with params the task rejects were told FAIL."""
+
+    def decided(self, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
+        """A trial's run is settled (`fresh`: it ran now; else its stored row answered): in the
+        driver's thread, before the tell is written."""
+
+    def told(self, trial: TrialInfo, run_id: str) -> None:
+        """A trial was told (on the teller thread in async mode)."""
+
+    def ran(self, record: RunRecord) -> None:
+        """A run finished (the executor's record, before its trials are told)."""
 
 
 class TrialSchedule:
-    def __init__(self, driver: StudyDriver) -> None:
-        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
-        self.d = driver
-        self.deterministic = driver.p.mode == "deterministic"
-        finished = (TrialState.COMPLETE, TrialState.PRUNED)
-        self.done = sum(t.state in finished for t in driver.study.get_trials(deepcopy=False))
+    def __init__(
+        self,
+        plan: StudyPlan,
+        study: Study,
+        known: dict[str, dict[str, Any]],
+        hub: PruningHub,
+        host: ScheduleHost,
+        retry_failed: bool,
+    ) -> None:
+        self.plan, self.study, self.known, self.hub, self.host = plan, study, known, hub, host
+        self.retry_failed = retry_failed
+        self.deterministic = plan.mode == "deterministic"
+        self.done = len(study.trials((State.COMPLETE, State.PRUNED)))
         self.failed = 0
         self.running = 0  # trials asked and not told yet
-        self.waiting: dict[str, list[tuple[Any, Cell]]] = {}  # run in flight -> the trials it will tell
-        self.batch: list[tuple[Any, Cell]] = []  # deterministic: this batch's trials, in number order
+        self.stopped_early: str | None = None
+        self.waiting: dict[str, list[tuple[Asked, Cell]]] = {}  # run in flight -> the trials it will tell
+        self.batch: list[tuple[Asked, Cell]] = []  # deterministic: this batch's trials, in number order
         self.rows: dict[str, dict[str, Any]] = {}  # deterministic: this batch's finished runs
-        background = not self.deterministic and driver.p.parallel > 1 and driver.p.sampler.name != "grid"
+        background = not self.deterministic and plan.parallel > 1 and plan.sampler.name != "grid"
         self._teller = ThreadPoolExecutor(1, thread_name_prefix="convgrid-tell") if background else None
         self._tells: list[Future[None]] = []
+
+    def ask(self, n: int) -> list[tuple[Asked, Cell]]:
+        """n new trials with their cells; those whose params the task rejects are told FAIL at once."""
+        asked, rejected = [], 0
+        for _ in range(n):
+            trial = self.study.ask()
+            try:
+                cell = self.plan.cell(dict(trial.params))
+            except (ValidationError, TypeError, ValueError) as exc:
+                self.study.set_attr(trial, "note", f"params rejected by the task: {str(exc).splitlines()[0]}")
+                self.study.tell(trial, state=State.FAIL)
+                rejected += 1
+                continue
+            asked.append((trial, cell))
+        if rejected:
+            self.failed += rejected
+            self.host.rejected(rejected)
+        return asked
 
     def cells(self) -> Iterator[Cell | list[Cell] | None]:
         """The executor's source: cells of newly asked trials (in groups of `batch`, for a task that
@@ -69,27 +112,24 @@ class TrialSchedule:
             if room == 0:
                 yield None
                 continue
-            asked, rejected = self.d.ask(room)
-            self.failed += rejected
-            self.d.bar.update([FAILED] * rejected)
             group: list[Cell] = []
-            for trial, cell in asked:
+            for trial, cell in self.ask(room):
                 self.running += 1
                 if self.deterministic:
                     self.batch.append((trial, cell))
                 if cell.run_id in self.waiting:
                     self.waiting[cell.run_id].append((trial, cell))
-                elif cell.run_id in self.d.known:
+                elif cell.run_id in self.known:
                     if not self.deterministic:
-                        self._tell(trial, cell, self.d.known[cell.run_id], fresh=False)
+                        self._tell(trial, cell, self.known[cell.run_id], fresh=False)
                 else:
                     self.waiting[cell.run_id] = [(trial, cell)]
-                    self.d.hub.add(cell.run_id, trial)
-                    if self.d.p.batch == 1:
+                    self.hub.add(cell.run_id, trial)
+                    if self.plan.batch == 1:
                         yield cell
                         continue
                     group.append(cell)
-                    if len(group) == self.d.p.batch:
+                    if len(group) == self.plan.batch:
                         yield group
                         group = []
             if group:
@@ -98,15 +138,15 @@ class TrialSchedule:
 
     def left(self) -> int:
         """Trials still to run or finish (asked or not): what the executor's forecast counts."""
-        return max(self.d.p.n_trials - self.done - self.failed, 0)
+        return max(self.plan.n_trials - self.done - self.failed, 0)
 
     def finished(self, records: list[RunRecord]) -> None:
         """The executor's finished records (the `execute_cells` sink): tell their trials."""
         for record in records:
-            self.d.hub.finish(record.run_id)  # no value of this run reaches its trial once it is told
-            self.d.report.ran += 1
-            if is_settled(record.row["status"], self.d.retry_failed):
-                self.d.known[record.run_id] = record.row
+            self.hub.finish(record.run_id)  # no value of this run reaches its trial once it is told
+            self.host.ran(record)
+            if is_settled(record.row["status"], self.retry_failed):
+                self.known[record.run_id] = record.row
             trials = self.waiting.pop(record.run_id, [])
             if self.deterministic:
                 self.rows[record.run_id] = record.row
@@ -114,7 +154,6 @@ class TrialSchedule:
             for trial, cell in trials:
                 self._tell(trial, cell, record.row, fresh=True)
         self._settle_batch()
-        self.d.flush_if_due()
 
     def _settle_batch(self) -> None:
         """Deterministic mode: once every run of the batch is in, tell it in trial-number order."""
@@ -122,7 +161,7 @@ class TrialSchedule:
             return
         for trial, cell in self.batch:
             fresh = cell.run_id in self.rows
-            self._tell(trial, cell, self.rows[cell.run_id] if fresh else self.d.known[cell.run_id], fresh)
+            self._tell(trial, cell, self.rows[cell.run_id] if fresh else self.known[cell.run_id], fresh)
         self.batch.clear()
         self.rows.clear()
 
@@ -139,16 +178,12 @@ class TrialSchedule:
         for f in done:
             f.result()
 
-    def _tell(self, trial: Any, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
-        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
-        state, values, note = verdict(self.d.p, row)
+    def _tell(self, trial: Asked, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
+        state, values, note = verdict(self.plan, row)
         self.running -= 1
-        self.done += state in (TrialState.COMPLETE, TrialState.PRUNED)
-        self.failed += state == TrialState.FAIL
-        self.d.report.from_store += not fresh
-        self.d.member(cell)
-        self.d.bar.update([row["status"]])
+        self.done += state in (State.COMPLETE, State.PRUNED)
+        self.failed += state == State.FAIL
+        self.host.decided(cell, row, fresh)
         args = (trial, cell.run_id, row["status"], state, values, note)
         if self._teller is None:
             self._write_tell(*args)
@@ -157,25 +192,22 @@ class TrialSchedule:
         self._collect()
 
     def _write_tell(
-        self, trial: Any, run_id: str, status: str, state: Any, values: list[float] | None, note: str | None
+        self, trial: Asked, run_id: str, status: str, state: State, values: list[float] | None, note: str | None
     ) -> None:
-        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
-        if state != TrialState.COMPLETE:  # COMPLETE means an ok run: no attribute (one journal write less)
-            trial.set_user_attr("run_status", status)
+        self.study.set_attr(trial, "run_id", run_id)  # the dashboard links each trial to its run
+        if state != State.COMPLETE:  # COMPLETE means an ok run: no attribute (one journal write less)
+            self.study.set_attr(trial, "run_status", status)
         if note:
-            trial.set_user_attr("note", note)
-        frozen = tell(self.d.study, trial, values, state=state)
-        if frozen is not None:  # else the grid sampler stopped the study: close() writes its row
-            self.d.add_row(trial_row(self.d.p, self.d.label, frozen, run_id))
+            self.study.set_attr(trial, "note", note)
+        told = self.study.tell(trial, values, state=state)
+        if told is not None:  # else the grid sampler stopped the study: the driver's close writes its row
+            self.host.told(told, run_id)
 
     def _room(self) -> int | None:
         """How many trials to ask now: 0 to wait for trials in flight, None to ask no more."""
-        TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
-        p = self.d.p
+        p = self.plan
         if self.failed >= p.max_failed:
-            self.d.report.stopped_early = f"{self.failed} trials failed (max_failed)"
+            self.stopped_early = f"{self.failed} trials failed (max_failed)"
             return None
         need = p.n_trials - self.done - self.running
         room = min(p.parallel - self.running, need)
@@ -185,13 +217,13 @@ class TrialSchedule:
             room = 0  # refill a whole batch at a time: a batch of one would waste the batched path
         if room > 0 and p.sampler.name == "grid":
             # never ask past the unvisited points (the grid sampler would repeat some)
-            trials = self.d.study.get_trials(deepcopy=False)
-            enqueued = sum(t.state == TrialState.WAITING for t in trials)
-            if not enqueued and self.d.study.sampler.is_exhausted(self.d.study):
+            trials = self.study.trials()
+            enqueued = sum(t.state == State.WAITING for t in trials)
+            if not enqueued and self.study.exhausted():
                 if not self.running:
-                    self.d.report.stopped_early = "the grid is covered"
+                    self.stopped_early = "the grid is covered"
                 return 0 if self.running else None
-            visited = len({json.dumps(t.params, sort_keys=True) for t in trials if t.state.is_finished()})
+            visited = len({json.dumps(t.params, sort_keys=True) for t in trials if t.state.finished})
             room = min(room, grid_size(p) - visited - self.running + enqueued)
             room = room if room > 0 or self.running else 1
         if room <= 0:

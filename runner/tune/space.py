@@ -15,7 +15,10 @@ MAX_GRID_POINTS = 1_000_000  # the grid sampler materialises its grid; more poin
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Extra keys refused, and no coercion: YAML's `true` is not the count 1 (nor a bound, nor a seed), and
+    `"3"` is not 3. An int stays valid where a float belongs."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class FloatParam(Strict):

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from runner.execute.report_channel import transform
 from runner.store import ResultStore
 from runner.store.trials import read_trials
-from runner.tune.optuna_adapter import trial_states
+from runner.tune.optuna_adapter import State, TrialInfo
 from runner.tune.spec import StudyPlan
 from tasks.status import DIVERGED, OK, PRUNED
 
@@ -33,7 +33,7 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def trial_run_id(p: StudyPlan, trial: Any) -> str | None:
+def trial_run_id(p: StudyPlan, trial: TrialInfo) -> str | None:
     """The run id of a trial: that of its params' cell (studies of older versions carry it as a user
     attribute); None for a trial without params or with params the task rejects."""
     if "run_id" in trial.user_attrs:
@@ -46,22 +46,22 @@ def trial_run_id(p: StudyPlan, trial: Any) -> str | None:
         return None
 
 
-def run_status(trial: Any) -> str | None:
+def run_status(trial: TrialInfo) -> str | None:
     """The status of a trial's run: a user attribute, written only when the trial is not COMPLETE
     (COMPLETE means an ok run; every attribute is one more write, fsynced, to a journal file)."""
     if "run_status" in trial.user_attrs:
         return str(trial.user_attrs["run_status"])
-    return OK if trial.state == trial_states().COMPLETE else None
+    return OK if trial.state == State.COMPLETE else None
 
 
-def trial_row(p: StudyPlan, storage: str, trial: Any, run_id: str | None) -> dict[str, Any]:
-    """A trials/ row from an Optuna FrozenTrial and its run id."""
-    values = list(trial.values) if trial.values is not None else None
+def trial_row(p: StudyPlan, storage: str, trial: TrialInfo, run_id: str | None) -> dict[str, Any]:
+    """A trials/ row from a told trial and its run id."""
+    values = trial.values
     return {
         "study": p.name,
         "storage": storage,
         "number": trial.number,
-        "state": trial.state.name,
+        "state": trial.state.value,
         "params_json": json.dumps(trial.params, sort_keys=True, separators=(",", ":")),
         "values": values,
         "value": values[0] if values else None,
@@ -75,12 +75,10 @@ def trial_row(p: StudyPlan, storage: str, trial: Any, run_id: str | None) -> dic
     }
 
 
-def missing_rows(store: ResultStore, p: StudyPlan, storage: str, trials: Iterable[Any]) -> list[dict[str, Any]]:
+def missing_rows(store: ResultStore, p: StudyPlan, storage: str, trials: Iterable[TrialInfo]) -> list[dict[str, Any]]:
     """Rows for finished trials that trials/ does not have yet (a killed driver's last batches)."""
     have = set(read_trials(store, p.name, storage)["number"].to_pylist())
-    return [
-        trial_row(p, storage, t, trial_run_id(p, t)) for t in trials if t.state.is_finished() and t.number not in have
-    ]
+    return [trial_row(p, storage, t, trial_run_id(p, t)) for t in trials if t.state.finished and t.number not in have]
 
 
 @dataclass
@@ -90,7 +88,9 @@ class TuneReport:
     n_trials: int
     states: Counter[str] = field(default_factory=Counter)
     ran: int = 0
+    counts: Counter[str] = field(default_factory=Counter)  # the runs this command executed, by status
     from_store: int = 0
+    skipped_failed: int = 0  # trials told FAIL from a stored failed or timed-out run (not rerun without --retry-failed)
     repaired: int = 0  # runs of told trials that a killed driver had not written, run again at start
     recovered: list[int] = field(default_factory=list)
     stopped_early: str | None = None
@@ -142,18 +142,12 @@ def objective_values(p: StudyPlan, row: dict[str, Any]) -> list[float] | None:
     return out
 
 
-def verdict(p: StudyPlan, row: dict[str, Any]) -> tuple[Any, list[float] | None, str | None]:
-    """(Optuna state, values, note) for a run's row."""
-    TrialState = trial_states()  # noqa: N806 - the enum, under its usual name
-
+def verdict(p: StudyPlan, row: dict[str, Any]) -> tuple[State, list[float] | None, str | None]:
+    """(trial state, values, note) for a run's row."""
     status = row["status"]
     if status == OK:
         values = objective_values(p, row)
-        return (
-            (TrialState.COMPLETE, values, None)
-            if values is not None
-            else (TrialState.FAIL, None, "objective metric is NaN")
-        )
+        return (State.COMPLETE, values, None) if values is not None else (State.FAIL, None, "objective metric is NaN")
     if status in (DIVERGED, PRUNED):
-        return TrialState.PRUNED, None, "run diverged" if status == DIVERGED else None
-    return TrialState.FAIL, None, f"run {status}"
+        return State.PRUNED, None, "run diverged" if status == DIVERGED else None
+    return State.FAIL, None, f"run {status}"

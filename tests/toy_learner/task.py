@@ -21,6 +21,9 @@ class FaultyParams(TaskParams):
     poison: bool = Field(False, description="return a summary value the store cannot take (a string for a float)")
     probe_dir: str | None = Field(None, description="if set, each finished run touches probe_dir/<run x> (fault tests)")
     ledger: str | None = Field(None, description="if set, each finished run appends '<x> <pid>' to this file")
+    die_staging: str | None = Field(
+        None, description="if set, the worker is SIGKILLed once (this file its witness) right after it stages curves"
+    )
 
 
 class FaultyTask:
@@ -37,6 +40,10 @@ class FaultyTask:
     def run(self, p: FaultyParams, ctx: RunContext) -> Result:
         if p.fail:
             raise RuntimeError(f"asked to fail with x={p.x}")
+        if p.die_staging is not None:  # the ingest fault tests: a worker dead between staging and its manifest
+            from tests.kill_at import install_once
+
+            install_once("incoming:staged", p.die_staging)
         step = 0
         t_end = time.time() + p.sleep_s
         while time.time() < t_end:

@@ -1,6 +1,6 @@
 """The writers' lock of an object-store root (S3), where there is no flock: a queue of leases on the
-root's create-if-absent (runner.store.exclusive), renewed by heartbeats as the claims' are
-(runner.store.claims).
+root's create-if-absent (runner.fs.exclusive), renewed by heartbeats as the claims' are
+(runner.coord.claims).
 
     _store/wlock/g<n>.json    generation n: a writer (host, pid, id) holding or waiting; created exclusively
     _store/wlock/g<n>.beat    its heartbeat: a counter it rewrites every lease/6, waiting or holding
@@ -36,13 +36,13 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from runner.store.claims import DriverInfo, Liveness
-from runner.store.exclusive import ExclusiveCreate
-from runner.store.files import delete_quietly, read_bytes, write_bytes
-from runner.store.txn import Root
+from runner.coord.liveness import Clock, DriverInfo, Heartbeat, Liveness
+from runner.fs.exclusive import ExclusiveCreate
+from runner.fs.files import delete_quietly, read_bytes, write_bytes
+from runner.fs.root import Root
 
 LOCK_DIR = "_store/wlock"
 LOCK_LEASE_S = 30.0
@@ -59,8 +59,17 @@ class LockLost(RuntimeError):
 class LeaseLock:
     """One writer at a time per object-store root. Re-entrant within a process, like WriterLock."""
 
-    def __init__(self, files: Root, exclusive: ExclusiveCreate, lease_s: float = LOCK_LEASE_S) -> None:
-        self.files, self.exclusive, self.lease_s = files, exclusive, lease_s
+    def __init__(
+        self,
+        files: Root,
+        exclusive: ExclusiveCreate,
+        lease_s: float = LOCK_LEASE_S,
+        clock: Clock = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        # `clock` times what this writer observes of the others and `sleep` waits for its turn (tests
+        # pass fake ones); its own heartbeat keeps the real monotonic clock.
+        self.files, self.exclusive, self.lease_s, self.clock, self.sleep = files, exclusive, lease_s, clock, sleep
         self.keep = KEEP_GENERATIONS
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.liveness = Liveness()
@@ -68,9 +77,8 @@ class LeaseLock:
         self._depth = 0
         self._gen: int | None = None
         self._beat = 0
-        self._last_beat = 0.0  # this process's monotonic clock when its last successful beat began
-        self._stop = threading.Event()
-        self._beater: threading.Thread | None = None
+        # a missed beat is one of six per lease; `check` refuses to commit after three
+        self.heartbeat = Heartbeat(self._write_beat, lease_s / 6, "convgrid-wlock")
 
     @property
     def poll_s(self) -> float:
@@ -97,7 +105,7 @@ class LeaseLock:
         commit that follows this check time to land."""
         if self._gen is None:
             raise LockLost("the writers' lock is not held")
-        age = time.monotonic() - self._last_beat
+        age = self.heartbeat.age()
         if age >= self.lease_s / 2:
             raise LockLost(
                 f"the writers' lock of {self.files.base} was last renewed {age:.1f} s ago (lease {self.lease_s:g} s): "
@@ -129,7 +137,10 @@ class LeaseLock:
             if self.files.exists(f"{LOCK_DIR}/g{gen:09d}.json"):
                 raise
             return None
-        return DriverInfo(f"g{gen}", beat, body["host"], body["pid"], body["at"], frozenset())
+        try:
+            return DriverInfo(f"g{gen}", beat, str(body["host"]), int(body["pid"]), float(body["at"]), frozenset())
+        except (TypeError, KeyError, ValueError):
+            return None  # not a generation this code wrote: nobody holds it
 
     def _acquire(self) -> None:
         body = json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
@@ -139,10 +150,8 @@ class LeaseLock:
             started = time.monotonic()
             if not self.exclusive.create(self._path(mine, "json"), body.encode()):
                 continue  # another writer queued first: look again at once
-            self._gen, self._beat, self._last_beat = mine, 0, started
-            self._stop = threading.Event()
-            self._beater = threading.Thread(target=self._beating, name="convgrid-wlock", daemon=True)
-            self._beater.start()
+            self._gen, self._beat = mine, 0
+            self.heartbeat.start(last_success=started)
             if self._wait_turn(mine):
                 return
             self._withdraw()
@@ -172,12 +181,12 @@ class LeaseLock:
                         for kind in sorted(kinds, key=lambda k: k != "json"):
                             delete_quietly(self.files.fs, self._path(old, kind))
                 return True
-            time.sleep(self.poll_s)
+            self.sleep(self.poll_s)
             gens = self._generations()
 
     def _alive(self, gen: int, kinds: set[str]) -> bool:
         holder = self._holder(gen, kinds)
-        return holder is not None and self.liveness.alive(holder, self.lease_s, time.monotonic())
+        return holder is not None and self.liveness.alive(holder, self.lease_s, self.clock())
 
     def _withdraw(self) -> None:
         self._stop_beating()
@@ -187,20 +196,11 @@ class LeaseLock:
             delete_quietly(self.files.fs, self._path(gen, "beat"))
 
     def _stop_beating(self) -> None:
-        self._stop.set()
-        if self._beater is not None:
-            self._beater.join()
-            self._beater = None
+        self.heartbeat.stop()
 
-    def _beating(self) -> None:
-        while not self._stop.wait(self.lease_s / 6):
-            started = time.monotonic()
-            try:
-                write_bytes(self.files.fs, self._path(self._gen or 0, "beat"), str(self._beat + 1).encode())
-            except OSError:
-                continue  # a missed beat is one of six per lease; `check` refuses to commit after three
-            self._beat += 1
-            self._last_beat = started
+    def _write_beat(self) -> None:
+        write_bytes(self.files.fs, self._path(self._gen or 0, "beat"), str(self._beat + 1).encode())
+        self._beat += 1
 
     def _release(self) -> None:
         self._stop_beating()

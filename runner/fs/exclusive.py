@@ -1,4 +1,4 @@
-"""Create-if-absent: the one atomic primitive that drivers sharing a store rely on (runner.store.claims).
+"""Create-if-absent: the one atomic primitive that drivers sharing a store rely on (runner.coord.claims).
 
 `create(path, data)` makes `path` hold `data` and returns True, or returns False and changes nothing
 when `path` already exists; of several processes creating one path, exactly one gets True, and no

@@ -47,55 +47,60 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.fs as pafs
 
-from runner.store.exclusive import ExclusiveCreate
-from runner.store.files import delete_quietly, read_bytes, write_bytes
-from runner.store.index_keys import run_keys
-from runner.store.spill import KeySpill, matched
-from runner.store.txn import INTERNAL, Root
+from runner.coord.liveness import DriverInfo, Heartbeat, Liveness, pid_running
+from runner.fs.exclusive import ExclusiveCreate
+from runner.fs.files import delete_quietly, read_bytes, replace_bytes
+from runner.fs.root import Root
 
-CLAIMS_DIR = f"{INTERNAL}/claims"
-LEASE_S = 30.0
+CLAIMS_DIR = "_store/claims"
 CLAIM_FILE = re.compile(r"^b(\d+)-g(\d+)\.json$")
+DRIVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,250}$")  # host-pid-hex, as `Claims.driver` makes it
+UNREADABLE = "unreadable-claim"  # the owner of a claim file that is not one: never a live driver
 
 
-KEY_CHUNK = 65_536  # ids hashed this many at a time: one chunk's bytes, never the grid's, in memory
+class UnreadableClaimWarning(UserWarning):
+    """A file among the claims that this code did not write was left out (its block is free a lease later)."""
 
 
-def grid_key(run_ids: Iterable[str] | np.ndarray) -> str:
-    """The hash of the grid's sorted distinct run ids, joined by newlines (for a numpy array of ids,
-    dtype S32, see `grid_key_of`: the same ids give the same key either way)."""
-    if not isinstance(run_ids, np.ndarray):
-        return hashlib.sha256("\n".join(sorted(set(run_ids))).encode()).hexdigest()[:16]
-    return grid_key_of([run_ids])
+def _unreadable(path: str, error: Exception) -> None:
+    warnings.warn(f"convgrid: ignoring {path}: {error}", UnreadableClaimWarning, stacklevel=3)
 
 
-def grid_key_of(chunks: Iterable[np.ndarray]) -> str:
-    """`grid_key` of the ids in `chunks` (S32 arrays, any order): the ids are gathered by key range
-    (runner.store.spill) and each range sorted in turn, ranges in key order (a key is an id's first 16
-    hex digits, so key order is the ids' order), with no Python string per id; a million-cell grid's
-    key holds about 1/64 of its ids at once."""
-    digest = hashlib.sha256()
-    first = True
-    with KeySpill({"id": "S32"}) as spill:
-        for chunk in chunks:
-            chunk = np.ascontiguousarray(chunk, dtype="S32")
-            spill.add(run_keys(chunk), id=chunk)
-        for (rows,) in matched(spill):
-            ids = np.unique(rows["id"])
-            for start in range(0, len(ids), KEY_CHUNK):
-                part = ids[start : start + KEY_CHUNK]
-                lines = np.full((len(part), 33), ord("\n"), dtype=np.uint8)  # a newline before each id
-                lines[:, 1:] = part.view(np.uint8).reshape(len(part), 32)
-                data = lines.tobytes()
-                digest.update(data[1:] if first else data)  # none before the first
-                first = False
-    return digest.hexdigest()[:16]
+def claim_owner(data: bytes) -> str:
+    """The driver a claim file names; ValueError for anything but such a file."""
+    try:
+        driver = json.loads(data)["driver"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a claim: {type(exc).__name__}") from None
+    if not isinstance(driver, str) or not DRIVER_ID.match(driver):
+        raise ValueError("not a claim: no valid driver id")
+    return driver
+
+
+def driver_info(data: bytes) -> DriverInfo:
+    """A heartbeat file's content; ValueError for anything but such a file."""
+    try:
+        body = json.loads(data)
+        info = DriverInfo(
+            str(body["driver"]),
+            int(body["beat"]),
+            str(body["host"]),
+            int(body["pid"]),
+            float(body["at"]),
+            frozenset(int(b) for b in body["done"]),
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a heartbeat: {type(exc).__name__}") from None
+    if not DRIVER_ID.match(info.driver):
+        raise ValueError("not a heartbeat: no valid driver id")
+    return info
 
 
 def block_size(n_cells: int) -> int:
@@ -138,48 +143,10 @@ class Claim:
     driver: str
 
 
-@dataclass
-class DriverInfo:
-    driver: str
-    beat: int
-    host: str
-    pid: int
-    at: float  # the driver's wall clock at this beat: shown by `status`, never compared across machines
-    done: frozenset[int]  # blocks it has finished
-
-
-@dataclass
-class Liveness:
-    """What this process saw of each driver's beat, and when (its own monotonic clock)."""
-
-    seen: dict[str, tuple[int, float]] = field(default_factory=dict)
-
-    def alive(self, info: DriverInfo | None, lease_s: float, now: float) -> bool:
-        if info is None:
-            return False  # ended (its file deleted) or never existed
-        if info.host == socket.gethostname() and not _pid_running(info.pid):
-            return False  # a driver on this machine whose process is gone: no need to wait a lease
-        last = self.seen.get(info.driver)
-        if last is None or last[0] != info.beat:
-            self.seen[info.driver] = (info.beat, now)
-            return True
-        return now - last[1] < lease_s
-
-
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, another user's
-    return True
-
-
 class Claims:
     """One driver's view of the claims on one grid. `start` before claiming, `close` when done."""
 
-    def __init__(self, files: Root, exclusive: ExclusiveCreate, key: str, lease_s: float = LEASE_S) -> None:
+    def __init__(self, files: Root, exclusive: ExclusiveCreate, key: str, lease_s: float) -> None:
         self.files, self.exclusive, self.lease_s = files, exclusive, lease_s
         self.dir = f"{CLAIMS_DIR}/{key}"
         self.driver = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -188,9 +155,11 @@ class Claims:
         self._beat = 0
         self._done: set[int] = set()  # blocks this driver has run and flushed
         self._write_lock = threading.Lock()  # the heartbeat thread and the claiming thread both beat
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # a missed beat is one of four per lease; the next one may get through. Beats that lapse for half a
+        # lease (a paused process) may have let another driver take this one's blocks: `lapsed` says so.
+        self.heartbeat = Heartbeat(self._write_beat, lease_s / 4, "convgrid-heartbeat", lapse_s=lease_s / 2)
         self.complete = False  # set when `waves` found every block done: the grid's claims can go
+        self.plan_stale = False  # set once the heartbeat lapsed (`lapsed`): claimed blocks are checked first
 
     # ---- this driver's heartbeat -----------------------------------------------------------------
     def _driver_path(self, driver: str) -> str:
@@ -202,20 +171,23 @@ class Claims:
             body = {"driver": self.driver, "beat": self._beat, "host": socket.gethostname(), "pid": os.getpid()}
             self.files.fs.create_dir(self.files.abs(f"{self.dir}/drivers"), recursive=True)
             path = self.files.abs(self._driver_path(self.driver))
-            data = json.dumps({**body, "at": time.time(), "done": sorted(self._done)}).encode()
-            if isinstance(self.files.fs, pafs.LocalFileSystem):
-                tmp = f"{path}.tmp"  # rename over: a reader sees the old beat or the new, whole
-                write_bytes(self.files.fs, tmp, data)
-                os.replace(tmp, path)
-            else:
-                write_bytes(self.files.fs, path, data)  # an upload appears whole
+            replace_bytes(
+                self.files.fs, path, json.dumps({**body, "at": time.time(), "done": sorted(self._done)}).encode()
+            )
 
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.lease_s / 4):
-            try:
-                self._write_beat()
-            except OSError:
-                continue  # a missed beat is one of four per lease; the next one may get through
+    def lapsed(self) -> bool:
+        """Whether this driver stood still (or could not beat) long enough since the last time this was
+        asked that another may have taken over its blocks: it must check them before running more. From
+        then on its plan is stale: every block it claims is checked against the store first."""
+        if self.heartbeat.lapsed():
+            self.plan_stale = True
+            return True
+        return False
+
+    def holds(self, block: int) -> bool:
+        """Whether the newest claim on `block` is still this driver's."""
+        claim = self.holders().get(block)
+        return claim is not None and claim.driver == self.driver
 
     def finished(self, blocks: Iterable[int]) -> None:
         """Say (at once, not at the next beat) that these blocks are run and flushed."""
@@ -226,32 +198,35 @@ class Claims:
     def start(self) -> None:
         """Announce this driver (before its first claim, so no claim ever names an unknown driver)."""
         self._write_beat()
-        self._thread = threading.Thread(target=self._heartbeat, name="convgrid-heartbeat", daemon=True)
-        self._thread.start()
+        self.heartbeat.start()
 
     def close(self) -> None:
         """End this driver: its blocks are free at once for any other driver. When it found the grid
         complete, the grid's claims folder goes too, unless another driver may still be there."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self.heartbeat.stop()
         delete_quietly(self.files.fs, self.files.abs(self._driver_path(self.driver)))
         if self.complete:
             remove_if_idle(self.files, self.dir)
 
     # ---- reading the claims ----------------------------------------------------------------------
     def drivers(self) -> dict[str, DriverInfo]:
+        """The drivers with a heartbeat file, by id; a file that is not a heartbeat this code wrote (or
+        whose id is not its name) is left out with a warning: its driver is as good as dead."""
         found = {}
         for info in self.files.listing(f"{self.dir}/drivers"):
             if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
                 continue
             try:
-                body = json.loads(read_bytes(self.files.fs, info.path))
-            except (FileNotFoundError, ValueError):
+                driver = driver_info(read_bytes(self.files.fs, info.path))
+            except FileNotFoundError:
                 continue  # ended between listing and read
-            found[body["driver"]] = DriverInfo(
-                body["driver"], body["beat"], body["host"], body["pid"], body["at"], frozenset(body["done"])
-            )
+            except ValueError as exc:
+                _unreadable(info.path, exc)
+                continue
+            if f"{driver.driver}.json" != info.base_name:
+                _unreadable(info.path, ValueError(f"it names driver {driver.driver[:80]!r}"))
+                continue
+            found[driver.driver] = driver
         return found
 
     def holders(self) -> dict[int, Claim]:
@@ -268,9 +243,13 @@ class Claims:
         for block, (gen, path) in newest.items():
             if path not in self._owners:
                 try:
-                    self._owners[path] = json.loads(read_bytes(self.files.fs, path))["driver"]
+                    self._owners[path] = claim_owner(read_bytes(self.files.fs, path))
                 except FileNotFoundError:
                     continue  # an older generation deleted by its taker: listed again next time
+                except ValueError as exc:
+                    # a claim nobody can own: its block is taken over as a dead driver's, by the next generation
+                    _unreadable(path, exc)
+                    self._owners[path] = UNREADABLE
             claims[block] = Claim(block, gen, self._owners[path])
         return claims
 
@@ -295,6 +274,7 @@ class Claims:
         todo = np.unique(np.asarray(todo, dtype=np.int64))  # sorted: each block's share is one slice
         pending = set(np.unique(todo // blocks.size).tolist()) if len(todo) else set()
         while pending:
+            self.lapsed()  # a pause of this driver: the plan it was handed is no longer to be trusted
             holders = self.holders()
             infos = self.drivers()
             now = time.monotonic()
@@ -314,7 +294,17 @@ class Claims:
                         pending.discard(block)
                         if len(mine) >= share:
                             break
-                if mine:
+                if mine and self.plan_stale:
+                    # paused past a lease: others may have run anything meanwhile (and, finding the grid
+                    # done, removed its claims), so the store says what is left, not the plan
+                    left = blocks.split(still_todo(np.concatenate([blocks.span(b) for b in mine])), mine)
+                    nothing = [b for b in mine if not len(left[b])]
+                    if nothing:
+                        self.finished(nothing)
+                    wave = [(b, left[b]) for b in mine if len(left[b])]
+                    if wave:
+                        yield wave
+                elif mine:
                     yield sorted(blocks.split(todo, mine).items())
                 continue
             orphans = sorted(b for b in pending if holders[b].driver not in live or b in infos[holders[b].driver].done)
@@ -341,7 +331,7 @@ class Claims:
         return min(1.0, self.lease_s / 4)
 
 
-def live_claims(files: Root, lease_hint_s: float = LEASE_S) -> list[tuple[str, DriverInfo, int, float]]:
+def live_claims(files: Root, lease_hint_s: float) -> list[tuple[str, DriverInfo, int, float]]:
     """For `convgrid status`: (grid key, driver, blocks held, seconds since its last beat by its clock)
     of every driver with a heartbeat file. One look cannot tell a slow driver from a dead one: the age
     says which is likely (a live one beats every lease/4)."""
@@ -370,10 +360,10 @@ def remove_if_idle(files: Root, folder: str) -> bool:
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
             continue
         try:
-            body = json.loads(read_bytes(files.fs, info.path))
+            driver = driver_info(read_bytes(files.fs, info.path))
         except (FileNotFoundError, ValueError):
-            continue  # ended between listing and read (or half-written by an old driver: it rewrites it)
-        if body["host"] != here or _pid_running(body["pid"]):
+            continue  # ended between listing and read (or not a heartbeat: nobody's)
+        if driver.host != here or pid_running(driver.pid):
             return False
     with contextlib.suppress(FileNotFoundError):  # another driver that found the grid complete was first
         files.fs.delete_dir(files.abs(folder))

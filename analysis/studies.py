@@ -1,0 +1,184 @@
+"""A study's figures, drawn by Optuna's own plots (`optuna.visualization.matplotlib`): the optimisation
+history, a slice per searched param, the params' importances (Optuna's default evaluator) and, where
+a pruner ran, the intermediate values of every trial; a multi-objective study gets its Pareto front.
+
+The plots read the study from its Optuna storage, the source of truth for trials (distributions,
+intermediate values, states). The store's `trials/` table names that storage for each study:
+`journal:optuna.journal` is the journal file in the results root, `journal:/abs/path` one elsewhere;
+an RDB URL is stored without its password, so it cannot be opened from the report: the study's
+section then says so, and its trials are summarised from `trials/` alone (`trial_summary`).
+
+The only analysis module that imports Optuna, and only inside its functions: `import analysis`, and
+`convgrid check`, load neither Optuna nor pyplot.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.figures import save_figure
+from analysis.style import context
+from runner.store import ResultStore
+from runner.store.trials import read_trials
+
+JOURNAL = "journal:"
+PLOT_SIZE = (5.6, 3.8)  # two side by side on the report's page
+MAX_LEGEND = 12  # entries; Optuna's intermediate-values plot has one per trial
+
+
+@dataclass
+class StudyFigures:
+    """What a study's section shows: its plots, or why there are none, and its trials' states."""
+
+    study: str
+    storage: str
+    images: list[Path] = field(default_factory=list)
+    note: str = ""
+    states: dict[str, int] = field(default_factory=dict)
+    best: pd.DataFrame | None = None  # the best trials (number, value, params, run id), from trials/
+
+
+def trials_frame(root: str | os.PathLike[str]) -> pd.DataFrame:
+    """The store's `trials/` table, one row per trial (newest row per trial), as pandas."""
+    return read_trials(ResultStore(root)).to_pandas()
+
+
+def journal_path(root: str | os.PathLike[str], storage: str) -> Path | None:
+    """The journal file a `trials/` storage label names, or None (an RDB, or a root that is not a
+    local folder: a journal in an object store is not a file Optuna can read)."""
+    if not storage.startswith(JOURNAL):
+        return None
+    path = Path(storage[len(JOURNAL) :])
+    if path.is_absolute():
+        return path
+    return Path(root) / path if "://" not in str(root) else None
+
+
+def load_study(root: str | os.PathLike[str], name: str, storage: str) -> Any:
+    """The Optuna study `name` as its journal holds it; ValueError saying why when it cannot be read."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = journal_path(root, storage)
+    if path is None:
+        raise ValueError(
+            f"its storage {storage} is not a journal file in a local results root (an RDB's password is not "
+            "stored); open it with optuna-dashboard or optuna.load_study"
+        )
+    if not path.is_file():
+        raise ValueError(f"its journal {path} is not there")
+    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(path))))
+
+
+def trial_summary(
+    trials: pd.DataFrame, name: str, maximize: bool = False, top: int = 5
+) -> tuple[dict[str, int], pd.DataFrame]:
+    """(trials per state, the `top` best complete trials by the value Optuna was told) of study `name`,
+    from the `trials/` table."""
+    mine = trials[trials["study"] == name]
+    states = {str(k): int(v) for k, v in mine["state"].value_counts().sort_index().items()}
+    done = mine[(mine["state"] == "COMPLETE") & mine["value"].notna()]
+    best = done.sort_values("value", ascending=not maximize).head(top)
+    return states, best[["number", "value", "params_json", "run_id"]].reset_index(drop=True)
+
+
+def _plots(study: Any) -> list[tuple[str, Any]]:
+    """(file stem, function drawing one plot) for every plot that fits the study."""
+    from optuna.trial import TrialState
+    from optuna.visualization import matplotlib as vis
+
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    names = getattr(study, "metric_names", None)
+    plots: list[tuple[str, Any]] = []
+    target: dict[str, Any]
+    if len(study.directions) > 1:
+        if len(study.directions) <= 3:
+            plots.append(("pareto_front", lambda: vis.plot_pareto_front(study, target_names=names)))
+        target_name = names[0] if names else "objective 0"
+        target = {"target": lambda t: t.values[0], "target_name": target_name}
+    else:
+        target = {"target_name": names[0]} if names else {}
+        plots.append(("history", lambda: vis.plot_optimization_history(study, **target)))
+    if finished and any(t.params for t in finished):
+        plots.append(("slice", lambda: vis.plot_slice(study, **target)))
+    if len(finished) >= 2 and len({p for t in finished for p in t.params}) >= 1:
+        plots.append(("importances", lambda: vis.plot_param_importances(study, **target)))
+    if any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
+        plots.append(("intermediate", lambda: vis.plot_intermediate_values(study)))
+    return plots
+
+
+def _figure_of(drawn: Any) -> Any:
+    axes = drawn.ravel() if hasattr(drawn, "ravel") else [drawn]
+    return axes[0].figure
+
+
+def draw_study(study: Any, out_dir: Path) -> tuple[list[Path], list[str]]:
+    """Optuna's plots of `study`, each a PNG (and SVG) in `out_dir` in the house style, and a line for
+    each plot Optuna declined (too few trials for importances, say)."""
+    from optuna.exceptions import ExperimentalWarning
+
+    written: list[Path] = []
+    declined: list[str] = []
+    with context(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)  # Optuna marks its matplotlib plots experimental
+        for stem, plot in _plots(study):
+            try:
+                fig = _figure_of(plot())
+            except (ValueError, RuntimeError) as exc:  # Optuna's word for "this study cannot be drawn so"
+                declined.append(f"{stem}: {exc}")
+                continue
+            _fit(fig)
+            # Optuna puts legends outside its axes: the saved page is cut around everything drawn
+            written += save_figure(fig, out_dir, _file_name(study.study_name, stem), tight=True)
+    return written, declined
+
+
+def _fit(fig: Any) -> None:
+    """Optuna's figure made to fit the page (PLOT_SIZE), and a legend of one entry per trial (the
+    intermediate values of 40 trials) replaced by a title saying so."""
+    if len(fig.axes) <= 2:  # one plot (and its colour bar); a slice of several params keeps Optuna's width
+        fig.set_size_inches(*PLOT_SIZE)
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None and len(legend.get_texts()) > MAX_LEGEND:
+            legend.remove()
+            ax.set_title(f"{ax.get_title()}: one line per trial ({len(legend.get_texts())} trials)")
+
+
+def _file_name(study: str, stem: str) -> str:
+    """A file name for a study's plot: a swept study's name holds brackets, '=' and maybe '/'."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in study)
+    return f"{safe}_{stem}"
+
+
+def study_figures(root: str | os.PathLike[str], name: str, trials: pd.DataFrame, out_dir: Path) -> StudyFigures:
+    """The plots and trial summary of study `name` (the plots left out, with the reason, where its
+    storage cannot be opened from here)."""
+    mine = trials[trials["study"] == name]
+    storage = str(mine["storage"].iloc[-1]) if not mine.empty else ""
+    out = StudyFigures(name, storage)
+    out.states, out.best = trial_summary(trials, name)
+    if mine.empty:
+        out.note = "No trial of this study is in the store's trials/ table."
+        return out
+    try:
+        study = load_study(root, name, storage)
+    except (ValueError, KeyError) as exc:  # KeyError: Optuna's "study not found" in this storage
+        out.note = f"Optuna's plots are left out: {exc}."
+        return out
+    if len(study.directions) > 1:
+        out.best = None  # no single best: the Pareto front is the answer
+    elif study.direction.name == "MAXIMIZE":
+        out.states, out.best = trial_summary(trials, name, maximize=True)
+    out.images, declined = draw_study(study, out_dir)
+    if declined:
+        out.note = "Optuna declined: " + "; ".join(declined)
+    return out

@@ -1,0 +1,109 @@
+"""Every knob convgrid reads from the environment, in one place: `CONVGRID_<NAME>` for each field below.
+
+    from runner.settings import settings
+    settings().lease_s
+
+Read through pydantic-settings, so a malformed value is one clear error naming the variable (exit 2 on
+the command line), never a float() traceback deep in a run. The environment is read again whenever it
+changed (tests, and a command that sets a variable for its workers), and only then: the hot paths that
+ask (a worker resolving a learner per cell) pay a dictionary lookup.
+
+This module is a leaf: every layer may import it (tasks and cluster included), and it imports nothing of
+convgrid but runner.errors.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runner.errors import ConfigError
+
+PREFIX = "CONVGRID_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
+
+    cache: str = Field(
+        "", description="folder of the validated-block cache; 'off' for none; empty: $XDG_CACHE_HOME/convgrid/blocks"
+    )
+    compact_parts: int = Field(
+        64, ge=0, description="after a run, merge the small parts of every folder holding more (0: never)"
+    )
+    connect_timeout_s: float = Field(
+        60.0, gt=0, description="seconds joining a Ray cluster (--address) may take before the command gives up"
+    )
+    head_grace_s: float = Field(
+        15.0, gt=0, description="seconds a joined cluster's head may be unreachable before the driver gives up"
+    )
+    learners: str = Field("", description="learners outside this repository: name=package[,name=package...]")
+    lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="drivers sharing a grid take over the blocks of one silent this long (--lease); a study's "
+        "driver takes over the study of one silent this long",
+    )
+    lock_lease_s: float = Field(
+        30.0, gt=0, description="an object-store root's writers' lock passes on from a writer silent this long"
+    )
+    max_cells: int = Field(10_000_000, ge=1, description="grids of more cells are refused (--max-cells)")
+    max_workers: int = Field(
+        0,
+        ge=0,
+        description="the most --workers may ask for (an autoscaling cluster's full size); 0: the CPU slots the "
+        "machine or the joined cluster has",
+    )
+    ray_cost_s: float = Field(
+        5.0, ge=0, description="what starting, warming and stopping the embedded Ray costs (the auto executor)"
+    )
+    small_work_s: float = Field(
+        3.0, ge=0, description="a grid whose stored run times say it takes less runs in process (the auto executor)"
+    )
+    spill_rows: int = Field(262_144, ge=1, description="rows a key spill holds in memory before using temp files")
+
+    @field_validator("learners")
+    @classmethod
+    def _entries(cls, value: str) -> str:
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            name, sep, package = entry.partition("=")
+            if not sep or not name.strip() or not package.strip():
+                raise ValueError(f"entry {entry!r} is not of the form name=package")
+        return value
+
+    def learner_packages(self) -> dict[str, str]:
+        """name -> package of the learners named in CONVGRID_LEARNERS."""
+        pairs = (e.strip().partition("=") for e in self.learners.split(",") if e.strip())
+        return {name.strip(): package.strip() for name, _, package in pairs}
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a settings field (`lease_s` -> CONVGRID_LEASE_S)."""
+    if field not in Settings.model_fields:
+        raise KeyError(field)
+    return PREFIX + field.upper()
+
+
+def settings() -> Settings:
+    """The settings as the environment says now (read again only when a CONVGRID_ variable changed)."""
+    return _settings(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(PREFIX))))
+
+
+@lru_cache(maxsize=8)
+def _settings(_environment: tuple[tuple[str, str], ...]) -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = PREFIX + str(error["loc"][0]).upper()
+        raise ConfigError(f"{error['msg']} (got {os.environ.get(name)!r})", file="environment", key=name) from None
+
+
+def describe() -> list[tuple[str, object, str]]:
+    """(variable, default, what it does) of every knob: for the docs and `convgrid --help`."""
+    return [
+        (PREFIX + name.upper(), field.default, field.description or "") for name, field in Settings.model_fields.items()
+    ]

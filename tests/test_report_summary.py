@@ -1,0 +1,141 @@
+"""The report reads like a results section (issue 28): it opens with what ran (grids and studies,
+status counts, failures grouped by reason with their run ids), lists the claims of the grids in the
+store with ours beside the paper's and the spec's (an undecided one says what it lacks), and gives
+each study a page of Optuna's own plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.claims import HOLDS, Claim, Verdict
+from analysis.report import build_report
+from analysis.studies import journal_path, load_study
+from analysis.summary import failure_groups, reason_key
+from runner import run_grid
+from runner.tune import tune
+from tests.options import opts
+from tests.test_report import parse
+
+ROOT = Path(__file__).resolve().parents[1]
+LSQ = {
+    "name": "lsq_small",
+    "blocks": [
+        {"task": "least_squares", "params": {"d_in": 4, "m": 12, "n_iters": 200}, "product": {"lr": [0.05, 5.0]}}
+    ],
+}
+FAULTY = {
+    "name": "faulty_grid",
+    "blocks": [
+        {"task": "faulty", "params": {"fail": True}, "product": {"x": [1.0, 2.5, 3.0]}},  # one reason, three runs
+        {"task": "faulty", "params": {"poison": True}},  # a summary the store cannot take: another reason
+        {"task": "faulty", "params": {"x": 4.0}},
+    ],
+}
+
+
+def _claims() -> list[Claim]:
+    def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+        return Verdict(HOLDS, f"{len(runs)} runs measured", paper="the paper's number", theory="the spec's number")
+
+    return [
+        Claim("lsq.here", "-", "least_squares", ("lsq_small",), "decided here", check),
+        Claim("lsq.absent", "-", "least_squares", ("lsq_full",), "its grid never ran", check),
+        Claim("lsq.lacks", "-", "least_squares", ("lsq_small",), "needs a study", check, extra=("lsq_study",)),
+    ]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("store")
+    run_grid(LSQ, root, opts())
+    run_grid(FAULTY, root, opts())
+    tune(ROOT / "studies" / "least_squares" / "gd_step.yaml", root, opts(), n_trials=10, parallel=1)
+    out = tmp_path_factory.mktemp("report")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("analysis.claims.registry", _claims)
+        build_report(str(root), out)
+    return root, out
+
+
+def test_the_page_opens_with_what_ran(report: tuple[Path, Path]) -> None:
+    _, out = report
+    page = parse((out / "report.html").read_text())
+    headings = [h.all_text() for h in page.find("h2")]
+    assert headings[:2] == ["What ran", "Claims"]
+    md = (out / "report.md").read_text()
+    assert "2 grids and 1 study" in md
+    first_table = page.find("table")[0]
+    rows = {tr.find("td")[0].all_text(): [td.all_text() for td in tr.find("td")] for tr in first_table.find("tr")[1:]}
+    assert set(rows) == {"faulty_grid", "lsq_small", "least_squares_gd_step"}
+    assert rows["faulty_grid"][2:6] == ["5", "1", "0", "4"]  # cells, ok, diverged, failed
+    assert rows["lsq_small"][3:5] == ["1", "1"]  # lr 5.0 diverges
+    assert rows["least_squares_gd_step"][-1] == "Optuna study"
+
+
+def test_failures_are_grouped_by_reason_with_their_run_ids(report: tuple[Path, Path]) -> None:
+    root, out = report
+    import analysis
+
+    failed = analysis.load(root, "faulty", statuses=["failed"])
+    page = parse((out / "report.html").read_text())
+    items = [li.all_text() for li in page.find("li") if li.find("code") and li.find("code")[0].all_text() == "faulty"]
+    assert len(items) == 2  # two reasons
+    asked, poison = items
+    assert asked.startswith("faulty, 3 runs: RuntimeError: asked to fail with x=")
+    fail_ids = failed.loc[failed["fail"], "run_id"].str[:12]
+    assert all(rid in asked for rid in fail_ids) and not any(rid in poison for rid in fail_ids)
+    assert poison.startswith("faulty, 1 run: ")
+    assert failed.loc[~failed["fail"], "run_id"].iloc[0][:12] in poison
+
+
+def test_failure_reasons_ignore_numbers_only() -> None:
+    errors = [
+        ("t", "a", "ValueError: diverged at step 12 (lr 0.5)"),
+        ("t", "b", "ValueError: diverged at step 40 (lr 1e-3)"),
+        ("t", "c", "KeyError: 'lr'"),
+        ("u", "d", "ValueError: diverged at step 3 (lr 2)"),
+    ]
+    groups = failure_groups(errors)
+    assert [(g.task, g.run_ids) for g in groups] == [("t", ["a", "b"]), ("t", ["c"]), ("u", ["d"])]
+    assert groups[0].reason == "ValueError: diverged at step 12 (lr 0.5)"
+    assert reason_key("timeout after 3.25 s") == reason_key("timeout after 10 s") != reason_key("timeout")
+
+
+def test_claims_of_the_grids_present_ours_beside_paper_and_spec(report: tuple[Path, Path]) -> None:
+    _, out = report
+    page = parse((out / "report.html").read_text())
+    (claims,) = [t for t in page.find("table") if t.find("th")[0].all_text() == "claim"]
+    headers = [th.all_text() for th in claims.find("th")]
+    assert headers == ["claim", "grid", "size", "verdict", "expected", "ours", "paper", "spec"]
+    rows = {tr.find("td")[0].all_text(): [td.all_text() for td in tr.find("td")] for tr in claims.find("tr")[1:]}
+    assert set(rows) == {"lsq.here", "lsq.lacks"}  # lsq.absent's grid is not in the store
+    here = dict(zip(headers, rows["lsq.here"], strict=True))
+    assert (here["ours"], here["paper"], here["spec"]) == ("2 runs measured", "the paper's number", "the spec's number")
+    lacks = dict(zip(headers, rows["lsq.lacks"], strict=True))
+    assert lacks["verdict"] == "not enough data" and lacks["ours"].startswith("lacks: not in the store: lsq_study")
+
+
+def test_a_study_gets_optunas_own_plots(report: tuple[Path, Path]) -> None:
+    _, out = report
+    folder = out / "figures" / "least_squares_gd_step"
+    stems = sorted(p.stem for p in folder.glob("*.png"))
+    kinds = ["history", "importances", "intermediate", "slice"]  # pruning ran: intermediate values too
+    assert stems == [f"least_squares_gd_step_{k}" for k in kinds]
+    assert all((folder / f"{stem}.svg").exists() for stem in stems)
+    md = (out / "report.md").read_text()
+    study = md.split("## Study least_squares_gd_step (least_squares)", 1)[1].split("\n## ", 1)[0]
+    assert "Trials: COMPLETE" in study and "storage `journal:optuna.journal`" in study
+    assert "Best trials" in study and "No figure module" not in study
+    assert all(f"figures/least_squares_gd_step/least_squares_gd_step_{k}.png" in study for k in kinds)
+
+
+def test_a_study_in_an_rdb_is_named_not_drawn(tmp_path: Path) -> None:
+    """An RDB's password is not stored: the report cannot open it and says where the study is."""
+    assert journal_path(tmp_path, "journal:optuna.journal") == tmp_path / "optuna.journal"
+    assert journal_path(tmp_path, "journal:/abs/x.journal") == Path("/abs/x.journal")
+    assert journal_path("s3://bucket/prefix", "journal:optuna.journal") is None
+    with pytest.raises(ValueError, match=r"postgresql://u:\*\*\*@h/db is not a journal file"):
+        load_study(tmp_path, "s", "postgresql://u:***@h/db")

@@ -1,0 +1,77 @@
+"""The Optuna journal's tail: a driver killed mid-append leaves a torn last line, which Optuna's reader
+skips as long as it stays last. Appending after it glued the next record to it, and the journal was
+unreadable from then on (JSONDecodeError at every start). Before each append the tail is checked under
+the journal's lock: a torn or undecodable last line is cut, kept beside the journal, and one warning
+says so."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from runner.tune.driver import tune
+from runner.tune.optuna_adapter import JOURNAL_NAME
+from tests.options import opts
+
+STUDY = {
+    "name": "torn",
+    "task": "least_squares",
+    "params": {"d_in": 4, "d_out": 2, "m": 12, "n_iters": 10},
+    "space": {"lr": {"type": "float", "low": 0.01, "high": 0.5}},
+    "objective": {"metric": "err_final"},
+    "sampler": {"name": "random", "seed": 1},
+    "n_trials": 3,
+    "parallel": 1,
+}
+
+
+def _lines(journal: Path) -> list[dict]:
+    return [json.loads(line) for line in journal.read_bytes().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b'{"op_code":6,"worker_id":"dead-driver","trial_id":3,"par',  # torn mid-write: no newline
+        b'{"op_code":6,"worker_id":"dead-dri\x00\x00\x00\n',  # a newline, but not a JSON record
+    ],
+    ids=["torn", "garbled"],
+)
+def test_a_torn_journal_tail_is_cut_kept_and_the_study_goes_on(tmp_path: Path, tail: bytes) -> None:
+    results = tmp_path / "results"
+    (report,) = tune(dict(STUDY), results, opts())
+    assert report.states["COMPLETE"] == 3
+    journal = results / JOURNAL_NAME
+    good = journal.read_bytes()
+    journal.write_bytes(good + tail)  # what a driver SIGKILLed inside its write leaves
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (report,) = tune(dict(STUDY), results, opts(), n_trials=5)
+    assert report.states["COMPLETE"] == 5
+    cut = [w for w in caught if "torn" in str(w.message)]
+    assert len(cut) == 1, [str(w.message) for w in caught]
+    message = str(cut[0].message)
+    assert str(journal) in message and f"{len(tail)} bytes" in message
+
+    # every line decodes; what came before the cut is intact; what was cut is kept beside the journal
+    records = _lines(journal)
+    assert journal.read_bytes().startswith(good)
+    kept = [p for p in results.iterdir() if p.name.startswith(JOURNAL_NAME + ".torn-")]
+    assert len(kept) == 1 and kept[0].read_bytes() == tail and str(kept[0]) in message
+    assert sum(r["op_code"] == 4 for r in records) >= 5  # trials created: the study really went on
+    (report,) = tune(dict(STUDY), results, opts(), n_trials=6)  # and it reads back at the next start
+    assert report.states["COMPLETE"] == 6
+
+
+def test_an_intact_journal_is_left_as_it_is(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    tune(dict(STUDY), results, opts())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tune(dict(STUDY), results, opts(), n_trials=4)
+    assert not [w for w in caught if "torn" in str(w.message)]
+    assert not [p for p in results.iterdir() if ".torn-" in p.name]
