@@ -15,6 +15,7 @@ from analysis import repro_table
 from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Claim, Verdict, evaluate, registry
 from runner import run_grid
 from runner.cli import main
+from tests.options import opts
 
 GRID = {"name": "lsq_claims", "blocks": [{"task": "least_squares", "params": {"n_iters": 30}, "repeat": 2}]}
 
@@ -36,7 +37,7 @@ def _claim(cid: str, grids: tuple[str, ...], verdict: Verdict, expected: str = H
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = str(tmp_path_factory.mktemp("claims") / "res")
-    run_grid(GRID, root, "local", progress=False)
+    run_grid(GRID, root, opts())
     return root
 
 
@@ -130,7 +131,7 @@ def test_the_cli_writes_and_checks_a_docs_table(
     monkeypatch.setattr(repro_table, "CSV_DIR", csv_dir)
     monkeypatch.setattr(repro_table, "doc_path", lambda task: docs / f"{task}.md")
     store = str(tmp_path / "res")
-    run_grid(GRID, store, "local", progress=False)
+    run_grid(GRID, store, opts())
     monkeypatch.setattr("analysis.claims.registry", lambda: CLAIMS)
     monkeypatch.setattr(repro_table, "registry", lambda: CLAIMS)
     assert repro_table.main(["csv", store, "least_squares"]) == 0

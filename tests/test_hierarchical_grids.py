@@ -12,11 +12,12 @@ from analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
 from analysis.hierarchical.claims import CLAIMS, kernels_need_more_samples
 from analysis.hierarchical.figures import FIGURES
 from analysis.load import load
-from runner.api import run_grid
 from runner.cli import main
 from runner.grid.spec import load_grid
+from runner.run.grid_run import run_grid
 from runner.tune.optuna_adapter import load_plans as load_study
 from tasks.hierarchical.params import WKParams
+from tests.options import opts
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID_DIR = ROOT / "grids" / "hierarchical"
@@ -90,7 +91,7 @@ def test_small_locality_and_distillation_outcomes(tmp_path: Path) -> None:
     S*_2 far worse up to a rotation (fe_orth > 10x lam_mult = 1's) with or without weight decay."""
     store = str(tmp_path / "res")
     for name in ("small_c5_locality", "small_c8_distill"):
-        run_grid(GRID_DIR / "small" / f"{name}.yaml", store, "local", progress=False)
+        run_grid(GRID_DIR / "small" / f"{name}.yaml", store, opts())
     runs = load(store, "hierarchical")
     loc = runs[
         (runs["lam_mult"] == 0.1) & (runs["wd"] == 1e-5) & runs["lam_ratios"].apply(lambda r: list(r) == [1.0] * 3)

@@ -13,7 +13,8 @@ from analysis.ldminv.claims import CLAIMS
 from analysis.ldminv.frames import coeffs
 from analysis.ldminv.theory_checks import _quarter_rates
 from analysis.load import curves, load
-from runner.api import run_grid
+from runner.run.grid_run import run_grid
+from tests.options import opts
 
 SMALL = Path(__file__).resolve().parents[1] / "grids" / "ldminv" / "small"
 
@@ -22,7 +23,7 @@ SMALL = Path(__file__).resolve().parents[1] / "grids" / "ldminv" / "small"
 def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = str(tmp_path_factory.mktemp("ldminv_theory") / "res")
     for name in ("theory_lemma2", "theory_thm1"):
-        run_grid(SMALL / f"{name}.yaml", root, "local", progress=False)
+        run_grid(SMALL / f"{name}.yaml", root, opts())
     return root
 
 
