@@ -45,7 +45,11 @@ def _grid() -> dict[str, Any]:
             "params": {**SHAPE, "algo": "gd", "L": 2, "n_iters": 20},
             "product": {"lr": [0.02, 0.05], "seed": [0, 1]},
         },
-        {"task": "least_squares", "params": {**SHAPE, "lr_rule": "optimal", "n_iters": 400}, "product": {"seed": [0, 1]}},
+        {
+            "task": "least_squares",
+            "params": {**SHAPE, "lr_rule": "optimal", "n_iters": 400},
+            "product": {"seed": [0, 1]},
+        },
         {"task": "least_squares", "params": {**SHAPE, "lr": 0.1, "n_iters": 5}, "product": {"seed": [0, 1]}},
     ]
     return {"name": "six", "blocks": blocks}

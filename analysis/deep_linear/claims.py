@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.aggregate import never_as_inf
 from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median, median_by, medians
 
 TASK = "deep_linear"

@@ -97,7 +97,15 @@ def _depth_style(key: dict) -> dict:
 def _depth(title: str, name: str) -> Figure:
     def fig(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
         return _panels(
-            runs, curves, ["L"], ["sweep", "step", "flops_t"], title, lambda k: f"L = {int(k['L'])}", None, out_dir, name
+            runs,
+            curves,
+            ["L"],
+            ["sweep", "step", "flops_t"],
+            title,
+            lambda k: f"L = {int(k['L'])}",
+            None,
+            out_dir,
+            name,
         )
 
     fig.__name__ = name
@@ -307,6 +315,8 @@ def frames_from_results(items: Iterable[tuple[str, Any, Any]]) -> tuple[pd.DataF
         )
         if res.curve:  # under the store's names: `<name>_t` where the run has a column of the name
             taken = set(rows[-1]) | {f.name for f in RUN_COLUMNS}
-            parts.append(pd.DataFrame({"run_id": run_id, **{curve_column(k, taken): list(v) for k, v in res.curve.items()}}))
+            parts.append(
+                pd.DataFrame({"run_id": run_id, **{curve_column(k, taken): list(v) for k, v in res.curve.items()}})
+            )
     curves = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["run_id", "step"])
     return pd.DataFrame(rows), curves
