@@ -20,6 +20,7 @@ import analysis
 from analysis.figures import drawn, figure_for
 from runner import run_grid
 from runner.grid.identity import run_id, validate_params
+from runner.grid.schema import stored_curve
 from runner.grid.spec import load_grid
 from tasks import RunContext, get_task
 from tests.grid_frames import grid_frames
@@ -127,7 +128,7 @@ def frames_of(task_name: str, configs: Iterable[dict[str, Any]]) -> tuple[pd.Dat
         res = task.run(params, RunContext())
         rid = run_id(task, params)
         rows.append({"run_id": rid, "status": res.status, **params.model_dump(mode="json"), **res.summary})
-        parts.append(pd.DataFrame(res.curve).assign(run_id=rid))
+        parts.append(pd.DataFrame(stored_curve(task_name, res.curve)).assign(run_id=rid))
     return pd.DataFrame(rows), pd.concat(parts, ignore_index=True)
 
 

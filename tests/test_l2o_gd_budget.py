@@ -51,8 +51,8 @@ def test_ladder_table_reads_the_rungs_off_the_curve() -> None:
         {
             "run_id": "r",
             "step": [0.0, *curve.index],
-            "imp_last": [0.0, *curve],
-            "imp_mean": [0.0, *(curve / 2)],
+            "imp_last_t": [0.0, *curve],
+            "imp_mean_t": [0.0, *(curve / 2)],
         }
     )
     runs = pd.DataFrame({"run_id": ["r"], "lr": [1e-6], "seed": [0], "imp_last_opt": [0.9], "imp_last_best_c": [0.91]})

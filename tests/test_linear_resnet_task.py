@@ -28,7 +28,7 @@ def run(cfg: dict, ctx: RunContext | None = None):
 
 def test_registered_and_protocol() -> None:
     task = get_task("linear_resnet")
-    assert isinstance(task, Task) and task.name == "linear_resnet" and task.version == "1"
+    assert isinstance(task, Task) and task.name == "linear_resnet" and task.version == "2"
     assert set(task.curve_fields) >= {"loss", "subopt", "rel_subopt", "grad_norm"}
     assert {"iters_rel_1e2", "iters_rel_1e4", "iters_rel_1e6", "diverged", "rate_theory", "eta_theory"} <= set(
         task.summary_fields
@@ -44,6 +44,8 @@ def test_examples_run_fast_validly_and_deterministically(raw: dict) -> None:
     assert first.status == "ok" and first.n_steps == p.n_iters
     assert first.summary.keys() == TASK.summary_fields.keys()
     for key, kind in TASK.summary_fields.items():
+        if key.startswith("iters_rel_") and first.summary[key] is None:
+            continue  # a threshold never reached: null, not a number (issue 28)
         assert isinstance(first.summary[key], {"float": float, "int": int, "bool": bool, "str": str}[kind]), key
     assert first.curve == run(raw).curve
     other = run({**raw, "seed": raw.get("seed", 0) + 1})

@@ -42,7 +42,7 @@ class Trend:
         )
 
 
-def r_t_curve(curves: pd.DataFrame, run_id: str, column: str = "imp_last") -> pd.Series:
+def r_t_curve(curves: pd.DataFrame, run_id: str, column: str = "imp_last_t") -> pd.Series:
     """r_T (or another curve column) by epoch for one run, epoch 0 excluded."""
     c = curves[(curves["run_id"] == run_id) & (curves["step"] > 0)].dropna(subset=[column])
     return c.groupby("step")[column].median().sort_index()
@@ -82,7 +82,7 @@ def ladder_table(runs: pd.DataFrame, curves: pd.DataFrame, tuned: dict[str, floa
     run's 2/(beta+beta0) and best scanned c (and the Optuna-tuned c of its problems, when given by run id)."""
     rows = []
     for r in runs.itertuples():
-        rt, mean = r_t_curve(curves, r.run_id), r_t_curve(curves, r.run_id, "imp_mean")
+        rt, mean = r_t_curve(curves, r.run_id), r_t_curve(curves, r.run_id, "imp_mean_t")
         for k in LADDER:
             if rt.empty or k > rt.index.max():
                 continue

@@ -24,7 +24,7 @@ def alignment(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
     first = curves[curves["run_id"].isin(r["run_id"]) & (curves["step"] == 0)]
     if first.empty:
         return Verdict(NO_DATA, "no epoch-0 rows")
-    worst = float(first["imp_last"].abs().max()), float(first["imp_mean"].abs().max())
+    worst = float(first["imp_last_t"].abs().max()), float(first["imp_mean_t"].abs().max())
     return Verdict(
         HOLDS if max(worst) == 0.0 else FAILS,
         f"max |r_T|, max |mean_t r_t| at k = 0 over {len(first)} runs: {worst[0]:.3g}, {worst[1]:.3g}",
