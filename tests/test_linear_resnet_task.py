@@ -28,7 +28,7 @@ def run(cfg: dict, ctx: RunContext | None = None):
 
 def test_registered_and_protocol() -> None:
     task = get_task("linear_resnet")
-    assert isinstance(task, Task) and task.name == "linear_resnet" and task.version == "2"
+    assert isinstance(task, Task) and task.name == "linear_resnet" and task.version == "1"
     assert set(task.curve_fields) >= {"loss", "subopt", "rel_subopt", "grad_norm"}
     assert {"iters_rel_1e2", "iters_rel_1e4", "iters_rel_1e6", "diverged", "rate_theory", "eta_theory"} <= set(
         task.summary_fields

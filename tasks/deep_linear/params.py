@@ -262,5 +262,4 @@ AnyParams = BCGDParams | GDParams | BCSGDParams
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
 # version 2: GD and L2 BCGD compute with a leading config axis (last-bit changes)
-# version 3: iters_to_tol of a run that never reaches tol is null, not -1
-SPEC = TaskSpec(name="deep_linear", version="3", Params=DeepLinearParams)
+SPEC = TaskSpec(name="deep_linear", version="2", Params=DeepLinearParams)

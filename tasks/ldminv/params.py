@@ -177,5 +177,4 @@ class DsvdParams(DataFields):
 LdminvParams = tagged_union("algo", "minv", MinvParams, DsvdParams)
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
-# version 2: iters_to_tol of a run that never reaches train_tol is null, not -1
-SPEC = TaskSpec(name="ldminv", version="2", Params=LdminvParams)
+SPEC = TaskSpec(name="ldminv", version="1", Params=LdminvParams)

@@ -187,5 +187,4 @@ LinearResNetParams = Annotated[GDParams | SGDParams, Field(discriminator="algo")
 AnyParams = GDParams | SGDParams
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
-# version 2: iters_rel_1e2/1e4/1e6 of a threshold never reached are null, not -1
-SPEC = TaskSpec(name="linear_resnet", version="2", Params=LinearResNetParams)
+SPEC = TaskSpec(name="linear_resnet", version="1", Params=LinearResNetParams)
