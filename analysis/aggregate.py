@@ -4,14 +4,16 @@ claim are computed the same way.
 
 Two kinds of input and their conventions:
 - scalars of runs (one value per seed, e.g. iterations to a threshold): a run that never reached the
-  threshold (a sentinel such as -1, or a missing value) is best counted as +inf (`never_as_inf`), so
-  that it can only make the median worse instead of dropping out; quartiles are inf-safe.
+  threshold is stored as null (pandas' <NA> in a nullable Int64 column; stores written before said -1)
+  and is best counted as +inf (`never_as_inf`), so that it can only make the median worse instead of
+  dropping out; quartiles are inf-safe.
 - curves (one value per run and step): a non-finite value (a diverged step) is missing, so the band
   of a group is drawn from the runs still finite at that step.
 
-Any param may group: list-valued ones (deep_linear's `widths`) are grouped as tuples (`group_keys`),
-and a param named like a curve column (`lr`, `loss`, `flops`) is the run's param in `by` and the
-curve's column in `x` / `y` (`curve_band`). A statistic named like a group key gets the suffix
+Any param may group: list-valued ones (deep_linear's `widths`) are grouped as tuples (`group_keys`);
+curves share no column with runs but run_id (a curve field named like a runs column is stored as
+`<name>_t`, deep_linear's `lr_t` beside its param `lr`), so `by` names runs columns and `x` / `y`
+curve columns (`curve_band`). A statistic named like a group key gets the suffix
 `_stat` (linear_resnet's param `n`, the number of samples: the count of runs is then `n_stat`).
 """
 
@@ -34,7 +36,8 @@ def stat_names(by: Sequence[str]) -> dict[str, str]:
 
 
 def never_as_inf(values: pd.Series, never: float | None = -1) -> pd.Series:
-    """`values` as floats with a missing value, and the `never` sentinel where given, replaced by +inf."""
+    """`values` as floats with a missing value (never reached), and the `never` sentinel where given
+    (-1: what stores written before null said), replaced by +inf."""
     out = values.astype(float).fillna(np.inf)
     return out.where(out != never, np.inf) if never is not None else out
 
@@ -107,8 +110,8 @@ def median_by(values: pd.Series, keys: Sequence[pd.Series] | pd.Series) -> pd.Se
 
 
 def medians(runs: pd.DataFrame, by: Sequence[str], value: str, never: float | None = -1) -> pd.Series:
-    """Median of `value` over seeds per group. A run that never reached the threshold (`never`, e.g.
-    -1, or a missing value) counts as inf, so it can only make the median worse, never drop out."""
+    """Median of `value` over seeds per group. A run that never reached the threshold (a missing value,
+    or `never`: -1 from older stores) counts as inf, so it can only make the median worse, never drop out."""
     return median_by(never_as_inf(runs[value], never), [runs[b] for b in by])
 
 
@@ -140,8 +143,8 @@ def band(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
 def curve_band(curves: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str], x: str, y: str) -> pd.DataFrame:
     """Median and IQR of curve column `y` at each `x`, per group of run params `by` (seeds pooled).
 
-    `by` names run columns and `x`, `y` curve columns, also where both frames have a column of that
-    name (deep_linear's curve `lr` is the step taken at each iteration, its run `lr` the param)."""
+    `by` names run columns and `x`, `y` curve columns (deep_linear's curve `lr_t` is the step taken
+    at each iteration, its run `lr` the param); a frame built by hand with a name in both still works."""
     if x in by:
         raise ValueError(f"x {x!r} is also a group key in by={list(by)}: the band's columns would clash")
     # The curve's columns under names no run column has, so the merge cannot suffix them away.

@@ -1,9 +1,15 @@
 """The claims registry: checkable statements of the papers, each a function of the runs of a grid.
 
 A claim reads the runs of one named grid (its full version, or the reduced one CI runs) and returns
-a Verdict: holds / does not hold / not enough data, with the measured numbers beside the paper's and
-the theory's. Every claim records the verdict we expect; a known non-reproduction expects "does not
-hold" and says why, so `convgrid check --strict` fails only on surprises.
+a Verdict: holds / does not hold / undecided at this budget / not enough data, with the measured numbers
+beside the paper's, the spec's reference and the theory's. Every claim records the verdict we expect; a
+known non-reproduction expects "does not hold" and says why, so `convgrid check --strict` fails only on
+surprises.
+
+Where a claim is decided matters as much as the verdict: `Claim.regime` says whether its runs sit inside a
+theorem's hypotheses or are a labelled check of practice outside them, and a verdict reached at a budget
+short of the paper's is "undecided at this budget" (with the budget in `Verdict.budget`) unless the measured
+trend settles it. Only decided verdicts (holds / does not hold) count as surprises.
 
 A claim that compares the grid's runs with those of a study (an Optuna-tuned baseline) or of another
 grid names them in `extra`: their finished runs are handed to the check beside the grid's, and the
@@ -33,6 +39,7 @@ __all__ = [
     "FAILS",
     "HOLDS",
     "NO_DATA",
+    "UNDECIDED",
     "Check",
     "Claim",
     "ClaimResult",
@@ -50,10 +57,12 @@ __all__ = [
     "registry",
 ]
 
-VerdictText = Literal["holds", "does not hold", "not enough data"]
+VerdictText = Literal["holds", "does not hold", "undecided at this budget", "not enough data"]
 HOLDS: VerdictText = "holds"
 FAILS: VerdictText = "does not hold"
+UNDECIDED: VerdictText = "undecided at this budget"  # ran, but short of the paper's budget and the trend is open
 NO_DATA: VerdictText = "not enough data"
+DECIDED = (HOLDS, FAILS)
 
 
 @dataclass
@@ -65,6 +74,9 @@ class Verdict:
     # numbers worth a table of their own: `convgrid report` shows it in the section of the grid that decided
     # the claim (column names as headers, floats to 4 significant digits)
     table: pd.DataFrame | None = None
+    spec: str = ""  # the spec's reference number [OURS] for this run's setting (default: the claim's)
+    regime: str = ""  # where these runs sit (default: the claim's)
+    budget: str = ""  # the budget decided at against the paper's, when the verdict depends on it
 
 
 Check = Callable[[pd.DataFrame, pd.DataFrame | None], Verdict]
@@ -82,6 +94,11 @@ class Claim:
     why_expected: str = ""
     needs_curves: bool = False
     extra: tuple[str, ...] = ()  # studies or grids read beside the grid (module docstring)
+    # inside which hypotheses the grid's runs sit ("inside Thm 1: K >= n d, ...") or "practice: ..." for a
+    # labelled check outside them; "" for an empirical claim decided in the paper's own setting
+    regime: str = ""
+    spec: str = ""  # the spec's independent reference number [OURS] beside the paper's, when it has one
+    paper_says: str = ""  # the paper's number or statement (a verdict's own `paper` text takes precedence)
 
 
 @dataclass
@@ -110,52 +127,135 @@ class ClaimResult:
         return kind if self.complete else f"{kind}, partial: {self.n_finished} of {self.n_wanted} runs"
 
     @property
+    def decided(self) -> bool:
+        return self.verdict.verdict in DECIDED
+
+    @property
+    def regime(self) -> str:
+        return self.verdict.regime or self.claim.regime
+
+    @property
+    def spec(self) -> str:
+        return self.verdict.spec or self.claim.spec
+
+    @property
+    def paper(self) -> str:
+        return self.verdict.paper or self.claim.paper_says
+
+    @property
+    def lacks(self) -> str:
+        """For an undecided claim, what it lacks, in one line ("" once decided)."""
+        if self.decided:
+            return ""
+        if self.verdict.verdict == UNDECIDED:
+            return f"a longer budget: {self.verdict.budget}" if self.verdict.budget else "a longer budget"
+        return " ".join(self.verdict.measured.split())
+
+    @property
     def surprising(self) -> bool:
         """A verdict other than the expected one, on a complete full-size grid (a reduced grid's
-        budgets are too small to decide a paper's claim; it only exercises the path)."""
-        decided = self.verdict.verdict != NO_DATA
-        return self.complete and not self.reduced and decided and self.verdict.verdict != self.claim.expected
+        budgets are too small to decide a paper's claim; it only exercises the path). Undecided verdicts
+        (no data, or a budget short of the paper's) are never surprises."""
+        return self.complete and not self.reduced and self.decided and self.verdict.verdict != self.claim.expected
+
+
+FRAME_COLUMNS = [
+    "claim",
+    "grid",
+    "extra",
+    "size",
+    "verdict",
+    "expected",
+    "measured",
+    "paper",
+    "theory",
+    "complete",
+    # added by issue 29 (the original columns above keep their names and meaning)
+    "task",
+    "statement",
+    "spec",
+    "regime",
+    "budget",
+    "decided",
+    "surprising",
+    "lacks",
+    "why_expected",
+]
 
 
 @dataclass
 class ClaimsTable:
     results: list[ClaimResult] = field(default_factory=list)
 
-    def frame(self) -> pd.DataFrame:
-        rows = []
-        for r in self.results:
-            rows.append(
-                {
-                    "claim": r.claim.id,
-                    "grid": r.grid or "-",
-                    "extra": ", ".join(r.extra),
-                    "size": r.size,
-                    "verdict": r.verdict.verdict,
-                    "expected": r.claim.expected,
-                    "measured": r.verdict.measured,
-                    "paper": r.verdict.paper,
-                    "theory": r.verdict.theory,
-                    "complete": r.complete,
-                }
-            )
-        return pd.DataFrame(rows)
+    def present(self) -> list[ClaimResult]:
+        """The claims one of whose grids is in the store (the others read no run at all)."""
+        return [r for r in self.results if r.grid is not None]
 
-    def format(self) -> str:
+    def frame(self) -> pd.DataFrame:
+        rows = [
+            {
+                "claim": r.claim.id,
+                "grid": r.grid or "-",
+                "extra": ", ".join(r.extra),
+                "size": r.size,
+                "verdict": r.verdict.verdict,
+                "expected": r.claim.expected,
+                "measured": r.verdict.measured,
+                "paper": r.paper,
+                "theory": r.verdict.theory,
+                "complete": r.complete,
+                "task": r.claim.task,
+                "statement": r.claim.statement,
+                "spec": r.spec,
+                "regime": r.regime,
+                "budget": r.verdict.budget,
+                "decided": r.decided,
+                "surprising": r.surprising,
+                "lacks": r.lacks,
+                "why_expected": r.claim.why_expected if r.claim.expected != HOLDS else "",
+            }
+            for r in self.results
+        ]
+        return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+    def format(self, show_all: bool = False) -> str:
+        """The claims whose grids are in the store (every registered claim with `show_all`): our number beside
+        the paper's and the spec's reference, the regime decided in, and for an undecided claim what it lacks."""
         lines = []
-        for r in self.results:
+        for r in self.results if show_all else self.present():
             mark = "!!" if r.surprising else "  "
             size = "" if r.grid is None else f" [{r.size}]"
             lines.append(f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.sources}{size}")
             lines.append(f"     {r.claim.statement}")
-            if r.verdict.measured:
-                lines.append(f"     measured: {r.verdict.measured}")
-            if r.verdict.paper:
-                lines.append(f"     paper: {r.verdict.paper}")
-            if r.verdict.theory:
-                lines.append(f"     theory: {r.verdict.theory}")
+            if not r.decided:
+                lines.append(f"     lacks: {r.lacks}")
+            if r.verdict.measured and r.verdict.verdict != NO_DATA:
+                lines.append(f"     ours: {r.verdict.measured}")
+            for label, text in (
+                ("paper", r.paper),
+                ("spec", r.spec),
+                ("theory", r.verdict.theory),
+                ("regime", r.regime),
+                ("budget", r.verdict.budget),
+            ):
+                if text:
+                    lines.append(f"     {label}: {text}")
             if r.claim.why_expected and r.claim.expected != HOLDS:
                 lines.append(f"     why expected: {r.claim.why_expected}")
         return "\n".join(lines)
+
+    def summary(self, show_all: bool = False) -> str:
+        """One line: how many claims are listed, decided, undecided, and surprising."""
+        shown = self.results if show_all else self.present()
+        decided = sum(r.decided for r in shown)
+        budget = sum(r.verdict.verdict == UNDECIDED for r in shown)
+        surprises = sum(r.surprising for r in shown)
+        hidden = "" if show_all else f" ({len(self.results) - len(shown)} more without their grids: --all lists them)"
+        return (
+            f"{len(shown)} claims{hidden}: {decided} decided, {budget} undecided at their budget, "
+            f"{len(shown) - decided - budget} without enough data; {surprises} differ from the expected verdict on "
+            "complete full grids"
+        )
 
 
 def registry() -> list[Claim]:
@@ -201,11 +301,8 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
     for claim in claims if claims is not None else registry():
         grid = next((g for g in claim.grids if g in present), None)
         if grid is None:
-            table.results.append(
-                ClaimResult(
-                    claim, None, Verdict(NO_DATA, f"none of the grids {', '.join(claim.grids)} is in the store"), False
-                )
-            )
+            needs = f"needs grid {' or '.join(claim.grids)} (convgrid run grids/{claim.task}/{claim.grids[0]}.yaml)"
+            table.results.append(ClaimResult(claim, None, Verdict(NO_DATA, needs), False))
             continue
         wanted = set(member_frame.loc[member_frame["grid"] == grid, "run_id"])
         extra = extra_sources(claim, present)

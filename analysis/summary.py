@@ -51,11 +51,8 @@ def status_totals(counts: Iterable[dict[str, int]]) -> dict[str, int]:
 
 def claim_rows(claims: ClaimsTable) -> pd.DataFrame:
     """The claims decided on (or undecided for) a grid in the store, one row each: claim, grid, size,
-    verdict, expected, ours, paper, spec. An undecided claim's `ours` says what data it lacks.
-
-    Reads `ClaimsTable.frame()`: its columns `ours`, `spec` and `lacks` where the table gives them,
-    else `measured` and `theory` (and, for an undecided claim, `measured`, which then names the
-    missing data)."""
+    verdict, expected, ours, paper, spec (the spec's independent reference). A claim without enough data
+    says in `ours` what it lacks."""
     frame = claims.frame()
     columns = ["claim", "grid", "size", "verdict", "expected", "ours", "paper", "spec"]
     if frame.empty:
@@ -63,10 +60,6 @@ def claim_rows(claims: ClaimsTable) -> pd.DataFrame:
     # the grid and the extra sources its verdict read, as `check` names them ("grid + study[k=v] + ...")
     frame = frame.assign(sources=[r.sources for r in claims.results])
     present = frame[frame["grid"] != "-"].copy()
-    ours = present["ours"] if "ours" in present else present["measured"]
-    lacks = present["lacks"] if "lacks" in present else present["measured"]
-    undecided = present["verdict"] == NO_DATA
-    present["ours"] = ours.where(~undecided, "lacks: " + lacks.astype(str))
-    present["spec"] = present["spec"] if "spec" in present else present["theory"]
+    present["ours"] = present["measured"].where(present["verdict"] != NO_DATA, "lacks: " + present["lacks"].astype(str))
     present["grid"] = present["sources"]
     return present[columns].reset_index(drop=True)

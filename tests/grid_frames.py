@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from runner.grid.schema import stored_curve
 from runner.grid.spec import load_grid
 from tasks import RunContext, get_task
 
@@ -33,7 +34,7 @@ def grid_frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "wall_s": time.perf_counter() - t0,
             }
         )
-        curve = pd.DataFrame(res.curve)
+        curve = pd.DataFrame(stored_curve(cell.task, res.curve))  # under the store's column names
         curve.insert(0, "run_id", run_id)
         curves.append(curve)
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)

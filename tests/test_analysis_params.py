@@ -1,7 +1,8 @@
 """`analysis` groups by any param of any learner (issue 28): `curve_band`, `over_seeds` and the figures'
 `seed_lines` take every param of every task as a group key, including a list param (deep_linear's
-`widths`) and a param named like a curve column (deep_linear's `lr`, `loss`; ldminv's `lr`), whose merge
-used to collide (`curve_band(curves, runs, by=["lr"], ...)` raised KeyError: 'lr').
+`widths`) and a param whose curve field has its name (deep_linear's `lr`, `loss`; ldminv's `lr`: the
+curve column is `lr_t`, runner.store.columns), whose merge used to collide (`curve_band(curves, runs,
+by=["lr"], ...)` raised KeyError: 'lr').
 
 The frames have the store's exact column types: tables built on each task's own Arrow schemas (the
 ones its writers use) and read back with pyarrow's `to_pandas`, as `analysis.load` does. Every
@@ -81,8 +82,8 @@ def test_every_param_groups_curves_and_summaries(task_name: str) -> None:
     runs, curves, params = frames(task_name)
     runs_schema, curves_schema = task_schemas(task_name)
     curve_cols = _float_columns(curves_schema, set())
-    # the first curve column, and every curve column that is also a param's name (the old collision)
-    ys = list(dict.fromkeys([curve_cols[0], *(c for c in curve_cols if c in params)]))
+    # the first curve column, and every curve column of a field named like a param (the old collision)
+    ys = list(dict.fromkeys([curve_cols[0], *(c for c in curve_cols if c.removesuffix("_t") in params)]))
     value = _float_columns(runs_schema, set(params))[0]
     groups = [runs["run_id"].iloc[:SEEDS].tolist(), runs["run_id"].iloc[SEEDS:].tolist()]
     assert len(params) >= 3
@@ -109,10 +110,10 @@ def test_every_param_groups_curves_and_summaries(task_name: str) -> None:
 
 
 def test_a_param_named_like_the_curve_column_it_groups() -> None:
-    """deep_linear's run `lr` (the GD step asked for) and curve `lr` (the step taken at each iteration)
-    are different columns; grouping by the first and drawing the second is allowed."""
+    """deep_linear's run `lr` (the GD step asked for) and curve `lr_t` (the step taken at each
+    iteration) are different columns; grouping by the first and drawing the second is allowed."""
     runs, curves, _ = frames("deep_linear")
-    band = analysis.curve_band(curves, runs, ["lr", "widths"], "step", "lr")
+    band = analysis.curve_band(curves, runs, ["lr", "widths"], "step", "lr_t")
     assert set(band["lr"]) == {0.5, 1.5}  # the run param's two values
     assert set(band["widths"]) == {(3,), (4, 4)}  # a list param, grouped as tuples
     with pytest.raises(ValueError, match="x 'step' is also a group key"):

@@ -23,6 +23,8 @@ def test_one_task_shows_variants_types_defaults_bounds_and_docs(capsys: pytest.C
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("tol "))
     assert "float" in line and "1e-10" in line and ">0.0" in line and "threshold" in line
     assert "summary:" in out and "sweeps_to_tol (float)" in out and "curve:   step (int)" in out
+    curve = next(ln for ln in out.splitlines() if ln.startswith("curve:"))
+    assert "lr_t (float)" in curve and "err (float)" in curve and " lr " not in curve  # the store's names
 
 
 def test_unknown_task_is_exit_2_with_choices(capsys: pytest.CaptureFixture[str]) -> None:

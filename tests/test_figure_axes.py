@@ -20,6 +20,7 @@ import analysis
 from analysis.figures import drawn, figure_for
 from runner import run_grid
 from runner.grid.identity import run_id, validate_params
+from runner.grid.schema import stored_curve
 from runner.grid.spec import load_grid
 from tasks import RunContext, get_task
 from tests.grid_frames import grid_frames
@@ -127,7 +128,7 @@ def frames_of(task_name: str, configs: Iterable[dict[str, Any]]) -> tuple[pd.Dat
         res = task.run(params, RunContext())
         rid = run_id(task, params)
         rows.append({"run_id": rid, "status": res.status, **params.model_dump(mode="json"), **res.summary})
-        parts.append(pd.DataFrame(res.curve).assign(run_id=rid))
+        parts.append(pd.DataFrame(stored_curve(task_name, res.curve)).assign(run_id=rid))
     return pd.DataFrame(rows), pd.concat(parts, ignore_index=True)
 
 
@@ -217,12 +218,12 @@ def test_l2o_gd_training_curves(tmp_path: Path) -> None:
 
 
 def test_ldminv_theorem1_training_loss(tmp_path: Path) -> None:
-    """Theorem 1's GD on the coefficients, beside one of its cells at a step 3x too large (lr 3: it
-    diverges in 13 iterations, to ~1e142; every iteration logged)."""
+    """Theorem 1's GD on the coefficients, beside its practice cell (6x6, eta 1) at a step 10x too large:
+    it diverges within 6 iterations; every iteration logged."""
     path = ROOT / "grids" / "ldminv" / "small" / "theory_thm1.yaml"
     runs, curves = grid_frames(path)
     cell = load_grid(path).cells[1].params.model_dump(mode="json")
-    bad_runs, bad_curves = frames_of("ldminv", [{**cell, "lr": 3.0, "log_every": 1}])
+    bad_runs, bad_curves = frames_of("ldminv", [{**cell, "lr": 10.0, "log_every": 1}])
     assert set(bad_runs["status"]) == {"diverged"}
     runs, curves = pd.concat([runs, bad_runs]), pd.concat([curves, bad_curves])
     (fig,) = draw("ldminv", "theory_thm1", runs, curves, tmp_path)

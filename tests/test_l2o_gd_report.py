@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, ClaimResult, evaluate, extra_sources, finished_runs, named
+from analysis.claims import NO_DATA, UNDECIDED, ClaimResult, evaluate, extra_sources, finished_runs, named
 from analysis.l2o_gd.claims import CLAIMS
 from analysis.l2o_gd.tuned_step import STEP_COLUMN, TUNED_STEP_STUDIES, beats_tuned_step
 from analysis.load import load
@@ -92,7 +92,12 @@ def test_claim_compares_the_learner_with_the_best_tuned_trial_of_each_seed(
     assert opt["r_T"] == pytest.approx(two_over["imp_last"].median(), rel=1e-12)
     assert opt["c (times 1/beta)"] == pytest.approx(two_over["step_c"].median(), rel=1e-12)
 
-    assert result.verdict.verdict == (HOLDS if learner_r > tuned_r else FAILS)
+    # 6 epochs of the paper's 50,000: the learner is below the tuned step and its r_T still rises, so the
+    # verdict is undecided at this budget, with the budget and the trend in the row (analysis/l2o_gd/budget.py)
+    assert learner_r < tuned_r
+    assert result.verdict.verdict == UNDECIDED and result.verdict.budget == "6 of the paper's 50000 epochs"
+    assert "median over seeds: r_T" in result.verdict.measured and "rising +" in result.verdict.measured
+    assert not result.surprising  # expected undecided: only a 50,000-epoch run can decide it
     assert f"r_T L2O {learner_r:.3f} vs Optuna-tuned c = {tuned_runs['c'].median():.4g}: {tuned_r:.3f}" in (
         result.verdict.measured
     )

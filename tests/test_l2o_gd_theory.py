@@ -110,7 +110,12 @@ def test_run_summary_carries_the_section4_checks() -> None:
     assert s["imp_last_best_c"] >= -1e-12  # c = 1 is on the scanned grid: the best c is never worse than GD
     assert s["lam_bar_1"] == pytest.approx(101.0, rel=1e-12)  # ||W_1^0||_2 = e (orthonormal), C_1 = 1
     assert s["w_ratio_max"] <= 1.0  # C5: the hidden weights stay inside lam_bar (lazy regime)
-    assert s["lemma42_ratio_max"] > 0.0
+    # Lemma 4.2 (C3) against a closed form: at epoch 0 the learner is GD with 1/beta, whose first iterate is
+    # X_1 = M^T Y / beta, exactly half the bound (2t/beta)||M^T Y|| at t = 1, and every later GD iterate is at most
+    # t/beta ||M^T Y||: the ratio's max over t is 1/2; training moves it up, never past 1 (the lemma holds)
+    l42 = [v for v in r.curve["lemma42_ratio"] if not math.isnan(v)]
+    assert l42[0] == pytest.approx(0.5, rel=1e-12)
+    assert 0.5 <= s["lemma42_ratio_max"] <= 1.0 and s["lemma42_ratio_max"] == max(l42)
     assert s["a3_norm_max"] >= 1.0 - 1e-12  # C4
     assert s["th_log10_delta4"] < -300  # C12: delta_4 underflows float64 ...
     assert s["th_margin_13a"] < 0 and s["th_margin_13b"] < 0  # ... and (13a-b) fail by a huge margin

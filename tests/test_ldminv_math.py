@@ -179,4 +179,3 @@ def test_prop4_floor_and_frobenius_slope_prediction() -> None:
     assert float(e.abs().max()) <= bound
     assert float(e.abs().max()) > 0.1 * delta  # a floor, not convergence
     assert math.isclose(T.frobenius_slope(4), -0.903, abs_tol=1e-3)
-    assert T.depth_for(0.5, 1e-16, 2) == 6 and T.depth_for(0.5, 1e-16, 4) == 3

@@ -44,6 +44,8 @@ def test_examples_run_fast_validly_and_deterministically(raw: dict) -> None:
     assert first.status == "ok" and first.n_steps == p.n_iters
     assert first.summary.keys() == TASK.summary_fields.keys()
     for key, kind in TASK.summary_fields.items():
+        if key.startswith("iters_rel_") and first.summary[key] is None:
+            continue  # a threshold never reached: null, not a number (issue 28)
         assert isinstance(first.summary[key], {"float": float, "int": int, "bool": bool, "str": str}[kind]), key
     assert first.curve == run(raw).curve
     other = run({**raw, "seed": raw.get("seed", 0) + 1})

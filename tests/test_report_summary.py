@@ -38,7 +38,7 @@ FAULTY = {
 
 def _claims() -> list[Claim]:
     def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-        return Verdict(HOLDS, f"{len(runs)} runs measured", paper="the paper's number", theory="the spec's number")
+        return Verdict(HOLDS, f"{len(runs)} runs measured", paper="the paper's number", spec="the spec's number")
 
     return [
         Claim("lsq.here", "-", "least_squares", ("lsq_small",), "decided here", check),

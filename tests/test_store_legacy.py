@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.grid.schema import task_schemas
+from runner.store.merge import merge_parts
 from tests.options import opts
 
 T0, T1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
@@ -37,7 +38,7 @@ def _legacy(root: Path) -> None:
         {"run_id": "r2", "batch_id": "a", "step": 0, "value": 2.0},
         {"run_id": "r1", "batch_id": "b", "step": 0, "value": 1.0},
     ]
-    legacy_curves = curves_schema.insert(1, pa.field("batch_id", pa.string()))  # curves/ had the attempt id
+    legacy_curves = curves_schema.insert(1, pa.field("batch_id", pa.string(), nullable=False))  # as it was
     pq.write_table(pa.Table.from_pylist(curves, schema=legacy_curves), root / "curves/task=faulty/part-0001-a.parquet")
 
 
@@ -51,6 +52,10 @@ def test_a_legacy_store_reads_right_takes_new_runs_and_compacts_into_the_current
 
     run_grid({"name": "more", "blocks": [{"task": "faulty", "params": {"x": 7.0}}]}, tmp_path, opts())
     assert ResultStore(tmp_path).read_runs("faulty").num_rows == 3
+    merge_parts(ResultStore(tmp_path), max_parts=1)  # legacy parts and parts without the attempt id, as one
+    assert len(list((tmp_path / "curves/task=faulty").glob("*.parquet"))) == 1
+    curves = ResultStore(tmp_path).read_curves("faulty").to_pandas()
+    assert sorted(zip(curves["run_id"], curves["value"], strict=True))[1:] == [("r1", 1.0), ("r2", 2.0)]
 
     (tmp_path / "runs/task=faulty/.tmp-part-0003-dead.parquet").write_bytes(b"PAR1 half written")  # old crash
     assert main(["compact", str(tmp_path)]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.aggregate import never_as_inf
 from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median, median_by, medians
 
 TASK = "deep_linear"
@@ -112,7 +113,7 @@ def order_rule_orth_identity(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verd
     oi = runs[runs["init"] == "orth_identity"]
     if oi.empty or set(oi["order"]) != {"asc", "desc"}:
         return Verdict(NO_DATA, "needs orth-identity runs in both orders")
-    key = np.where(oi["iters_to_tol"] > 0, oi["iters_to_tol"], np.inf)
+    key = never_as_inf(oi["iters_to_tol"]).to_numpy()
     score = pd.Series(
         np.where(np.isfinite(key), key, 1e12 + oi["err_final"]), index=oi.index
     )  # unreached: rank by error
@@ -133,7 +134,7 @@ def order_rule_orth_identity(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verd
 
 
 def bcgd_beats_tuned_gd(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    it = runs["iters_to_tol"].where(runs["iters_to_tol"] > 0, np.inf)
+    it = never_as_inf(runs["iters_to_tol"])
     cond = runs["data"].astype(str)
     parts, holds, decided = [], True, False
     for data, grp in runs.groupby(cond):

@@ -1,11 +1,12 @@
 """Figures of paper 002 (Shin, layer-wise BCGD for deep linear networks) from result frames.
 
 Every function takes `runs` (one row per run: run_id, status, one column per param and per summary
-field, flops, n_steps, wall_s) and `curves` (run_id, step and the task's curve columns: err, loss,
-lr, layer, sweep, flops), writes PNGs into `out_dir` and returns their paths. Seeds are aggregated
-by the median with an interquartile band (analysis.aggregate); errors are clipped at the paper's 1e-10 floor and drawn
-on log axes, against sweeps and iterations as the paper does, plus a per-flop panel (spec G11).
-Only pandas, numpy and matplotlib are used, so the module does not depend on the runner.
+field, flops, n_steps, wall_s) and `curves` (run_id, step and the task's curve columns: err, loss_t,
+lr_t, layer, sweep, flops_t, the `_t` ones named so beside the runs columns loss, lr and flops),
+writes PNGs into `out_dir` and returns their paths. Seeds are aggregated by the median with an
+interquartile band (analysis.aggregate); errors are clipped at the paper's 1e-10 floor and drawn on
+log axes, against sweeps and iterations as the paper does, plus a per-flop panel (spec G11).
+Only pandas, numpy, matplotlib and the store's column rule are used: the module does not run a learner.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from analysis.curve_plot import Line, draw_lines, figure_legend, seed_lines
 from analysis.figures import Figure, save_figure
 from analysis.load import finished
 from analysis.style import new_figure
+from runner.store.columns import RUN_COLUMNS, curve_column
 
 FLOOR = 1e-10  # "if the error is less than 1e-10, we simply set 1e-10" (Sec. 4)
 XLABEL = {
     "sweep": "sweeps (one sweep updates all L layers)",
     "step": "iterations t (one layer updated each)",
-    "flops": "flops (learner, covariance form)",
+    "flops_t": "flops (learner, covariance form)",
 }
 # err is (1/m)[||W X - Y||^p - ||W* X - Y||^p], un-halved (the paper's y-axis); for p = 2 it is ||(W - W*) X||^2 / m
 ERR_LABEL = {
@@ -95,7 +97,15 @@ def _depth_style(key: dict) -> dict:
 def _depth(title: str, name: str) -> Figure:
     def fig(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
         return _panels(
-            runs, curves, ["L"], ["sweep", "step", "flops"], title, lambda k: f"L = {int(k['L'])}", None, out_dir, name
+            runs,
+            curves,
+            ["L"],
+            ["sweep", "step", "flops_t"],
+            title,
+            lambda k: f"L = {int(k['L'])}",
+            None,
+            out_dir,
+            name,
         )
 
     fig.__name__ = name
@@ -134,7 +144,7 @@ def _vs_gd(
     fig, axes = new_figure(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
     by = ["algo", "lr_rule", "lr"]
     for col, (val, sub) in enumerate(parts):
-        for row, x in enumerate(["step", "flops"]):
+        for row, x in enumerate(["step", "flops_t"]):
             ax = axes[row][col]
             _draw(ax, sub, curves, by, x, _algo_label)
             depth = sorted(sub["L"].unique()) if "L" in sub else []
@@ -188,7 +198,7 @@ def fig5_width(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
     """Fig. 5: one narrow layer stalls training; markers at the W_1 updates (and W_50 where logged)."""
     by = ["width", "widths"]
     fig, axes = new_figure(1, 2, figsize=(10, 4), squeeze=False)
-    for ax, x in zip(axes[0], ["step", "flops"], strict=True):
+    for ax, x in zip(axes[0], ["step", "flops_t"], strict=True):
         lines = _draw(ax, runs, curves, by, x, _arch_label)
         if x != "step":
             continue
@@ -223,7 +233,7 @@ def fig6_order_init(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
 
     for col, (d_in, d_out) in enumerate(panels):
         sub = runs[(runs["d_in"] == d_in) & (runs["d_out"] == d_out)]
-        for row, x in enumerate(["step", "flops"]):
+        for row, x in enumerate(["step", "flops_t"]):
             ax = axes[row][col]
             lines = _draw(ax, sub, curves, ["init", "order"], x, _order_label, style, legend=False)
             ax.set_title(f"d_in = {d_in}, d_out = {d_out}")
@@ -239,7 +249,7 @@ def fig7_uci(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Pa
     parts = _split(runs, "loss")
     fig, axes = new_figure(2, len(parts), figsize=(4.8 * len(parts), 7.2), squeeze=False)
     for col, (val, sub) in enumerate(parts):
-        for row, x in enumerate(["step", "flops"]):
+        for row, x in enumerate(["step", "flops_t"]):
             ax = axes[row][col]
             _draw(ax, sub, curves, ["L"], x, lambda k: f"L = {int(k['L'])}", _depth_style)
             ax.set_title(f"loss = {val}")
@@ -253,7 +263,7 @@ def fig8_mnist(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[
         runs,
         curves,
         ["L"],
-        ["step", "flops"],
+        ["step", "flops_t"],
         "Fig. 8: MNIST (identity init, descending BCGD)",
         lambda k: f"L = {int(k['L'])}",
         _depth_style,
@@ -303,7 +313,10 @@ def frames_from_results(items: Iterable[tuple[str, Any, Any]]) -> tuple[pd.DataF
                 "wall_s": float("nan"),
             }
         )
-        if res.curve:
-            parts.append(pd.DataFrame({"run_id": run_id, **{k: list(v) for k, v in res.curve.items()}}))
+        if res.curve:  # under the store's names: `<name>_t` where the run has a column of the name
+            taken = set(rows[-1]) | {f.name for f in RUN_COLUMNS}
+            parts.append(
+                pd.DataFrame({"run_id": run_id, **{curve_column(k, taken): list(v) for k, v in res.curve.items()}})
+            )
     curves = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["run_id", "step"])
     return pd.DataFrame(rows), curves

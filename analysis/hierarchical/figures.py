@@ -88,14 +88,14 @@ def c1_joint_vs_layerwise(
         ax.set_title(f"C1: L = {depth}, {dist} inputs")
         ax.legend()
         ax = axes[1][col]
-        if curves is not None and not curves.empty and "fe_orth_l2" in curves:
+        if curves is not None and not curves.empty and "fe_orth_l2_t" in curves:
             # before K_2 is distilled the error is exactly 1: those epochs say nothing about BFC
-            distilled = curves[curves["fe_orth_l2"] < 1.0]
+            distilled = curves[curves["fe_orth_l2_t"] < 1.0]
             lines = seed_lines(
                 sub,
                 distilled,
                 ["gamma", "protocol"],
-                "fe_orth_l2",
+                "fe_orth_l2_t",
                 label=lambda k: f"gamma={k['gamma']:g} {k['protocol']}",
                 style=_protocol_style(sorted(sub["gamma"].unique())),
             )

@@ -76,7 +76,7 @@ def training(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str)
         axes[0].axhline(at_opt, color=c, ls=":", lw=1)
     axes[0].set_title("dashed: GD 1/β, dotted: GD 2/(β+β₀)")
     for ax, col, what in ((axes[1], "imp_last", "$r_T$ (last iterate)"), (axes[2], "imp_mean", "mean$_t$ $r_t$")):
-        lines = _lines(runs, curves, keys, col)
+        lines = _lines(runs, curves, keys, f"{col}_t")  # the curve's value at step k; runs hold the final one
         refs = []
         for ln in lines:
             part = _rows(runs, ln.key)

@@ -5,6 +5,7 @@ theory_* grid. `claims.py` lists them beside the paper's empirical claims."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -94,49 +95,130 @@ def cost_l_over_ln_l(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     return Verdict(HOLDS if ok else FAILS, " | ".join(out), theory="cost ~ L/ln L, minimal at L = 3 (2 and 4 tie)")
 
 
-def lemma2_warmup(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+LEMMA2_REGIME = (
+    "inside Lemma 2: one training matrix, X0 = A^T/c0 with c0 > ||A||^2, L >= 4, no warm start, C_k from 0, "
+    "full-batch GD; e0 ~ 0.99 so that every e_k stays above float64 rounding"
+)
+
+
+def _warmup(runs: pd.DataFrame) -> pd.DataFrame:
     r = trained(minv(runs))
-    r = r[r["model"] == "warmup"]
-    if r.empty:
-        return Verdict(NO_DATA, "no warm-up runs")
-    g = r["grad_init_max"].astype(float)  # the max component: <= 0 (deep layers underflow to exactly 0)
-    neg = bool((g <= 0).all())
+    return r[r["model"] == "warmup"]
+
+
+def _shape(r: pd.DataFrame) -> pd.Series:
+    return r["rows"].astype(int).astype(str) + "x" + r["cols"].astype(int).astype(str) + ", L=" + r["L"].astype(str)
+
+
+def _lemma2(judge: Callable[[pd.DataFrame], tuple[bool, str]], theory: str) -> Check:
+    """A Lemma 2 check: `judge` reads the trained warm-up runs and says (holds, what it measured)."""
+
+    def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+        r = _warmup(runs)
+        if r.empty:
+            return Verdict(NO_DATA, "no trained warm-up runs (model: warmup)")
+        holds, measured = judge(r)
+        return Verdict(HOLDS if holds else FAILS, measured, theory=theory)
+
+    return check
+
+
+def _gradient_negative(r: pd.DataFrame) -> tuple[bool, str]:
+    g = r["grad_init_max"].astype(float)  # the largest component: every dL/dC_k is at most this
+    by = g.groupby(_shape(r)).max()
+    return bool((g < 0).all()), f"largest component of dL/dC at C = 0, by shape (max over seeds): {fmt(by, 3)}"
+
+
+def _order_raised(r: pd.DataFrame) -> tuple[bool, str]:
+    order, depth = r["order_empirical"].astype(float), r["L"].astype(float)
+    inside = (order > depth) & (order <= depth + 1 + 1e-9)
+    text = "; ".join(f"{k}: {np.round(v.to_numpy(), 3).tolist()}" for k, v in order.groupby(_shape(r)))
+    return bool(inside.all()), (
+        f"empirical order log e_(k+1) / log e_k after GD (median over layers, per seed) by shape: {text}"
+    )
+
+
+def _c_near_one(r: pd.DataFrame) -> tuple[bool, str]:
     cs = [coeffs(v) for v in r["coeffs_json"]]
-    first = [c[0] for c in cs if c]
     near_one = all(0.5 <= c[k] <= 1.5 for c in cs for k in range(len(c) - 1))
-    order = r["order_empirical"].astype(float)
-    lo, hi = r["L"].astype(float), r["L"].astype(float) + 1
-    in_range = bool(((order > lo) & (order <= hi + 1e-9)).all())
+    text = "; ".join(f"{s}: {np.round(c, 3).tolist()}" for s, c in zip(_shape(r), cs, strict=True))
+    return near_one, f"learned C_1..C_K after GD: {text}; every C_k (k < K) within [0.5, 1.5]: {near_one}"
+
+
+lemma2_gradient = _lemma2(_gradient_negative, "Lemma 2: dL/dC_k < 0 for C_k in [0, 1 + eps]")
+lemma2_order = _lemma2(_order_raised, "Lemma 2: the learned D-Minv converges with an order L~ in (L, L+1]")
+lemma2_c_to_one = _lemma2(_c_near_one, "Lemma 2: from 0, GD drives C_k (k < K) into [1 - eps, 1 + eps]")
+
+
+THM1_REGIME = (
+    "inside Thm 1: sigma in [b_a, 1] (b_a = 1/2), ||E0|| <= 1/2 (one warm-start layer), |C0 - 1| <= 1/16, "
+    "eta ~ 1/(d L), K >= n d"
+)
+THM1_PRACTICE = "practice, outside Thm 1: K < n d (d = 10, n up to 40, K <= 16), eta = 1 > 1/(d L)"
+FLOAT64_FLOOR = 1e-28  # a training loss this small has converged; its later rates are rounding
+
+
+def _quarter_rates(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the training loss's decay factor per 1,000 GD steps over the second and the last quarter of
+    training, and whether log L_n(t) is a straight line from the first quarter on (the last quarter decays at
+    least half as fast as the second; a run that reached the float64 floor before half-way counts as
+    converged). The first quarter is left out: a fast start followed by the theorem's rate is linear
+    convergence too."""
+    rows = []
+    for run_id, g in curves[curves["run_id"].isin(runs["run_id"])].groupby("run_id"):
+        q = g[g["step"] > 0].dropna(subset=["train_loss"]).groupby("step")["train_loss"].median()
+        if len(q) < 8:
+            continue
+        end = float(q.index.max())
+
+        def at(step: float, q: pd.Series = q) -> float:
+            return float(np.log10(max(float(q[q.index <= step].iloc[-1]), 1e-300)))
+
+        converged = bool((q[q.index <= end / 2] < FLOAT64_FLOOR).any())
+        r2 = (at(end / 4) - at(end / 2)) / (end / 4)
+        r4 = (at(3 * end / 4) - at(end)) / (end / 4)
+        rows.append(
+            {
+                "run_id": run_id,
+                "f2": 10 ** (-1000 * r2),
+                "f4": 10 ** (-1000 * r4),
+                "linear": converged or (r2 > 0 and r4 >= 0.5 * r2),
+            }
+        )
+    return pd.DataFrame(rows, columns=["run_id", "f2", "f4", "linear"])
+
+
+def _thm1(runs: pd.DataFrame, curves: pd.DataFrame | None, inside: bool) -> Verdict:
+    if curves is None or curves.empty:
+        return Verdict(NO_DATA, "needs curves")
+    r = trained(minv(runs))
+    nd = r["n_train"].astype(float) * r[["rows", "cols"]].min(axis=1).astype(float)
+    r = r[(r["K"].astype(float) >= nd) == inside]
+    rates = _quarter_rates(curves, r).merge(r[["run_id", "n_train", "K", "rows", "seed"]], on="run_id")
+    if rates.empty:
+        want = "K >= n d" if inside else "K < n d"
+        return Verdict(NO_DATA, f"no trained run with {want} and a logged training-loss curve")
+    parts = []
+    for (n, k, d), g in rates.groupby(["n_train", "K", "rows"]):
+        f = "; ".join(f"{a:.4f} -> {b:.4f}" for a, b in zip(g["f2"], g["f4"], strict=True))
+        parts.append(f"d={int(d)} n={int(n)} K={int(k)}: {f}")
+    linear = bool(rates["linear"].all())
     return Verdict(
-        HOLDS if neg and near_one and in_range else FAILS,
-        f"gradient at C = 0 non-positive in every run: {neg} (max components {np.round(g.to_numpy(), 12).tolist()}); "
-        f"learned C (first layer) {np.round(first, 3).tolist()}; "
-        f"all C_k (k < K) in [0.5, 1.5]: {near_one}; empirical order {np.round(order.to_numpy(), 3).tolist()} "
-        f"(in (L, L+1]: {in_range})",
-        theory="Lemma 2: dL/dC_k < 0 on [0, 1 + eps], GD drives C_k (k < K) to about 1, order in (L, L+1]",
+        HOLDS if linear else FAILS,
+        "training-loss factor per 1000 GD steps, second quarter -> last quarter of training (per seed): "
+        + " | ".join(parts)
+        + f"; straight on a log scale in {int(rates['linear'].sum())} of {len(rates)} runs",
+        theory="Thm 1: L_n < eps after T = Theta(d L K n b_a^-2 ln 1/eps) GD steps: a constant factor per step "
+        "(linear convergence, the rate set by d, L, K, n, b_a)",
     )
 
 
 def thm1_linear(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
-    if curves is None or curves.empty:
-        return Verdict(NO_DATA, "needs curves")
-    r = trained(minv(runs))
-    merged = curves.merge(r[["run_id", "n_train", "K"]], on="run_id")
-    merged = merged[merged["step"] > 0].dropna(subset=["train_loss"])
-    reductions, iters = {}, {}
-    for (n, k), g in merged.groupby(["n_train", "K"]):
-        q = g.groupby("step")["train_loss"].median()
-        reductions[(int(n), int(k))] = float(q.iloc[0] / q.iloc[-1])
-        hit = q[q <= q.iloc[0] / 100]
-        iters[(int(n), int(k))] = float(hit.index[0]) if len(hit) else math.inf
-    red = pd.Series(reductions)
-    it = pd.Series(iters)
-    linear = bool((red >= 100).all())
-    return Verdict(
-        HOLDS if linear else FAILS,
-        f"training-loss reduction first->last logged step by (n, K): {fmt(red, 3)}; iterations to 1/100: {fmt(it, 3)}",
-        theory="Thm 1: L_n < eps after T = Theta(d L K n b_a^-2 ln 1/eps) GD steps (linear convergence)",
-    )
+    return _thm1(runs, curves, inside=True)
+
+
+def thm1_practice(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
+    return _thm1(runs, curves, inside=False)
 
 
 def thm2_gap_n(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:

@@ -45,7 +45,8 @@ def _iter_line(
     and marked at the top of the axis with an open triangle."""
     pts = []
     for xv, grp in rows.groupby(x):
-        # -1 (never reached) counts as +inf, as in the claims: a median of inf means most seeds never got there.
+        # never reached (null; -1 in older stores) counts as +inf, as in the claims: a median of inf means
+        # most seeds never got there.
         q25, q50, q75 = quartiles(never_as_inf(grp[col]))
         xpos = quartiles(grp[xcol])[1] if xcol else float(xv)
         pts.append((xpos, q25, q50, q75))
@@ -254,7 +255,8 @@ def sweep_kappa(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: s
         )
     kx = runs["kappa_x"]
     ref = np.array([kx.min(), kx.max()])
-    base = runs.loc[runs["iters_rel_1e6"] > 0, "iters_rel_1e6"].min()
+    iters = never_as_inf(runs["iters_rel_1e6"])
+    base = iters[np.isfinite(iters) & (iters > 0)].min()
     if np.isfinite(base):
         ax.plot(ref, base * ref / ref[0], color="gray", ls=":", label="slope 1 (Cor. 3.4)")
     ax.set_xscale("log")

@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 1 when a verdict on a complete full grid differs from the expected one",
     )
+    check.add_argument("--all", action="store_true", help="list every registered claim, not only those with runs")
 
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
@@ -208,14 +209,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from analysis.claims import evaluate
 
     table = evaluate(_existing_store(args.results).root)
-    print(printable(table.format(), keep="\n\t"))
-    surprises = [r for r in table.results if r.surprising]
-    decided = sum(r.verdict.verdict != "not enough data" for r in table.results)
-    print(
-        f"\n{len(table.results)} claims: {decided} decided, {len(surprises)} differ from the expected verdict "
-        "on complete full grids"
-    )
-    return 1 if args.strict and surprises else 0
+    print(printable(table.format(show_all=args.all), keep="\n\t"))
+    print(f"\n{table.summary(show_all=args.all)}")
+    return 1 if args.strict and any(r.surprising for r in table.results) else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from pydantic.fields import FieldInfo
 
 from runner.errors import ConfigError
 from runner.grid.identity import discriminators, tag_value, variants
+from runner.grid.schema import curve_columns
 from tasks import UnknownTaskError, get_task, task_names
 
 
@@ -72,5 +73,8 @@ def describe_task(name: str) -> str:
                 ).rstrip()
             )
     lines.append("\nsummary: " + ", ".join(f"{k} ({v})" for k, v in task.summary_fields.items()))
-    lines.append("curve:   step (int), " + ", ".join(f"{k} ({v})" for k, v in task.curve_fields.items()))
+    columns = curve_columns(task)  # the store's names: `<name>_t` where runs has a column of the name
+    lines.append("curve:   step (int), " + ", ".join(f"{columns[k]} ({v})" for k, v in task.curve_fields.items()))
+    if any(k != c for k, c in columns.items()):
+        lines.append("         (<name>_t: the value at step t of a field named like a runs column)")
     return "\n".join(lines)

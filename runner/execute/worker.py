@@ -18,6 +18,7 @@ from runner.execute import provenance
 from runner.execute.base import BatchPolicy, Reporter, ReporterFactory, WorkItem
 from runner.execute.batching import Group, Member, plan_groups
 from runner.grid.identity import validate_params
+from runner.grid.schema import stored_curve
 from runner.store.records import RunRecord
 from tasks.base import Result, RunContext, device_for
 from tasks.registry import get_task
@@ -92,8 +93,7 @@ def _record(
     }
     row.update(item.params)
     row.update(result.summary)
-    curve = {k: list(v) for k, v in result.curve.items()}
-    return RunRecord(item.run_id, item.task, row, curve)
+    return RunRecord(item.run_id, item.task, row, stored_curve(item.task, result.curve))
 
 
 def _json(params: dict[str, Any]) -> str:

@@ -8,13 +8,14 @@ and set in later ones keeps its column and type.
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 
 from runner.grid.identity import variants
-from runner.store.columns import CURVE_COLUMNS, RUN_COLUMNS
+from runner.store.columns import CURVE_COLUMNS, PARTITION, RUN_COLUMNS, curve_column
 from tasks.base import Task, TaskIdentity
 from tasks.registry import get_task, learner_package
 
@@ -65,9 +66,31 @@ def runs_schema(task: Task) -> pa.Schema:
 
 
 @cache
+def curve_columns(task: Task) -> dict[str, str]:
+    """Each curve field of the task -> its curves/ column: `<name>_t` where the task's runs have a column
+    of that name (runner.store.columns.curve_column), so that curves and runs share run_id alone."""
+    runs = set(runs_schema(task).names)
+    columns = {n: curve_column(n, runs) for n in task.curve_fields}
+    names = [f.name for f in CURVE_COLUMNS] + list(columns.values())
+    clash = {n for n in names if names.count(n) > 1} | (set(columns.values()) & (runs | {PARTITION}))
+    if clash:
+        raise TypeError(f"{task.name}: curve fields clash with store or runs columns: {sorted(clash)}")
+    return columns
+
+
+@cache
 def curves_schema(task: Task) -> pa.Schema:
-    extra = [pa.field(n, FIELD_TYPES[t]) for n, t in task.curve_fields.items()]
+    extra = [pa.field(curve_columns(task)[n], FIELD_TYPES[t]) for n, t in task.curve_fields.items()]
     return pa.schema(CURVE_COLUMNS + extra, metadata={"task": task.name, "version": task.version})
+
+
+def stored_curve(name: str, curve: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """A run's curve (`Result.curve` of registered task `name`) under the columns curves/ stores it in:
+    what a worker puts in the run's record, so learners keep their own field names."""
+    if not curve:
+        return {}
+    runs = set(task_schemas(name)[0].names)
+    return {curve_column(k, runs): list(v) for k, v in curve.items()}
 
 
 def task_schemas(name: str) -> tuple[pa.Schema, pa.Schema]:

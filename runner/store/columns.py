@@ -6,6 +6,8 @@ that knows the task (runner.grid.schema); the store reads them back from the fil
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
+
 import pyarrow as pa
 
 # The hive partition key of runs/, curves/ and attempts/ (`task=<name>` folders). It is never a column
@@ -56,6 +58,27 @@ ATTEMPT_CURVE_COLUMNS: list[pa.Field] = [
     pa.field("batch_id", pa.string(), nullable=False),
     pa.field("step", pa.int64(), nullable=False),
 ]
+# The one naming rule between the two: curves/ and runs/ of a task share run_id alone, so that
+# `curves.merge(runs, on="run_id")` in plain pandas needs no suffixes and `by=["lr"]` names one column. A
+# curve field named like a column of the task's runs (a param such as deep_linear's `lr`, a summary metric
+# such as its `loss`, the store's `flops`) is stored as `<name>_t`: its value at step t, where the runs
+# column holds the run's param or final value. Files written before the rule hold such a field under its
+# own name; readers and rewrites find it by the same rule (`legacy_curve_columns`).
+AT_STEP = "_t"
+
+
+def curve_column(name: str, run_columns: Collection[str]) -> str:
+    """The curves/ column of a task's curve field `name`, given the column names of the task's runs."""
+    return f"{name}{AT_STEP}" if name in run_columns and name != "run_id" else name
+
+
+def legacy_curve_columns(curve_columns: Iterable[str], run_columns: Collection[str]) -> dict[str, str]:
+    """Columns of a task's curve parts written before the rule (named like one of `run_columns`) mapped
+    to the name the rule gives them now; run_id, step and a legacy part's batch_id are the store's own."""
+    own = {f.name for f in ATTEMPT_CURVE_COLUMNS}
+    return {c: curve_column(c, run_columns) for c in curve_columns if c in run_columns and c not in own}
+
+
 MEMBER_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),

@@ -27,11 +27,11 @@ import pyarrow.fs as pafs
 from runner.coord.claims import remove_idle_claims
 from runner.fs.files import delete_quietly
 from runner.store import incoming
-from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA
+from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
 from runner.store.store import ResultStore
-from runner.store.tables import kept_curves, latest_per_run, order_keys
+from runner.store.tables import current_names, kept_curves, latest_per_run, order_keys
 from runner.store.trials import newest_trials
 from runner.store.txn import Transaction
 
@@ -110,6 +110,14 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
     attempts = _quiet_read(store, parts[ATTEMPTS], runs_schema)
     curves = _quiet_read(store, parts[CURVES], curves_schema) if parts[CURVES] else None
     old_curves = _quiet_read(store, parts[ATTEMPT_CURVES], old_schema) if parts[ATTEMPT_CURVES] else None
+    # curve columns from before the naming rule (runner.store.columns) are rewritten under their names now
+    legacy = legacy_curve_columns(old_schema.names, runs_schema.names)
+    renamed = {CURVES: bool(set(legacy) & set(curves_schema.names)), ATTEMPT_CURVES: False}
+    if old_curves is not None:
+        renamed[ATTEMPT_CURVES] = bool(set(legacy) & set(old_curves.column_names))
+        old_curves = current_names(old_curves, legacy)
+    if curves is not None:
+        curves = current_names(curves, legacy)
     damaged = [p for p in every if p in store.reader.damaged]
     if damaged and not repair:
         report.skipped.append(name)
@@ -152,7 +160,8 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
         ordered = kept_curve_rows.sort_by([("run_id", "ascending"), ("step", "ascending")])
         if "batch_id" in ordered.column_names:  # a store from before: curves/ loses the attempt id here
             ordered = ordered.drop_columns(["batch_id"])
-        _rewrite(txn, readable[CURVES], _chunks(ordered), curves.num_rows, task_dir(CURVES, name), report)
+        rows_in = -1 if renamed[CURVES] else curves.num_rows  # a renamed column changes the part
+        _rewrite(txn, readable[CURVES], _chunks(ordered), rows_in, task_dir(CURVES, name), report)
         if kept_curve_rows.num_rows < curves.num_rows and "batch_id" in curves.column_names:
             # superseded rows a store before attempt_curves/ kept in curves/ (the rest of the rows not
             # kept are of runs with no runs row left: lost with a damaged part, run again); rows with no
@@ -164,6 +173,7 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
         old = pa.concat_tables(superseded, promote_options="permissive")
         ordered = old.sort_by([("run_id", "ascending"), ("batch_id", "ascending"), ("step", "ascending")])
         rows_in = old_curves.num_rows if old_curves is not None else 0
+        rows_in = -1 if renamed[ATTEMPT_CURVES] else rows_in
         _rewrite(txn, readable[ATTEMPT_CURVES], _chunks(ordered), rows_in, task_dir(ATTEMPT_CURVES, name), report)
 
 

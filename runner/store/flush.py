@@ -34,11 +34,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from runner.store import incoming
-from runner.store.columns import PARTITION
+from runner.store.columns import PARTITION, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
 from runner.store.records import RunRecord
 from runner.store.store import ResultStore, SchemaFor
-from runner.store.tables import conform, last_per_run, latest_per_run, with_attempt
+from runner.store.tables import conform, current_names, last_per_run, latest_per_run, with_attempt
 from runner.store.txn import Transaction
 from runner.store.union import stage_union
 
@@ -138,7 +138,11 @@ def stage_task(
         txn.remove(part)
 
     curve_parts = reader.readable(store.parts(curves_dir))
-    ctarget = reader.unified_schema(curve_parts, base=curves_schema)
+    stored = reader.unified_schema(curve_parts, base=curves_schema)
+    # a part from before the curve naming rule (runner.store.columns) differs from the target, so it is
+    # rewritten below with its legacy columns under their current names
+    legacy = legacy_curve_columns(stored.names, target.names)
+    ctarget = pa.schema([f for f in stored if f.name not in legacy], metadata=stored.metadata)
     chosen = {rec.run_id: rec for rec in recs}  # one record per run: the last, whose row was kept
     fresh = curve_table([r for r in chosen.values() if r.staged is None], curves_schema)
     copied = _adopt_staged(store, txn, list(chosen.values()), ctarget, curves_dir)
@@ -147,7 +151,7 @@ def stage_task(
     crewrite |= {p for p in curve_parts if not _same(ctarget, reader.schema(p))}
     csurvivors, superseded = [], []
     for part in sorted(crewrite):
-        rows_ = reader.read([part], ctarget)
+        rows_ = conform(current_names(reader.read([part], stored), legacy), ctarget)
         doomed = _pairs_mask(rows_, gone)
         csurvivors.append(rows_.filter(pc.invert(doomed)))
         superseded.append(rows_.filter(doomed))

@@ -142,7 +142,13 @@ class PartReader:
             schemas.insert(0, base)
         if not schemas:
             return pa.schema([])
-        return pa.unify_schemas(schemas, promote_options="permissive")
+        union = pa.unify_schemas(schemas, promote_options="permissive")
+        # a column some parts lack reads as nulls from them, whatever the parts that have it declare (an
+        # older layout's non-nullable curves batch_id beside parts written without it)
+        partial = [i for i, f in enumerate(union) if not f.nullable and any(f.name not in s.names for s in schemas)]
+        for i in partial:
+            union = union.set(i, union.field(i).with_nullable(True))
+        return union
 
     def read(
         self,

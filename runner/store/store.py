@@ -38,7 +38,14 @@ from runner.coord.writers import writers_lock
 from runner.fs.files import is_local
 from runner.fs.root import Root, open_root
 from runner.store import incoming
-from runner.store.columns import ATTEMPT_CURVE_COLUMNS, CURVE_COLUMNS, MEMBER_SCHEMA, PARTITION, RUN_COLUMNS
+from runner.store.columns import (
+    ATTEMPT_CURVE_COLUMNS,
+    CURVE_COLUMNS,
+    MEMBER_SCHEMA,
+    PARTITION,
+    RUN_COLUMNS,
+    legacy_curve_columns,
+)
 from runner.store.layout import (
     ATTEMPT_CURVES,
     ATTEMPTS,
@@ -51,7 +58,7 @@ from runner.store.layout import (
 )
 from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
-from runner.store.tables import kept_curves, latest_per_run, order_keys, with_attempt
+from runner.store.tables import current_names, kept_curves, latest_per_run, order_keys, with_attempt
 from runner.store.txn import INTERNAL, STAGING_DIR, TXN_DIR, Transaction, View, recover
 
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
@@ -211,17 +218,35 @@ class ResultStore:
         def read() -> pa.Table:
             file_schema = schema if schema is not None else self.file_schema(kind, task)
             wanted = None if columns is None else [c for c in columns if c != PARTITION]
+            # curve columns from before the naming rule read under their current names (columns.py)
+            legacy = self._legacy_curve_columns(kind, task, file_schema, wanted)
+            if wanted is not None and legacy:
+                wanted = list(dict.fromkeys([*wanted, *(old for old, new in legacy.items() if new in wanted)]))
             missing = [c for c in wanted or [] if c not in file_schema.names]
             # A column no file has yet (a metric of runs not stored, or of a newer task version) reads
             # as nulls rather than failing: the files are the truth, and they say nothing of it.
             full = pa.unify_schemas([file_schema, pa.schema([pa.field(c, pa.null()) for c in missing])])
-            table = self.reader.read(self.parts(task_dir(kind, task)), full, wanted, filter)
+            table = current_names(self.reader.read(self.parts(task_dir(kind, task)), full, wanted, filter), legacy)
             if kind in (RUNS, ATTEMPTS) and (columns is None or PARTITION in columns):
                 position = 1 if columns is None else columns.index(PARTITION)
                 table = table.add_column(min(position, table.num_columns), PARTITION, pa.array([task] * table.num_rows))
             return table
 
         return self.retrying(read)
+
+    def _legacy_curve_columns(
+        self, kind: str, task: str, schema: pa.Schema, wanted: list[str] | None
+    ) -> dict[str, str]:
+        """The legacy columns of a task's curve parts (old name -> current); a runs column asked of the
+        curves is refused, since the curve's values at each step are under the rule's name."""
+        if kind not in (CURVES, ATTEMPT_CURVES):
+            return {}
+        run_columns = self.file_schema(RUNS, task).names
+        asked = legacy_curve_columns(wanted or [], run_columns)
+        if asked:
+            wrong = ", ".join(f"{old!r} (the curve's is {new!r})" for old, new in asked.items())
+            raise ValueError(f"{task}: {wrong} name columns of its runs, not of its curves (join them on run_id)")
+        return legacy_curve_columns(schema.names, run_columns)
 
     def read_runs(
         self, task: str | None = None, columns: list[str] | None = None, filter: ds.Expression | None = None

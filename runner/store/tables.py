@@ -1,7 +1,9 @@
 """Arrow table rules of the store: one schema for a folder's rows, the newest row of each run, the
-curve rows of kept attempts."""
+curve rows of kept attempts, a legacy curve column under its current name."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,3 +79,20 @@ def latest_per_run(table: pa.Table) -> pa.Table:
     keep = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
     first = pa.concat_arrays([pa.array([True]), keep.combine_chunks()])
     return table.filter(first)
+
+
+def current_names(table: pa.Table, renames: Mapping[str, str]) -> pa.Table:
+    """`table` with each legacy column of `renames` (old name -> current, runner.store.columns
+    `legacy_curve_columns`) under its current name. Where the table has both (parts of both kinds read
+    as one), a row holds one of them: the current column's value where set, else the legacy one's."""
+    for old, new in renames.items():
+        if old not in table.column_names:
+            continue
+        legacy = table[old]
+        if new not in table.column_names:
+            table = table.rename_columns([new if c == old else c for c in table.column_names])
+            continue
+        current = table[new]
+        merged = legacy if pa.types.is_null(current.type) else pc.coalesce(current, legacy.cast(current.type))
+        table = table.set_column(table.schema.get_field_index(new), new, merged).drop_columns([old])
+    return table

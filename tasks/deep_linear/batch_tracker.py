@@ -87,7 +87,7 @@ class BatchTracker:
         self.err_sweep1 = np.full(n, NAN)
         self.n_inc = np.zeros(n, dtype=np.int64)
         self.max_inc = np.zeros(n)
-        self.iters_to_tol = np.full(n, -1, dtype=np.int64)
+        self.iters_to_tol = np.full(n, -1, dtype=np.int64)  # -1 here only: the Result gets None (Tracker's)
         self.flops_to_tol = np.full(n, NAN)
         self.stopped_at = np.zeros(n, dtype=np.int64)  # each member's last iteration
         self.status: list[Status] = [OK] * n
@@ -186,7 +186,7 @@ class BatchTracker:
                 t=t,
                 err=float(errs[i, t]),
                 err_min=float(self.err_min[i]),
-                iters_to_tol=int(self.iters_to_tol[i]),
+                iters_to_tol=int(self.iters_to_tol[i]) if self.iters_to_tol[i] >= 0 else None,
                 flops_to_tol=float(self.flops_to_tol[i]) if self.iters_to_tol[i] >= 0 else NAN,
                 n_inc=int(self.n_inc[i]),
                 max_inc=float(self.max_inc[i]),

@@ -122,7 +122,9 @@ class Tracker:
         self.diverged_step: int | None = None
         self.t = 0
         self.prev = self.err = self.err_min = setup.err0
-        self.iters_to_tol, self.flops_to_tol = -1, NAN
+        # None until the error reaches tol: a run that never does stores null, not a number (issue 28)
+        self.iters_to_tol: int | None = None
+        self.flops_to_tol = NAN
         self.n_inc, self.max_inc = 0, 0.0
         self.ratio_max, self.violations = NAN, 0
         self.lrs: list[float] = []
@@ -175,7 +177,7 @@ class Tracker:
             self.setup.summary["err_sweep1"] = err
         if t > self.tail_start:
             self.tail_sum, self.tail_n = self.tail_sum + err, self.tail_n + 1
-        crossed = self.iters_to_tol < 0 and err <= p.tol
+        crossed = self.iters_to_tol is None and err <= p.tol
         if crossed:
             self.iters_to_tol, self.flops_to_tol = t, self.counter.total
         done = t == p.n_iters or (crossed and p.stop_at_tol)
@@ -221,7 +223,7 @@ class Final:
     t: int  # the last iteration accounted for
     err: float  # the error after it
     err_min: float
-    iters_to_tol: int
+    iters_to_tol: int | None  # None: the error never reached tol
     flops_to_tol: float
     n_inc: int
     max_inc: float
@@ -259,7 +261,7 @@ def make_result(p: AnyParams, s: Setup, f: Final, stats: BCSGDStats | None = Non
             "loss_final": obj.loss(err),
             "loss_star": obj.loss_star,
             "iters_to_tol": f.iters_to_tol,
-            "sweeps_to_tol": f.iters_to_tol / s.per_sweep if f.iters_to_tol >= 0 else NAN,
+            "sweeps_to_tol": f.iters_to_tol / s.per_sweep if f.iters_to_tol is not None else NAN,
             "flops_to_tol": f.flops_to_tol,
             "n_increase": f.n_inc,
             "frac_increase": f.n_inc / t if t else 0.0,

@@ -32,6 +32,7 @@ Dist = Literal["uniform", "gaussian"]
 JType = Literal["resnet", "input"]
 Protocol = Literal["joint", "layerwise", "window", "all_from_start"]
 Optim = Literal["adam", "sgd"]
+OptState = Literal["reset", "keep"]
 Activation = Literal["square", "quad_lin", "relu"]
 KernelName = Literal["poly", "ntk", "rf"]
 
@@ -153,6 +154,12 @@ class WKParams(TrainFields):
     lam_mult: float = Field(0.1, ge=0.0, le=1e4, description="lam3..5 = lam_mult * ratio * alpha_eff_l^2")
     lam_ratios: list[float] = Field(
         [1.0, 1.0, 1.0], description="(lam3, lam4, lam5) relative weights (paper: lam3 > lam4 > lam5)"
+    )
+    opt_state: OptState = Field(
+        "reset",
+        description="the optimiser's state (Adam moments, SGD momentum) across phases: reset = a fresh "
+        "optimiser at every stage and the final phase; keep = one optimiser for the whole run (the spec's "
+        "prototype), a tensor keeping its state while it is frozen",
     )
     trunc_b: float | None = Field(
         None,

@@ -194,6 +194,11 @@ class Trainer:
         return row
 
     # -------------------------------------------------------------------------------- training
+    def optimiser(self, params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+        if self.p.optimizer == "adam":
+            return torch.optim.Adam(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, momentum=self.p.momentum or 0.0)
+
     def run(self) -> Outcome:
         p, net = self.p, self.net
         gb = generator(p.iseed(), "hierarchical", "batch")
@@ -203,19 +208,26 @@ class Trainer:
         last = self.record(plan[0], math.nan, initial=True)
         status: Status = OK
         diverged_step: int | None = None
+        kept: torch.optim.Optimizer | None = None
         for phase in plan:
             if phase.distill_before is not None:
                 layer = phase.distill_before
-                net.k[layer] = initial_distill(net.w[layer].detach(), net.split(layer), net.ks[layer - 2])
+                distilled = initial_distill(net.w[layer].detach(), net.split(layer), net.ks[layer - 2])
+                with torch.no_grad():  # in place: a kept optimiser holds this tensor
+                    net.k[layer].copy_(distilled)
             for layer in range(2, p.L + 1):
                 net.w[layer].requires_grad_(layer in phase.train_w)
                 net.k[layer].requires_grad_(layer in phase.train_k)
             params = [net.w[x] for x in sorted(phase.train_w)] + [net.k[x] for x in sorted(phase.train_k)]
-            opt: torch.optim.Optimizer
-            if p.optimizer == "adam":
-                opt = torch.optim.Adam(params, lr=phase.lr)
+            if p.opt_state == "keep":
+                # one optimiser over every tensor for the whole run (the spec's prototype): a frozen tensor has
+                # no gradient, so Adam and SGD skip it and its moments wait for its next phase
+                kept = kept or self.optimiser(net.tensors(), phase.lr)
+                for group in kept.param_groups:
+                    group["lr"] = phase.lr
+                opt = kept
             else:
-                opt = torch.optim.SGD(params, lr=phase.lr, momentum=p.momentum or 0.0)
+                opt = self.optimiser(params, phase.lr)
             per_step = self.step_flops(phase)
             truncated = net.trunc is not None
             for epoch in range(phase.epochs):

@@ -52,13 +52,6 @@ def frobenius_slope(order: int) -> float:
     return -1.5 * math.log10(order)
 
 
-def depth_for(e0: float, eps: float, order: int) -> int:
-    """Layers K needed for e0^(L^K) <= eps (spec 4.3): ceil(log(log eps / log e0) / log L)."""
-    if e0 <= 0.0 or e0 <= eps:
-        return 0
-    return max(0, math.ceil(math.log(math.log(eps) / math.log(e0)) / math.log(order) - 1e-12))
-
-
 def prop4_bound(e0_max: float, depth: int, order: int, delta: float) -> float:
     """Prop. 4: ||e_K||_inf <= e0^(L^K) + (17/8) delta."""
     power = float(order) ** depth

@@ -87,7 +87,8 @@ class Trainer:
         self.batch_gen = generator(p.seed if p.init_seed is None else p.init_seed, "ldminv", "batches")
         # float64 leaf on the device whatever the compute dtype (the engine casts): the optimiser's state
         self.coeffs = start_coefficients(p).to(ctx.device).requires_grad_(True)
-        self.status, self.steps, self.hit_tol = "ok", 0, -1
+        self.status, self.steps = "ok", 0
+        self.hit_tol: int | None = None  # never reached train_tol: stored as null (issue 28)
         self.diverged_step: int | None = None
         self.grad_init_max, self.last_train = math.nan, math.nan
         self.stopped = False
@@ -123,7 +124,7 @@ class Trainer:
         """Bookkeeping after this member's optimiser step at iteration `it`; False when it stops here."""
         p = self.p
         self.steps, self.last_train = it, value
-        if self.hit_tol < 0 and value <= p.train_tol:
+        if self.hit_tol is None and value <= p.train_tol:
             self.hit_tol = it
         if not all(math.isfinite(float(c)) for c in self.coeffs.detach().flatten()):
             self.status, self.diverged_step = "diverged", it
@@ -162,7 +163,7 @@ class Trainer:
         curve: dict[str, list[Any]],
         init_coeffs: torch.Tensor,
         test0: float,
-        hit_tol: int,
+        hit_tol: int | None,
         grad_init_max: float,
         last_train: float,
     ) -> MinvOutcome:

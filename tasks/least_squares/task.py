@@ -126,7 +126,7 @@ class _Member:
         self.errs: list[float] = []
         self.losses: list[float] = []
         self.status: Status = OK
-        self.iters_to_tol = -1
+        self.iters_to_tol: int | None = None  # never reached tol: stored as null (issue 28)
         self.diverged_step: int | None = None
         self.it = 0
         self.err = math.nan

@@ -125,7 +125,7 @@ def summarize(out: Outcome, theory: dict[str, Any], flops_per_step: float, setup
     tr = out.trace
     rel_final = tr.rel(tr.last_excess)
     hit = tr.first[1e-6]
-    t_rate, rel_rate = (hit, tr.rel_at_first[1e-6]) if hit > 0 else (tr.last_step, rel_final)
+    t_rate, rel_rate = (hit, tr.rel_at_first[1e-6]) if hit is not None and hit > 0 else (tr.last_step, rel_final)
     rate = rel_rate ** (1.0 / t_rate) if t_rate > 0 and rel_rate > 0 and math.isfinite(rel_rate) else math.nan
     # SGD with L* > 0 stalls at a noisy level: average the logged points of the last fifth of the run.
     steps, sub = tr.curve["step"], tr.curve["subopt"]

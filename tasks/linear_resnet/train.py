@@ -47,7 +47,8 @@ class Trace:
     loss_star: float
     gap0: float  # L0 - L*
     curve: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in CURVE_KEYS})
-    first: dict[float, int] = field(default_factory=lambda: {eps: -1 for eps in THRESHOLDS})
+    # None until rel reaches eps: a threshold never reached is stored as null (issue 28)
+    first: dict[float, int | None] = field(default_factory=lambda: dict.fromkeys(THRESHOLDS))
     rel_at_first: dict[float, float] = field(default_factory=dict)  # rel at the hitting step (rate fits)
     best_excess: float = math.inf
     last_step: int = 0
@@ -61,7 +62,7 @@ class Trace:
         self.best_excess = min(self.best_excess, excess)
         self.last_step, self.last_excess = t, excess
         for eps, hit in self.first.items():
-            if hit < 0 and rel <= eps:
+            if hit is None and rel <= eps:
                 self.first[eps] = t
                 self.rel_at_first[eps] = rel
         return rel

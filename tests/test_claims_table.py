@@ -1,0 +1,148 @@
+"""The claims table (issues 28, 29): `convgrid check` lists the claims whose grids are in the store and `--all`
+every registered one; each row carries our number beside the paper's and the spec's reference, the regime it
+was decided in and, when undecided, one line saying what it lacks; a verdict short of the paper's budget is
+"undecided at this budget" and never a surprise; and the reproduction tables in the docs are generated from the
+checked-in claims CSVs, which must list exactly the registered claims with their current statements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import repro_table
+from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Claim, Verdict, evaluate, registry
+from runner import run_grid
+from runner.cli import main
+from tests.options import opts
+
+GRID = {"name": "lsq_claims", "blocks": [{"task": "least_squares", "params": {"n_iters": 30}, "repeat": 2}]}
+
+
+def _claim(cid: str, grids: tuple[str, ...], verdict: Verdict, expected: str = HOLDS) -> Claim:
+    return Claim(
+        cid,
+        "-",
+        "least_squares",
+        grids,
+        f"statement of {cid}",
+        lambda runs, _: verdict,
+        expected=expected,  # type: ignore[arg-type]
+        regime="inside a made-up theorem",
+        spec="spec says 42",
+    )
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = str(tmp_path_factory.mktemp("claims") / "res")
+    run_grid(GRID, root, opts())
+    return root
+
+
+CLAIMS = [
+    _claim("x.decided", ("lsq_claims",), Verdict(HOLDS, "ours 41.5", paper="paper 40")),
+    _claim("x.budget", ("lsq_claims",), Verdict(UNDECIDED, "rising", budget="30 of the paper's 3000 steps"), FAILS),
+    _claim("x.absent", ("not_run", "small_not_run"), Verdict(HOLDS, "never asked")),
+]
+
+
+def test_check_lists_present_claims_and_all_with_the_flag(
+    store: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("analysis.claims.registry", lambda: CLAIMS)
+    assert main(["check", store]) == 0
+    out = capsys.readouterr().out
+    assert "x.decided: holds" in out and "x.budget: undecided at this budget" in out
+    assert "x.absent" not in out
+    assert "2 claims (1 more without their grids: --all lists them): 1 decided, 1 undecided at their budget" in out
+    assert main(["check", store, "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "x.absent: not enough data" in out
+    assert "lacks: needs grid not_run or small_not_run (convgrid run grids/least_squares/not_run.yaml)" in out
+    # our number beside the paper's and the spec's reference, and where it was decided
+    block = out.split("x.decided: holds")[1].split("x.budget: ")[0]
+    assert "ours: ours 41.5" in block and "paper: paper 40" in block and "spec: spec says 42" in block
+    assert "regime: inside a made-up theorem" in block
+    assert "lacks: a longer budget: 30 of the paper's 3000 steps" in out
+    # an undecided verdict is never a surprise, even on a complete full grid expecting otherwise
+    assert main(["check", store, "--strict"]) == 0
+
+
+def test_frame_keeps_its_columns_and_adds_the_new_ones(store: str) -> None:
+    frame = evaluate(store, CLAIMS).frame()
+    old = ["claim", "grid", "extra", "size", "verdict", "expected", "measured", "paper", "theory", "complete"]
+    assert list(frame.columns[: len(old)]) == old
+    rows = frame.set_index("claim")
+    assert rows.loc["x.decided", ["spec", "regime", "decided", "lacks"]].tolist() == [
+        "spec says 42",
+        "inside a made-up theorem",
+        True,
+        "",
+    ]
+    assert rows.loc["x.budget", "budget"] == "30 of the paper's 3000 steps" and not rows.loc["x.budget", "decided"]
+    assert rows.loc["x.absent", "verdict"] == NO_DATA and rows.loc["x.absent", "grid"] == "-"
+    assert "\n" not in rows.loc["x.absent", "lacks"]
+
+
+def test_a_decided_verdict_against_the_expected_one_is_a_surprise(store: str) -> None:
+    (result,) = evaluate(store, [_claim("x.wrong", ("lsq_claims",), Verdict(FAILS, "no"))]).results
+    assert result.surprising and result.decided
+
+
+def test_generated_table_round_trips_through_the_docs(store: str) -> None:
+    frame = evaluate(store, CLAIMS).frame()[repro_table.CSV_COLUMNS]
+    table = repro_table.markdown(frame)
+    rows = table.splitlines()
+    assert rows[0].startswith("| claim | paper | spec's reference | ours | verdict (expected) |")
+    assert len(rows) == 2 + len(CLAIMS)
+    assert "**holds** (holds)" in rows[2] and "ours 41.5" in rows[2] and "spec says 42" in rows[2]
+    assert "lacks: needs grid not_run" in rows[4]
+    doc = "# x\n\nprose\n"
+    once = repro_table.with_table(doc, "least_squares", table)
+    assert once.startswith(doc.rstrip("\n")) and table in once
+    assert repro_table.with_table(once, "least_squares", table) == once  # regenerating changes nothing
+    changed = repro_table.with_table(once, "least_squares", "| new |")
+    assert "| new |" in changed and table not in changed and changed.count("reproduction table: end") == 1
+
+
+@pytest.mark.parametrize("task", sorted(p.stem for p in repro_table.CSV_DIR.glob("*.csv")))
+def test_docs_table_is_the_one_generated_from_the_claims_csv(task: str) -> None:
+    """Drift: the table in docs/<task>.md is what `python -m analysis.repro_table docs <task>` writes from the
+    checked-in CSV, and the CSV lists exactly the registered claims of the task with their current statements
+    and expected verdicts (a claim changed in code without a new CSV fails here)."""
+    csv = repro_table.read_csv(task)
+    doc = repro_table.doc_path(task).read_text()
+    assert repro_table.with_table(doc, task, repro_table.markdown(csv)) == doc
+    mine = {c.id: c for c in registry() if c.task == task}
+    assert list(csv["claim"]) == list(mine)
+    for row in csv.itertuples():
+        assert (row.statement, row.expected) == (mine[row.claim].statement, mine[row.claim].expected), row.claim
+    assert set(csv["verdict"]) <= {HOLDS, FAILS, UNDECIDED, NO_DATA}
+
+
+def test_the_cli_writes_and_checks_a_docs_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv_dir, docs = tmp_path / "claims", tmp_path / "docs"
+    docs.mkdir()
+    (docs / "least_squares.md").write_text("# least squares\n")
+    monkeypatch.setattr(repro_table, "CSV_DIR", csv_dir)
+    monkeypatch.setattr(repro_table, "doc_path", lambda task: docs / f"{task}.md")
+    store = str(tmp_path / "res")
+    run_grid(GRID, store, opts())
+    monkeypatch.setattr("analysis.claims.registry", lambda: CLAIMS)
+    monkeypatch.setattr(repro_table, "registry", lambda: CLAIMS)
+    assert repro_table.main(["csv", store, "least_squares"]) == 0
+    written = pd.read_csv(csv_dir / "least_squares.csv", dtype=str, keep_default_na=False)
+    assert list(written["claim"]) == [c.id for c in CLAIMS] and list(written.columns) == repro_table.CSV_COLUMNS
+    assert repro_table.main(["docs", "least_squares", "--check"]) == 1  # no table yet
+    assert repro_table.main(["docs", "least_squares"]) == 0
+    assert repro_table.main(["docs", "least_squares", "--check"]) == 0
+    assert repro_table.main(["verify", store, "least_squares"]) == 0
+    written.loc[0, "verdict"] = FAILS
+    written.to_csv(csv_dir / "least_squares.csv", index=False)
+    capsys.readouterr()
+    assert repro_table.main(["verify", store, "least_squares"]) == 1
+    assert "x.decided: CSV does not hold, store holds" in capsys.readouterr().out
