@@ -284,7 +284,8 @@ GAUSSIAN_L4 = (
     "also raises the test MSE (0.0083 -> 0.028) though layer 4 carries 0.26% of the variance: the layer-4 term has "
     "kurtosis ~2e4, so a few training points carry its variance and their minibatch gradients pull the trainable "
     "layer-2 features (layer-wise freezes them); the test MSE is 50-100x the median squared error there "
-    "(docs/hierarchical.md, and the truncated-activation intervention c1_gaussian_l4_tails)"
+    "(docs/hierarchical.md); truncating the learner's inner activation (B tanh(z/B))^2, B = 5, does not restore "
+    "it (c1_gaussian_l4_tails: joint fe_2 0.047 -> 0.154 -> 0.172 -> 0.101)"
 )
 SETTING = "spec 3.10's synthetic protocol: d = 20, k = (6, 4, 3), m = 64, n = 2e4, Adam 3e-3, 10 + 10 epochs per layer"
 
