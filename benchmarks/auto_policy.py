@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -30,6 +29,10 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.machine import header  # noqa: E402 - after the path
+
 BASE = {"task": "least_squares", "params": {"d_in": 20, "d_out": 2, "m": 40, "n_iters": 200, "tol": 1e-300}}
 
 
@@ -43,13 +46,6 @@ def convgrid(args: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -57,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     env["RAY_worker_niceness"] = "0"  # every contender's processes at the benchmark's niceness
-    print(f"auto_policy: {cpu_model()}, {os.cpu_count()} CPUs, {args.new} new cells of least squares")
+    print(f"auto_policy: {header()}; {args.new} new cells of least squares")
     contenders = {
         "auto (as typed)": ([], {}),
         "auto, no rule": ([], {"CONVGRID_SMALL_WORK_S": "0"}),

@@ -100,7 +100,10 @@ def main() -> None:
     ap.add_argument("options", nargs=argparse.REMAINDER, help="options for `convgrid run`, after --")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
+    from benchmarks.machine import header
     from benchmarks.vs_sequential_and_ray_tune import grid_yaml
+
+    print(header(), flush=True)
 
     options = [o for o in args.options if o != "--"]
     with tempfile.TemporaryDirectory(prefix="timeline-") as tmp:

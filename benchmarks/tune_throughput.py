@@ -2,6 +2,7 @@
 and with a journal file, on a short (~0.5 ms) and a longer (~10 ms) objective, 2 trials in flight.
 
     python benchmarks/tune_throughput.py [--repeats 3] [--fast-trials 600] [--slow-trials 300] [--json out.json]
+                                         [--only CONTENDER,...] [--against TREE]
 
 Every contender runs in its own process, the contenders of a round in rotated order, `--repeats`
 rounds; printed are min / median / max over the rounds of the ratios within a round (convgrid's
@@ -13,10 +14,12 @@ step, TPE seeded (constant liar on, as convgrid sets it for parallel > 1), no pr
   slow: d_in 200, d_out 10, m 100, 200 steps (~10 ms)
 Each child prints the objective's measured median time, so the labels can be checked.
 
-Two clocks per contender:
+Two clocks per contender, and its CPU time:
   study: inside the child, from the first ask to the last tell, after start-up (imports; for
          convgrid Ray, its two actors and one warm-up run on each), i.e. trials/s of the tuner;
-  process: from spawning the child to its exit (start-up and teardown included).
+  process: from spawning the child to its exit (start-up and teardown included);
+  cpu: CPU seconds of the child and of what it reaped (Ray's workers mostly not), the work each
+       side does, which other jobs on a shared machine change far less than the clocks.
 
 Contenders (2 in flight each):
   convgrid async       `convgrid tune` (default mode) on Ray, 2 actors, parallel 2, journal file;
@@ -31,6 +34,11 @@ Contenders (2 in flight each):
   optimize memory      study.optimize(n_jobs=2), InMemoryStorage, the same objective in 2 threads
   optimize journal     the same with JournalStorage(JournalFileBackend)
 
+`--only` keeps some contenders (comma-separated; the optimize ones are always kept: they are the
+baselines). `--against TREE` adds, in every round, each of convgrid's contenders kept run from another
+source tree (say, a `git archive` of the commit before a change) with this Python, labelled "@against":
+a before/after measured interleaved on the same shared machine, its ratios within each round.
+
 Ray starts its workers at niceness 15 (`RAY_worker_niceness`): on a machine shared with other jobs,
 convgrid's actors would then run behind everyone else while optimize's threads run at the caller's
 niceness. Children get RAY_worker_niceness=0, so every process of every contender runs at the
@@ -42,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,11 +64,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["RAY_worker_niceness"] = "0"  # noqa: SIM112 - Ray reads this exact name; all contenders at one niceness
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from runner.execute.options import ExecutionOptions  # noqa: E402 - after the environment and the path
-
-QUIET = ExecutionOptions(progress=False)  # the executor is the benchmark's own; no progress bar
+TREE = Path(os.environ.get("BENCH_TREE") or REPO)  # the source tree a child runs (--against: another one)
+sys.path.insert(0, str(TREE))
 
 OBJECTIVES: dict[str, dict[str, Any]] = {
     "fast": {"d_in": 10, "d_out": 2, "m": 40, "cond": 3.0, "n_iters": 50, "tol": 1e-300, "log_every": 10},
@@ -67,7 +73,9 @@ OBJECTIVES: dict[str, dict[str, Any]] = {
 }
 LOW, HIGH = 0.01, 0.6
 CONTENDERS = ["convgrid async", "convgrid determ.", "convgrid command", "optimize memory", "optimize journal"]
-OURS = 3  # the first three are convgrid's
+BASELINES = ["optimize memory", "optimize journal"]
+AGAINST = "@against"  # a contender run from the --against tree
+CLOCKS = ("study_s", "process_s", "cpu_s")
 
 
 def study_file(objective: str, trials: int, mode: str) -> dict[str, Any]:
@@ -87,6 +95,7 @@ def study_file(objective: str, trials: int, mode: str) -> dict[str, Any]:
 def child_convgrid(objective: str, trials: int, root: Path, mode: str) -> dict[str, Any]:
     from runner import RayExecutor
     from runner.execute.base import WorkItem
+    from runner.execute.options import ExecutionOptions  # here: a tree from before it (--against) runs the CLI only
     from runner.tune.driver import tune
     from runner.tune.optuna_adapter import load_plans
 
@@ -95,7 +104,7 @@ def child_convgrid(objective: str, trials: int, root: Path, mode: str) -> dict[s
     warm = [WorkItem(f"warm{i}", "least_squares", {**OBJECTIVES[objective], "lr": 0.1}) for i in range(2)]
     assert sum(len(r) for r in executor.execute(warm)) == 2  # both actors have imported and run the task
     t0 = time.perf_counter()
-    (report,) = tune(plans, root, QUIET, executor=executor)
+    (report,) = tune(plans, root, ExecutionOptions(progress=False), executor=executor)  # no progress bar
     wall = time.perf_counter() - t0
     executor.close()
     assert sum(report.states.values()) == trials, report.states
@@ -187,17 +196,22 @@ def child(contender: str, objective: str, trials: int, root: Path) -> dict[str, 
     return child_optuna(objective, trials, root, journal=contender == "optimize journal")
 
 
-def spawn(contender: str, objective: str, trials: int, root: Path) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", contender, "--objective", objective, "--trials", str(trials)]
-    t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    # Ray's workers import this checkout's runner too (not an installed copy)
-    proc = subprocess.run([*cmd, "--root", str(root)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - t0
+def spawn(contender: str, objective: str, trials: int, root: Path, against: Path | None) -> dict[str, Any]:
+    name, tree = (contender.removesuffix(AGAINST), against) if contender.endswith(AGAINST) else (contender, REPO)
+    assert tree is not None
+    cmd = [sys.executable, __file__, "--child", name, "--objective", objective, "--trials", str(trials)]
+    t0, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
+    # Ray's workers import the tree's runner too (not an installed copy)
+    env = {**os.environ, "PYTHONPATH": path, "BENCH_TREE": str(tree)}
+    proc = subprocess.run([*cmd, "--root", str(root)], cwd=tree, env=env, capture_output=True, text=True, timeout=1800)
+    wall, now = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{contender} {objective} failed:\n{proc.stderr[-3000:]}")
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     out["process_s"] = wall
+    # CPU seconds of the child and what it reaped (Ray's workers mostly not): steadier than wall time when shared
+    out["cpu_s"] = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
     return out
 
 
@@ -211,6 +225,8 @@ def main() -> int:
     parser.add_argument("--fast-trials", type=int, default=600)
     parser.add_argument("--slow-trials", type=int, default=300)
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement here")
+    parser.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (baselines always)")
+    parser.add_argument("--against", type=Path, default=None, help="another source tree: its convgrid contenders too")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--objective", choices=list(OBJECTIVES), help=argparse.SUPPRESS)
     parser.add_argument("--trials", type=int, help=argparse.SUPPRESS)
@@ -220,40 +236,45 @@ def main() -> int:
         print(json.dumps(child(args.child, args.objective, args.trials, args.root)))
         return 0
 
+    from benchmarks.machine import header, load
+
+    print(header(), flush=True)
     trials = {"fast": args.fast_trials, "slow": args.slow_trials}
+    ours = [c for c in args.only.split(",") if c in CONTENDERS and c not in BASELINES]
+    if args.against is not None:
+        ours += [c + AGAINST for c in ours]
+    contenders = ours + BASELINES
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
         for rnd in range(args.repeats):
             for objective in OBJECTIVES:
-                order = CONTENDERS[rnd % len(CONTENDERS) :] + CONTENDERS[: rnd % len(CONTENDERS)]
+                order = contenders[rnd % len(contenders) :] + contenders[: rnd % len(contenders)]
                 for contender in order:
-                    root = Path(tmp) / f"r{rnd}-{objective}-{contender.replace(' ', '_')}"
-                    out = spawn(contender, objective, trials[objective], root)
+                    root = Path(tmp) / f"r{rnd}-{objective}-{contender.replace(' ', '_').replace('@', '')}"
+                    out = spawn(contender, objective, trials[objective], root, args.against)
                     out.update(round=rnd, objective=objective, contender=contender)
                     results.append(out)
                     print(
-                        f"round {rnd} {objective} {contender:17s} {trials[objective] / out['study_s']:7.1f} trials/s "
-                        f"(study {out['study_s']:6.2f} s, process {out['process_s']:6.2f} s, objective "
-                        f"{out['objective_ms']:.2f} ms, {out['trials_with_stored_run']} trials with a stored run "
-                        f"in {out['run_parts']} parts)" + (" Ray started" if out.get("ray_started") else ""),
+                        f"round {rnd} {objective} {contender:26s} {trials[objective] / out['study_s']:7.1f} trials/s "
+                        f"(study {out['study_s']:6.2f} s, process {out['process_s']:6.2f} s, "
+                        f"CPU {out['cpu_s']:6.2f} s, objective {out['objective_ms']:.2f} ms, "
+                        f"{out['trials_with_stored_run']} trials with a stored run in {out['run_parts']} parts)"
+                        + (" Ray started" if out.get("ray_started") else "")
+                        + f" [{load()}]",
                         flush=True,
                     )
-    print(f"\n{os.cpu_count()} CPUs; ratios of trials/s within a round, min / median / max over {args.repeats} rounds")
+    print(f"\n{header()}; ratios of trials/s within a round, min / median / max over {args.repeats} rounds")
+    pairs = [(mine, theirs) for mine in ours for theirs in BASELINES]
+    pairs += [(mine, mine + AGAINST) for mine in ours if mine + AGAINST in ours]  # after / before
+    seconds = {(r["round"], r["objective"], r["contender"], clock): r[clock] for r in results for clock in CLOCKS}
     for objective in OBJECTIVES:
-        for clock in ("study_s", "process_s"):
-            for ours in CONTENDERS[:OURS]:
-                for theirs in CONTENDERS[OURS:]:
-                    ratios = [
-                        theirs_row[clock] / ours_row[clock]
-                        for rnd in range(args.repeats)
-                        for ours_row in results
-                        if (ours_row["round"], ours_row["objective"], ours_row["contender"]) == (rnd, objective, ours)
-                        for theirs_row in results
-                        if (theirs_row["round"], theirs_row["objective"], theirs_row["contender"])
-                        == (rnd, objective, theirs)
-                    ]
-                    clock_name = clock.removesuffix("_s")
-                    print(f"{objective} {clock_name:7s} {ours:17s} / {theirs:17s} {spread(ratios)}")
+        for clock in CLOCKS:
+            for mine, theirs in pairs:
+                ratios = [
+                    seconds[rnd, objective, theirs, clock] / seconds[rnd, objective, mine, clock]
+                    for rnd in range(args.repeats)
+                ]
+                print(f"{objective} {clock.removesuffix('_s'):7s} {mine:26s} / {theirs:26s} {spread(ratios)}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

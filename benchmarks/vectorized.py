@@ -4,8 +4,10 @@
 
 Part `configs` (`--device cuda` on a GPU): 64 same-shape configs of each case (deep_linear GD and
 BCGD, depth 10, widths 8, 16, 32, 64; linear_resnet m = 40, depth 10; ldminv 100 x 100, K = 4, L = 4)
-through the real executor path in this process (`run_grid` with the in-process executor, one thread,
-Parquet writes included), batched against `batch=False`, alternating, `--repeats` times each; prints
+through the real executor path in this process (`run_grid` with the in-process executor, one worker
+and one thread, Parquet writes included), batched against `batch=False`, alternating, `--repeats` times
+each (`--clock cpu`: CPU seconds of the process instead of wall seconds, steadier on a shared machine;
+`BENCH_TREE=DIR` times the runner of another source tree instead of this one's); prints
 the fastest and median time per run and `speed-up` = fastest one-at-a-time / fastest batched, per run.
 On a GPU, where a batch of 64 is small, `--configs 1024 --max-batch 1024 --single-sample 64` times one
 at a time on 64 of them. A task without `run_batch` (or whose configs have no batch key) prints that
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, os.environ.get("BENCH_TREE") or str(REPO))  # BENCH_TREE: time another source tree's runner
 
 from runner import ResultStore, run_grid  # noqa: E402 - after the Ray environment and the path are set
 from runner.execute.local import LocalExecutor  # noqa: E402
@@ -45,6 +49,9 @@ from tasks.base import BatchableTask  # noqa: E402
 from tasks.registry import get_task  # noqa: E402
 
 QUIET = ExecutionOptions(progress=False)  # the executor is the benchmark's own; no progress bar
+# One run (or batch) at a time in this thread: what batching is measured against (a tree from before the
+# in-process executor had threads takes no `workers` and ran one at a time)
+ONE = {"workers": 1} if "workers" in {f.name for f in fields(LocalExecutor)} else {}
 
 GRID_FILE = REPO / "grids" / "bench" / "batched_deep_linear.yaml"
 
@@ -82,21 +89,28 @@ def not_batched(task_name: str, grid: dict[str, Any]) -> str | None:
     return f"{task_name}: these configs have no single batch key" if len(keys) != 1 or None in keys else None
 
 
+# `--clock cpu`: the CPU seconds of this process (all its threads), which other jobs on a shared machine
+# change far less than the wall clock; `wall` (default): what a user waits
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCK["wall"]
+
+
 def timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, sample: int | None) -> None:
     k = min(n, sample or n)
     print(
         f"== {n} same-shape configs on {device}, in process, run_grid + LocalExecutor (1 thread), store writes "
+        f"included, {'CPU' if clock is time.process_time else 'wall'} seconds; "
         f"included; batches of up to {max_batch}; one at a time: {'all' if k == n else f'the first {k}'} configs"
     )
     with tempfile.TemporaryDirectory() as tmp:
         warm = grid_of("warm", *cases(4)[2][1:])  # imports and first-call costs out of the timings
-        run_grid(warm, Path(tmp, "warm"), QUIET, executor=LocalExecutor(device=device))
+        run_grid(warm, Path(tmp, "warm"), QUIET, executor=LocalExecutor(device=device, **ONE))
         for label, task, fixed, axes in cases(n):
             if only not in label:
                 continue
@@ -114,7 +128,7 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
                     warm_case,
                     Path(tmp, f"{grid['name']}-warm-{batch}"),
                     QUIET,
-                    executor=LocalExecutor(batch=batch, device=device, max_batch=max_batch),
+                    executor=LocalExecutor(batch=batch, device=device, max_batch=max_batch, **ONE),
                 )
             # one at a time on the first k configs only where a sample is asked for (on a GPU a run alone costs
             # the same whatever its seed or step): its time per run is what the batched time per run is held to
@@ -123,7 +137,7 @@ def part_configs(n: int, repeats: int, only: str, device: str, max_batch: int, s
             for r in range(repeats):
                 for batch in (r % 2 == 0, r % 2 != 0):  # alternate which goes first
                     root = Path(tmp, f"{grid['name']}-{r}-{batch}")
-                    executor = LocalExecutor(batch=batch, device=device, max_batch=max_batch)
+                    executor = LocalExecutor(batch=batch, device=device, max_batch=max_batch, **ONE)
                     g = grid if batch else single
                     per_run[batch].append(timed(lambda g=g, d=root, e=executor: run_grid(g, d, QUIET, executor=e)))
                     per_run[batch][-1] /= n if batch else k
@@ -194,10 +208,16 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="part configs: where the tasks compute (cpu, cuda)")
     ap.add_argument("--max-batch", type=int, default=64, help="part configs: the largest batch (the executor's)")
     ap.add_argument("--single-sample", type=int, default=None, help="part configs: time one at a time on this many")
+    ap.add_argument("--clock", choices=list(CLOCK), default="wall", help="part configs: wall seconds or CPU seconds")
     args = ap.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     from runner.execute.worker import configure_threads
 
     configure_threads(1)
+    from benchmarks.machine import header
+
+    print(header(), flush=True)
     if args.part in ("configs", "all"):
         part_configs(args.configs, args.repeats, args.only, args.device, args.max_batch, args.single_sample)
     if args.part in ("grid", "all"):

@@ -1,6 +1,7 @@
 """The same grid of ~10 ms runs, five ways, each its own process timed from spawn to exit.
 
     python benchmarks/vs_sequential_and_ray_tune.py [--runs 2000] [--rounds 3] [--tune-default-trials 100]
+                                                    [--only NAME,...] [--against TREE]
 
 The grid: `--runs` least_squares runs (d_in 200, d_out 10, m 100, n_iters 200, seeds 0..runs-1).
 Contenders, run in a rotating order within each round:
@@ -11,12 +12,20 @@ Contenders, run in a rotating order within each round:
   convgrid       `convgrid run GRID --results FRESH_DIR` (embedded Ray, Parquet store, progress off;
                  the default executor, auto: cells run in the driver while Ray starts)
   convgrid-ray   the same with `--executor ray` (every cell on Ray: the driver waits for Ray to start)
+  local-1        `convgrid run --executor local --workers 1`: every cell in the driver, one at a time
+  local-2        `convgrid run --executor local --workers 2`: in the driver, two runs at once in threads
+                 (the learner is thread-safe), one torch thread each
   tune-reuse     Ray Tune over the same configs, `reuse_actors=True`, a function trainable reporting
                  the final error (storage in a fresh folder)
   tune-default   Ray Tune with its defaults, capped at `--tune-default-trials` configs and
                  extrapolated linearly to `--runs` (it starts a new worker per trial)
+`--against TREE` adds, in every round, each convgrid contender kept (convgrid*, local-*; `--against-only`
+narrows them) run from another source tree (say, a `git archive` of the commit before a change) with
+this Python, labelled "NAME@against": a before/after measured interleaved on the same shared machine.
 Printed per contender: seconds min/median/max over rounds, and the ratio to `sequential` of the same
-round, min/median/max. The machine may be shared: ratios within a round are the numbers to quote.
+round, min/median/max, and the median CPU seconds of the processes it waited for (the driver and what
+it spawned and reaped; Ray's workers mostly not). The machine may be shared: ratios within a round
+are the numbers to quote.
 Ray's workers run at niceness 15 by default (Ray's worker_niceness): on a shared machine the runs
 would get the CPU last, behind the sequential loop at the caller's niceness. Every contender here
 starts Ray through `cluster.connect`, which sets RAY_worker_niceness=0 for the embedded Ray (unless the
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+AGAINST = "@against"  # a contender run from the --against tree
 PARAMS = {"d_in": 200, "d_out": 10, "m": 100, "n_iters": 200}
 
 
@@ -118,25 +129,44 @@ def convgrid_ray(runs: int, cap: int, tmp: Path) -> None:
     convgrid(runs, cap, tmp, "--executor", "ray")
 
 
+def local_1(runs: int, cap: int, tmp: Path) -> None:
+    convgrid(runs, cap, tmp, "--executor", "local", "--workers", "1")
+
+
+def local_2(runs: int, cap: int, tmp: Path) -> None:
+    convgrid(runs, cap, tmp, "--executor", "local", "--workers", "2")
+
+
 CONTENDERS = {
     "sequential": sequential,
     "chunked-ray": chunked_ray,
     "convgrid": convgrid,
     "convgrid-ray": convgrid_ray,
+    "local-1": local_1,
+    "local-2": local_2,
     "tune-reuse": tune_reuse,
     "tune-default": tune_default,
 }
 
 
-def timed(name: str, runs: int, cap: int) -> float:
-    with tempfile.TemporaryDirectory(prefix=f"vs-{name}-") as tmp:
-        argv = [sys.executable, __file__, "--contender", name, "--runs", str(runs), "--tune-default-trials", str(cap)]
-        t0 = time.perf_counter()
-        done = subprocess.run([*argv, "--tmp", tmp], cwd=REPO, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+def timed(name: str, runs: int, cap: int, against: Path | None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one contender's process; the CPU seconds are those of the processes
+    it waited for (Ray's workers mostly not), which other jobs on a shared machine change far less."""
+    contender, tree = (name.removesuffix(AGAINST), against) if name.endswith(AGAINST) else (name, REPO)
+    assert tree is not None
+    # the tree's runner first, for the contender and for Ray's workers alike
+    env = {**os.environ, "BENCH_TREE": str(tree)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix=f"vs-{contender}-") as tmp:
+        argv = [sys.executable, __file__, "--contender", contender, "--runs", str(runs), "--tune-default-trials"]
+        t0, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run([*argv, str(cap), "--tmp", tmp], cwd=tree, env=env, capture_output=True, text=True)
+        wall, now = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{name} exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
-    return wall * (runs / cap if name == "tune-default" else 1.0)
+    cpu = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
+    scale = runs / cap if name == "tune-default" else 1.0
+    return wall * scale, cpu * scale
 
 
 def spread(values: list[float]) -> str:
@@ -149,30 +179,43 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tune-default-trials", type=int, default=100)
     ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (sequential always)")
+    ap.add_argument("--against", type=Path, default=None, help="another source tree: its convgrid contenders too")
+    ap.add_argument("--against-only", default=None, help="with --against: only these contenders run from it too")
     ap.add_argument("--contender", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.contender:
-        sys.path.insert(0, str(REPO))
+        sys.path.insert(0, os.environ.get("BENCH_TREE") or str(REPO))
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         CONTENDERS[args.contender](args.runs, args.tune_default_trials, Path(args.tmp))
         return
     names = ["sequential", *(n for n in args.only.split(",") if n != "sequential")]
-    print(f"{args.runs} least_squares runs {PARAMS}; {os.cpu_count()} CPUs; {args.rounds} rounds")
+    if args.against is not None:
+        again = args.against_only.split(",") if args.against_only else names
+        names += [n + AGAINST for n in names if n.startswith(("convgrid", "local")) and n in again]
+    sys.path.insert(0, str(REPO))
+    from benchmarks.machine import header, load
+
+    print(f"{header()}\n{args.runs} least_squares runs {PARAMS}; {args.rounds} rounds")
     seconds: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no contender always goes first
-        walls = {name: timed(name, args.runs, args.tune_default_trials) for name in order}
+        measured = {name: timed(name, args.runs, args.tune_default_trials, args.against) for name in order}
+        walls = {name: wall for name, (wall, _) in measured.items()}
         for name in names:
             seconds[name].append(walls[name])
+            cpus[name].append(measured[name][1])
             ratios[name].append(walls[name] / walls["sequential"])
-        print(f"round {r + 1}: " + ", ".join(f"{n} {walls[n]:.1f}s" for n in names), flush=True)
-    print(f"\n{'contender':<14} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}")
+        line = ", ".join(f"{n} {walls[n]:.1f}s (CPU {measured[n][1]:.1f}s)" for n in names)
+        print(f"round {r + 1}: {line} ({load()}, {time.strftime('%H:%M UTC', time.gmtime())})", flush=True)
+    print(f"\n{'contender':<20} {'seconds min/median/max':>26}   {'/ sequential min/median/max':>26}   CPU s (median)")
     for name in names:
         note = f"  (extrapolated from {args.tune_default_trials} trials)" if name == "tune-default" else ""
-        print(f"{name:<14} {spread(seconds[name])}   {spread(ratios[name])}{note}")
+        cpu = statistics.median(cpus[name])
+        print(f"{name:<20} {spread(seconds[name])}   {spread(ratios[name])}   {cpu:8.1f}{note}")
 
 
 if __name__ == "__main__":

@@ -143,7 +143,9 @@ class Task(Hashable, Protocol):
     summary_fields / curve_fields: declared column types (curve always has an int "step" too).
     examples: configs for the conformance suite, as raw dicts; `diverging_example` really diverges
     (or is None where the task's algorithms cannot).
-    Optional: `devices`, the devices the task computes on through `ctx.device` (see `device_for`).
+    Optional: `devices`, the devices the task computes on through `ctx.device` (see `device_for`), and
+    `thread_safe = True` where runs of the task may run at once in threads of one process (see
+    `is_thread_safe`).
     """
 
     name: ClassVar[str]
@@ -186,6 +188,18 @@ def device_for(task: Task, device: str) -> str:
     runs on the CPU, and a GPU pool gives it CPU actors."""
     kind = device.split(":")[0]
     return device if kind in getattr(task, "devices", ("cpu",)) else "cpu"
+
+
+def is_thread_safe(task: Task) -> bool:
+    """Whether runs of `task` may run at once in threads of one process (the in-process executor's
+    `--workers`), each giving bit for bit what it gives alone. A task declares it with a class attribute
+    `thread_safe = True` once its runs share no mutable state: every random draw from the run's own
+    seeded `torch.Generator` (never `torch.manual_seed`, the global `torch`/`numpy`/`random` streams or
+    an `nn.Module`'s default init), no module-level cache written without a lock, no process-wide
+    setting changed (`torch.set_default_dtype`, `torch.set_num_threads`, anomaly mode) inside `run`.
+    Undeclared means no: such a task runs one run at a time (tests/test_thread_safety.py checks every
+    shipped learner that declares it)."""
+    return getattr(task, "thread_safe", False) is True
 
 
 def is_diverged(value: float, limit: float = 1e150) -> bool:

@@ -31,7 +31,7 @@ GRID = {
         {"task": "least_squares", "params": {"d_in": 5, "m": 12, "n_iters": 25}, "product": {"lr": [0.1, 9.0]}},
     ],
 }
-TIMING = ["batch_id", "wall_s", "started", "finished", "host"]
+TIMING = ["batch_id", "commit_seq", "wall_s", "started", "finished", "host"]  # when and where, not what
 
 
 def _items(grid: dict[str, Any]) -> list[WorkItem]:

@@ -194,15 +194,23 @@ def test_the_local_executor_pulls_one_item_per_finished_run() -> None:
 
     source = CountingSource()
     got = 0
-    for records in LocalExecutor(batch=False).execute(source):
+    for records in LocalExecutor(batch=False, workers=1).execute(source):
         got += len(records)
         assert source.pulled == got  # the next cell is made only once this one has been handed back
         if got == 20:
             break
+    # with runs in threads, one cell per free thread: never more than the threads ahead
+    source = CountingSource()
+    got = 0
+    for records in LocalExecutor(batch=False, workers=3).execute(source):
+        got += len(records)
+        assert got <= source.pulled <= got + 3
+        if got >= 20:
+            break
     # batched, cells of one key are pulled until a batch is full: never more than a batch ahead
     source = CountingSource()
     got = 0
-    for records in LocalExecutor(max_batch=8).execute(source):
+    for records in LocalExecutor(max_batch=8, workers=1).execute(source):
         got += len(records)
         assert got <= source.pulled <= got + 8
         if got == 20:

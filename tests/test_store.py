@@ -110,6 +110,6 @@ def test_temporary_and_orphan_files_are_invisible(tmp_path: Path) -> None:
 def test_local_executor_streams_one_record_per_item(tmp_path: Path) -> None:
     cells = load_grid(GRID).cells
     items = [WorkItem(c.run_id, c.task, c.params_json()) for c in cells]
-    chunks = list(LocalExecutor().execute(items))
+    chunks = list(LocalExecutor(workers=1).execute(items))  # one worker: in this thread, in order
     assert [len(c) for c in chunks] == [1, 1, 1]
     assert [c[0].run_id for c in chunks] == [c.run_id for c in cells]

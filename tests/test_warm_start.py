@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import cast
 
 import pyarrow.dataset as ds
+import pytest
 
 from runner import ResultStore, run_grid
 from runner.execute.auto import make_executor
@@ -227,3 +228,29 @@ def test_ray_pays_only_for_the_runs_share_it_can_divide() -> None:
     # more workers divide the runs further: of 300 such items 8 workers save 5.3 s, 2 workers 3.2 s
     assert ray_pays(300, 0.020, 0.019, 8, 4.9) and not ray_pays(300, 0.020, 0.019, 2, 4.9)
     assert not ray_pays(1000, 0.5, 0.5, 1, 5.0)  # one worker overlaps nothing when the run is everything
+
+
+def test_the_pace_of_runs_in_threads_takes_their_cpu_time_as_what_a_run_takes_alone() -> None:
+    """Runs at once in threads: a run's wall time counts the time it waited for the GIL (or a core), so
+    what it would take alone is its CPU time; one at a time, its wall time. With that, Ray is forecast
+    to gain where the threads serialise and not where they overlap the runs as Ray would."""
+    from runner.execute.warm import _Pace, ray_pays
+
+    def means(at_once: int, interval_s: float, wall_s: float, cpu_s: float) -> tuple[float, float]:
+        times = iter(interval_s * i for i in range(6))  # the pace's clock: records `interval_s` apart
+        pace = _Pace(clock=lambda: next(times))
+        pace.at_once = at_once
+        for i in range(5):  # the first record only starts the clock (first-call costs)
+            pace.arrived([RunRecord(f"r{i}", "t", {"wall_s": wall_s}, {})], cpu_s=cpu_s * i)
+        got = pace.means()
+        assert got is not None
+        return got
+
+    # two runs of 10 ms CPU in two threads that overlap: a record every 5 ms, each run's wall 10 ms
+    item_s, run_s = means(2, 0.005, 0.010, 0.010)
+    assert run_s == pytest.approx(0.010) and not ray_pays(10_000, item_s, run_s, 2, 5.0)
+    # the same runs waiting for the GIL: a record every 10 ms, each run's wall 20 ms; Ray halves it
+    item_s, run_s = means(2, 0.010, 0.020, 0.010)
+    assert run_s == pytest.approx(0.010) and ray_pays(10_000, item_s, run_s, 2, 5.0)
+    # one at a time the run's wall time stands, as before threads
+    assert means(1, 0.012, 0.010, 0.001)[1] == pytest.approx(0.010)

@@ -73,7 +73,7 @@ def build(
     if choice == "local":
         from runner.execute.local import LocalExecutor
 
-        return LocalExecutor(threads=options.threads, timeout_s=options.timeout_s, batch=options.batch)
+        return LocalExecutor(options.threads, options.timeout_s, options.batch, workers=options.workers)
     from runner.execute.ray_pool import RayExecutor
 
     pool = RayExecutor(

@@ -77,6 +77,10 @@ class Feed:
         self._held -= len(out)
         return out
 
+    def front(self) -> list[WorkItem] | None:
+        """The first held group (a source's list, or one item), without taking it; None if nothing is held."""
+        return self._buffer[0] if self._buffer else None
+
     def peek(self) -> Iterator[WorkItem]:
         """The held items, in order, without taking them."""
         for group in self._buffer:

@@ -2,8 +2,9 @@
 
 Starting the embedded Ray and letting its actors import torch takes seconds, during which the driver
 would only wait. `WarmStartExecutor` starts Ray in a thread of its own (cluster.background) and
-meanwhile runs the cells of the same lazy source here, through the in-process executor's code path with
-the actors' thread count. Once every actor has answered, the rest of the source goes to the Ray pool.
+meanwhile runs the cells of the same lazy source here, through the in-process executor with the actors'
+thread count and as many runs at once as the pool has workers (threads, for a thread-safe learner).
+Once every actor has answered, the rest of the source goes to the Ray pool.
 Both phases yield their records to the one caller, so flushes, commits, claims (runner.execute.waves),
 progress and resume see a single stream, and each item is run once: a batch being run here when Ray
 comes up finishes here, the items after it go to Ray. A source that ends before Ray is up never waits
@@ -54,7 +55,9 @@ def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float
     """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`,
     of which `run_s` is its run and the rest the driver's own work around it (a tuner's ask and tell).
     On Ray, at best, the runs are divided among the workers and overlap the driver's part, which is not
-    divided: an item costs the larger of the two. What that saves must exceed Ray's cost."""
+    divided: an item costs the larger of the two. What that saves must exceed Ray's cost. (With runs at
+    once in threads, `run_s` is what a run takes alone, `_Pace`: the driver's part is then what the
+    interval leaves of it, none where the threads overlap the runs as Ray would.)"""
     on_ray = max(item_s - run_s, run_s / workers)
     return left * (item_s - on_ray) > cost_s
 
@@ -79,37 +82,49 @@ class _Pace:
     """How long an item takes in process, from its records: the mean interval between their arrivals
     (the driver's own work around each run included) and the mean of their runs' `wall_s`, trusted once
     they cover `TRUSTED` items or a second. Means start at the first record: the first run carries
-    first-call costs."""
+    first-call costs.
+
+    With runs at once in threads (`at_once` > 1) a run's `wall_s` is not what it would take alone: two
+    runs of a learner that computes in Python each take twice as long, waiting for the GIL, and overlap
+    nothing. A run alone on a free core takes its CPU time (of the thread that ran it, as the in-process
+    executor counts it), which stands for the run there: runs that overlap in threads then leave no
+    driver's part to the interval (nothing for Ray to divide further), runs that wait for the GIL do."""
 
     TRUSTED = 4
 
-    def __init__(self) -> None:
-        self.began = time.monotonic()
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.at_once = 1  # runs at once in process (threads), as the in-process executor reports
+        self.began = clock()
         self.first: float | None = None
         self.last = self.began
-        self.items = 0  # records after the first arrival, and the sum of their runs' seconds
+        self.items = 0  # records after the first arrival, the sum of their runs' seconds, and their CPU seconds
         self.run_s = 0.0
+        self.cpu_at_first = self.cpu_s = 0.0
 
-    def arrived(self, records: list[RunRecord]) -> None:
-        self.last = time.monotonic()
+    def arrived(self, records: list[RunRecord], cpu_s: float = 0.0) -> None:
+        """Records arrived, when the in-process executor's runs had taken `cpu_s` CPU seconds in all."""
+        self.last, self.cpu_s = self.clock(), cpu_s
         if self.first is None:
-            self.first = self.last
+            self.first, self.cpu_at_first = self.last, cpu_s
             return
         self.items += len(records)
         self.run_s += sum(float(r.row.get("wall_s") or 0.0) for r in records)
 
     def means(self) -> tuple[float, float] | None:
-        """(seconds an item takes in process, seconds of it its run takes), None until trusted."""
+        """(seconds an item takes in process, seconds its run would take alone), None until trusted."""
         if self.first is None or not self.items:
             return None
         span = self.last - self.first
         if self.items < self.TRUSTED and span < 1.0:
             return None
+        if self.at_once > 1:
+            return span / self.items, (self.cpu_s - self.cpu_at_first) / self.items
         return span / self.items, self.run_s / self.items
 
     def since_last_s(self) -> float:
         """How long the item under way has run (since the last record; before any, since the start)."""
-        return time.monotonic() - self.last
+        return self.clock() - self.last
 
 
 class _UntilReady:
@@ -215,8 +230,9 @@ class WarmStartExecutor:
 
     def _local(self) -> LocalExecutor:
         # Smaller batches than the pool's: a batch under way here when Ray comes up is finished here first.
+        # As many runs at once as the pool will have workers (threads, for a thread-safe learner).
         batch = min(self.pool.max_batch, WARM_MAX_BATCH)
-        return LocalExecutor(threads=self.pool.threads, batch=self.pool.batch, max_batch=batch)
+        return LocalExecutor(self.pool.threads, batch=self.pool.batch, max_batch=batch, workers=self._workers())
 
     def _ray(self) -> RayExecutor:
         self.start()
@@ -270,10 +286,12 @@ class WarmStartExecutor:
         """Run the source here until `ready()`; returns whether the source ended meanwhile."""
         gate = _UntilReady(source, ready)
         local = channel.local if isinstance(channel, WarmChannel) else None
-        for records in self._local().execute(gate, local):
+        executor = self._local()
+        for records in executor.execute(gate, local):
             self.ran_locally += len(records)
             if pace is not None and records:
-                pace.arrived(records)
+                pace.at_once = executor.at_once(r.task for r in records)
+                pace.arrived(records, executor.cpu_s)
             yield records
         return gate.ended
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from runner.execute import provenance
 from runner.execute.base import BatchPolicy, Reporter, ReporterFactory, WorkItem
-from runner.execute.batching import Group, plan_groups
+from runner.execute.batching import Group, Member, plan_groups
 from runner.grid.identity import validate_params
 from runner.grid.schema import stored_curve
 from runner.store.records import RunRecord
@@ -31,6 +31,13 @@ def configure_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    set_torch_threads(threads)
+
+
+def set_torch_threads(threads: int) -> None:
+    """torch's thread count for the calling thread (OpenMP's count is a thread's own): what each thread of
+    the in-process executor calls before its first run. The environment is left alone there: setenv
+    beside a getenv in another thread is not safe in C."""
     import torch  # here, not at module level: a driver that only plans or reads never pays for it
 
     if torch.get_num_threads() != threads:
@@ -59,12 +66,15 @@ def _version(name: str) -> str:
         return "unknown"
 
 
-def _record(item: WorkItem, result: Result, started: datetime, wall: float, device: str) -> RunRecord:
+def _record(
+    item: WorkItem, result: Result, started: datetime, wall: float, device: str, version: str | None = None
+) -> RunRecord:
+    """The run's record; `version`: its task's, where the caller holds the task (else looked up)."""
     gpu_name, gpu_memory_gb = provenance.gpu(device)
     row: dict[str, Any] = {
         "run_id": item.run_id,
         "task": item.task,
-        "version": _version(item.task),
+        "version": version if version is not None else _version(item.task),
         "status": result.status,
         "error": result.error,
         "params_json": _json(item.params),
@@ -101,16 +111,16 @@ def run_item(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     deadline = time.time() + timeout_s if timeout_s else None
-    used = device
+    used, version = device, "unknown"
     try:
         task = get_task(item.task)
-        used = device_for(task, device)
+        used, version = device_for(task, device), task.version
         params = validate_params(task, item.params)
         result = task.run(params, RunContext(device=used, threads=threads, deadline=deadline, reporter=reporter))
         result.validate(task)
     except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
         result = Result(status=FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    return _record(item, result, started, time.perf_counter() - t0, used)
+    return _record(item, result, started, time.perf_counter() - t0, used, version)
 
 
 def run_items(
@@ -122,11 +132,13 @@ def run_items(
     reporters: ReporterFactory | None = None,
     policy: BatchPolicy | None = None,
     on_start: Callable[[Sequence[WorkItem]], None] | None = None,
+    members: Sequence[Member | None] | None = None,
 ) -> Iterator[RunRecord]:
     """Run a chunk, yielding each record as its run (or its batch) finishes: items of one task with
     equal batch keys run as one `run_batch` call (see runner.execute.batching), the rest one by one.
-    `on_start(group_items)` is told what is about to run (the actor's hard-timeout bookkeeping)."""
-    for group in plan_groups(items, policy or BatchPolicy(), device):
+    `on_start(group_items)` is told what is about to run (the actor's hard-timeout bookkeeping);
+    `members`: the items' batch members where the caller keyed them already (the local executor)."""
+    for group in plan_groups(items, policy or BatchPolicy(), device, members):
         if on_start is not None:
             on_start(group.items)
         if group.task is None:
@@ -170,7 +182,7 @@ def _run_batch(
         return
     share = (time.perf_counter() - t0) / len(group.items)
     for item, result in zip(group.items, results, strict=True):
-        yield _record(item, result, started, share, used)
+        yield _record(item, result, started, share, used, group.task.version)
 
 
 def timeout_record(item: WorkItem, elapsed_s: float, limit_s: float, device: str = "cpu") -> RunRecord:

@@ -61,6 +61,7 @@ def _after_fields() -> dict[str, FieldType]:
 class HierarchicalTask:
     name: ClassVar[str] = SPEC.name
     version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
     Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "test_mse": "float",

@@ -171,6 +171,7 @@ _S: FieldType = "str"
 class L2OGDTask:
     name: ClassVar[str] = SPEC.name
     version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
     Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         # problem and baselines (every run)

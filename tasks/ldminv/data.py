@@ -13,6 +13,7 @@ S directly, from its own generator, so the spectral path never draws U and V).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +25,11 @@ F64 = torch.float64
 # Singular values of Gaussian pools, keyed on (spec, seed, split, n) for a Source's first draw: grids
 # run many configs on the same seeded pool, and its SVDs cost more than the spectral training itself.
 # The generator state after the draw is cached too, so later draws continue exactly as without it.
+# Runs in threads of one process share it (tasks.base.is_thread_safe): the lock makes a look-up and its
+# read one step (an eviction in between would raise KeyError) and keeps the eviction's pop single.
 _SV_CACHE: dict[tuple[object, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 _SV_CACHE_MAX = 16
+_SV_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -87,14 +91,17 @@ class Source:
             self.key = None
             return self._singular_values(n)
         key = None if self.key is None else (*self.key, n)
-        if key is not None and key in _SV_CACHE:
-            sv, state = _SV_CACHE[key]
+        with _SV_LOCK:
+            hit = _SV_CACHE.get(key) if key is not None else None
+        if hit is not None:
+            sv, state = hit
             self.g_main.set_state(state.clone())
             self.key = None
             return sv.clone()
         sv = torch.linalg.svdvals(self.matrices(n))
         if key is not None:
-            if len(_SV_CACHE) >= _SV_CACHE_MAX:
-                _SV_CACHE.pop(next(iter(_SV_CACHE)))
-            _SV_CACHE[key] = (sv.clone(), self.g_main.get_state().clone())
+            with _SV_LOCK:
+                if len(_SV_CACHE) >= _SV_CACHE_MAX:
+                    _SV_CACHE.pop(next(iter(_SV_CACHE)))
+                _SV_CACHE[key] = (sv.clone(), self.g_main.get_state().clone())
         return sv

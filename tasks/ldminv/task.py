@@ -24,6 +24,7 @@ from tasks.ldminv.train_minv import MinvOutcome, run_minv, run_minv_batch
 class LdminvTask:
     name: ClassVar[str] = SPEC.name
     version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
     Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         # minv

@@ -43,6 +43,7 @@ def gd_flops_per_iter(d_in: int, d_out: int) -> float:
 class LeastSquaresTask:
     name: ClassVar[str] = SPEC.name
     version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # computes on ctx.device (tasks.base.device_for)
     Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {

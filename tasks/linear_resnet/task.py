@@ -156,6 +156,7 @@ def summarize(out: Outcome, theory: dict[str, Any], flops_per_step: float, setup
 class LinearResNetTask:
     name: ClassVar[str] = SPEC.name
     version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+    thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
     Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "loss_0": "float",
