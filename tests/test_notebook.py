@@ -5,6 +5,7 @@ its own check that plain pandas and `analysis` give the same medians holds, and 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -40,3 +41,24 @@ def test_the_notebook_runs_on_the_demo_store(tmp_path: Path, monkeypatch: pytest
     assert len(images) == 2  # the plain-pandas figure and the report's
     tables = "".join(out["data"].get("text/plain", "") for out in outputs if out.output_type == "execute_result")
     assert "sweeps_to_tol" in tables  # the runs table, read with pandas
+
+
+def test_the_readmes_plain_pandas_snippet_draws_one_curve_per_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's "Reading results" example, run as written (in a folder that holds results/demo)."""
+    demo_store(tmp_path / "results" / "demo")
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Reading results", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "pd.read_parquet" in snippet and "convgrid" not in snippet and "analysis" not in snippet
+    monkeypatch.chdir(tmp_path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    scope: dict[str, Any] = {}
+    exec(compile(snippet, "README.md", "exec"), scope)  # noqa: S102 - the README's own code
+    data, ax = scope["data"], scope["ax"]
+    assert list(data.columns) == ["run_id", "step", "err", "L", "seed", "status"]  # nothing suffixed
+    assert len(ax.get_lines()) == data.groupby(["L", "seed"]).ngroups == 6  # 3 depths x 2 seeds
+    assert (tmp_path / "curves.png").stat().st_size > 0
