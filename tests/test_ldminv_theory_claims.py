@@ -59,3 +59,28 @@ def test_thm1_is_a_rate_inside_and_decelerates_outside(store: str) -> None:
     # outside (K < n d): the last quarter decays at less than half the second quarter's log-rate
     assert np.log(outside["f4"]) > 0.5 * np.log(outside["f2"])
     assert _verdicts(store, "000.thm1") == {"000.thm1.linear": HOLDS, "000.thm1.practice": FAILS}
+
+
+def test_lemma1_is_decided_at_float64_rounding_not_below_it() -> None:
+    """Lemma 1 is an identity: rounding-level absolute errors hold it whatever e_k they are relative to
+    (the measured worst, 9e-15 absolute at e_k ~ 5e-7, is 1.8e-8 relative); an error above rounding fails."""
+    import pandas as pd
+
+    from analysis.ldminv.theory_checks import lemma1_exact
+
+    def frame(abs_err: float, rel_err: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "run_id": ["a"],
+                "status": ["ok"],
+                "algo": ["minv"],
+                "dtype": ["float64"],
+                "lemma1_max_abs_err": [abs_err],
+                "lemma1_max_rel_err": [rel_err],
+            }
+        )
+
+    assert lemma1_exact(frame(9.1e-15, 1.8e-8), None).verdict == HOLDS
+    assert lemma1_exact(frame(4.2e-13, 5e-12), None).verdict == HOLDS
+    assert lemma1_exact(frame(1e-10, 1e-3), None).verdict == FAILS  # above rounding: a real deviation
+    assert lemma1_exact(frame(9e-15, 1e-4), None).verdict == FAILS  # relative error no rounding explains

@@ -21,10 +21,16 @@ def lemma1_exact(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     if r.empty:
         return Verdict(NO_DATA, "no theory_checks runs")
     rel, ab = r["lemma1_max_rel_err"].max(), r["lemma1_max_abs_err"].max()
+    # An identity in exact arithmetic: in float64 the computed norm carries an absolute rounding error of
+    # ~sqrt(n) u ||A A+|| (1e-15..1e-13 here), so the relative error at the smallest e_k checked (1e-7) may
+    # reach ~1e-6 from rounding alone. A rule of rel < 1e-8 there asked for less than rounding (it failed at
+    # 1.8e-8 with an absolute error of 9e-15); the rule is rounding-level absolute error, and a relative error
+    # no larger than that rounding implies at e_k = 1e-7.
     return Verdict(
-        HOLDS if rel < 1e-8 and ab < 1e-12 else FAILS,
-        f"{len(r)} configs: max relative error {rel:.2g} while e_k > 1e-7, max absolute error {ab:.2g} over all k",
-        theory="Lemma 1: ||AA+ - AX_k||_2 = e0^(L^k) exactly",
+        HOLDS if ab < 1e-12 and rel < 1e-12 / 1e-7 else FAILS,
+        f"{len(r)} configs: max absolute error {ab:.2g} over all k; max relative error {rel:.2g} while e_k > 1e-7",
+        theory="Lemma 1: ||AA+ - AX_k||_2 = e0^(L^k) exactly; holds when float64 meets it to rounding: absolute "
+        "error < 1e-12 at every k (relative < 1e-5 while e_k > 1e-7)",
     )
 
 
