@@ -22,11 +22,17 @@ demo: $(STAMP)
 
 # The fast tier (a few minutes): everything but the tests that start Ray, kill processes or need a
 # local S3/PostgreSQL. `make test-all` runs every tier; CI runs it.
+# Two pytest workers (pytest-xdist), each taking whole test files (`loadfile`), so a module's shared Ray
+# cluster is started once: most of the slow tier waits (Ray starts, killed drivers' leases), and two
+# workers overlap those waits; TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not ray and not faults and not services"
+	$(PY) -m pytest -q $(XDIST) -m "not ray and not faults and not services"
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # ruff (lint + format check) and mypy, configured in pyproject.toml; zero findings is the bar.
 lint: $(STAMP)
