@@ -198,3 +198,39 @@ def test_a_pruned_run_asked_again_is_judged_afresh() -> None:
     channel.stop(["r"])
     assert channel.report("r", 3, 0.5) is False  # the same run: stop
     assert channel.report("r", 1, 0.5, True) is True  # the first value of a new run of that id: judged afresh
+
+
+def test_async_asks_overlap_and_runs_stay_within_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """optimize(n_jobs=2)'s threads each ask their own trial, so the sampler's work for one overlaps the
+    other's; the driver's asks do too: the first ask here waits (up to 10 s) for a second one to be under
+    way, which asks made one after another would never see. Runs in flight stay within `parallel`."""
+    import threading
+
+    from runner.tune.optuna_adapter import Study
+
+    ask = Study.ask
+    lock, asking, asks, seen = threading.Lock(), [0], [0], []
+    both = threading.Event()
+
+    def overlapping_ask(self: Study) -> object:
+        with lock:
+            asking[0] += 1
+            asks[0] += 1
+            first_two = asks[0] <= 2  # the study's first two asks wait; after them each goes its own way
+            if asking[0] == 2:
+                both.set()
+        if first_two:
+            seen.append(both.wait(timeout=10))
+        try:
+            return ask(self)
+        finally:
+            with lock:
+                asking[0] -= 1
+
+    monkeypatch.setattr(Study, "ask", overlapping_ask)
+    executor = ScriptedExecutor(lifo=False)
+    raw = ls_study("overlap", n_trials=8, parallel=2, sampler={"name": "random", "seed": 0})
+    (report,) = tune(raw, tmp_path, opts(), executor=executor)
+    assert report.states == {"COMPLETE": 8} and report.ran + report.from_store == 8
+    assert seen == [True, True]  # the second ask started while the first was under way
+    assert executor.max_in_flight == 2

@@ -18,18 +18,22 @@ part files, not one per trial or batch.
 Either way, a trial whose run is already in the store is told from the stored row without running,
 and trials in flight that ask for the same cell share one run.
 
-In async mode the tells themselves (Optuna storage writes: an fsynced journal append, an RDB round
-trip) run on a thread of their own, in order, so the next ask and the worker waiting for it do not
-wait for them; the sampler sees a trial as running until its tell lands, as with the threads of
-`study.optimize(n_jobs=...)`. Told in line instead: `parallel: 1` (a sequential study's next ask
-should see the last result) and the grid sampler (it counts the points told to know which remain).
+In async mode the storage's side runs beside the driver, as in the threads of
+`study.optimize(n_jobs=...)`: the tells (Optuna storage writes: an fsynced journal append, an RDB round
+trip) on a thread of their own, in order, so the next ask and the worker waiting for it do not wait
+for them; and the asks on up to `parallel` threads, so the sampler's work for one free slot (TPE's
+density fits, three storage writes) overlaps that for another, as each of optimize's threads asks its
+own trial. A trial being asked counts as in flight, so no more than `parallel` trials are ever asked
+and not told; the sampler sees a trial as running until its tell lands, as with optimize's threads.
+In line instead: `parallel: 1` (a sequential study's next ask should see the last result) and the
+grid sampler (it counts the points told to know which remain).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -75,7 +79,7 @@ class TrialSchedule:
         self.deterministic = plan.mode == "deterministic"
         self.done = len(study.trials((State.COMPLETE, State.PRUNED)))
         self.failed = 0
-        self.running = 0  # trials asked and not told yet
+        self.running = 0  # trials asked (or being asked) and not told yet
         self.stopped_early: str | None = None
         self.waiting: dict[str, list[tuple[Asked, Cell]]] = {}  # run in flight -> the trials it will tell
         self.batch: list[tuple[Asked, Cell]] = []  # deterministic: this batch's trials, in number order
@@ -83,24 +87,51 @@ class TrialSchedule:
         background = not self.deterministic and plan.parallel > 1 and plan.sampler.name != "grid"
         self._teller = ThreadPoolExecutor(1, thread_name_prefix="convgrid-tell") if background else None
         self._tells: list[Future[None]] = []
+        self._asker = ThreadPoolExecutor(plan.parallel, thread_name_prefix="convgrid-ask") if background else None
+        self._asks: list[Future[tuple[Asked, Cell] | None]] = []  # asks under way, each counted in `running`
+
+    def ask_one(self) -> tuple[Asked, Cell] | None:
+        """A new trial with its cell; None for one whose params the task rejects (told FAIL here). Safe
+        in several threads at once (Optuna's study and storages are, as optimize's threads rely on)."""
+        trial = self.study.ask()
+        try:
+            return trial, self.plan.cell(dict(trial.params))
+        except (ValidationError, TypeError, ValueError) as exc:
+            self.study.set_attr(trial, "note", f"params rejected by the task: {str(exc).splitlines()[0]}")
+            self.study.tell(trial, state=State.FAIL)
+            return None
 
     def ask(self, n: int) -> list[tuple[Asked, Cell]]:
-        """n new trials with their cells; those whose params the task rejects are told FAIL at once."""
-        asked, rejected = [], 0
-        for _ in range(n):
-            trial = self.study.ask()
-            try:
-                cell = self.plan.cell(dict(trial.params))
-            except (ValidationError, TypeError, ValueError) as exc:
-                self.study.set_attr(trial, "note", f"params rejected by the task: {str(exc).splitlines()[0]}")
-                self.study.tell(trial, state=State.FAIL)
-                rejected += 1
-                continue
-            asked.append((trial, cell))
+        """n new trials with their cells, asked in this thread, and in turn."""
+        return self._accepted([self.ask_one() for _ in range(n)])
+
+    def _accepted(self, answers: list[tuple[Asked, Cell] | None]) -> list[tuple[Asked, Cell]]:
+        """The asked trials the task accepts; the rejected ones count as failed (and were told so)."""
+        asked = [a for a in answers if a is not None]
+        rejected = len(answers) - len(asked)
         if rejected:
             self.failed += rejected
             self.host.rejected(rejected)
         return asked
+
+    def _asked(self, room: int) -> list[tuple[Asked, Cell]]:
+        """Trials for `room` free slots. In line, asked now; else `room` more asks start on the asker
+        threads (each in flight from now on) and the answer is every ask that has finished, once one has:
+        the driver waits for the first, as a thread of optimize waits for its own ask (for all of them
+        where trials run in batches: a batch is handed over whole)."""
+        if self._asker is None:
+            asked = self.ask(room)
+            self.running += len(asked)
+            return asked
+        self.running += room
+        self._asks += [self._asker.submit(self.ask_one) for _ in range(room)]
+        if not self._asks:
+            return []
+        done, pending = wait(self._asks, return_when=FIRST_COMPLETED if self.plan.batch == 1 else ALL_COMPLETED)
+        self._asks = list(pending)
+        answers = [f.result() for f in done]
+        self.running -= sum(a is None for a in answers)
+        return self._accepted(answers)
 
     def cells(self) -> Iterator[Cell | list[Cell] | None]:
         """The executor's source: cells of newly asked trials (in groups of `batch`, for a task that
@@ -109,12 +140,11 @@ class TrialSchedule:
             room = self._room()
             if room is None:
                 return
-            if room == 0:
+            if room == 0 and not self._asks:
                 yield None
                 continue
             group: list[Cell] = []
-            for trial, cell in self.ask(room):
-                self.running += 1
+            for trial, cell in self._asked(room):
                 if self.deterministic:
                     self.batch.append((trial, cell))
                 if cell.run_id in self.waiting:
@@ -166,7 +196,11 @@ class TrialSchedule:
         self.rows.clear()
 
     def close(self) -> None:
-        """Wait for the tells still being written (and raise what failed in one). Idempotent."""
+        """Wait for the asks and tells still under way (and raise what failed in a tell). Idempotent. An
+        ask that finished after the study stopped leaves its trial RUNNING, which the driver's recovery
+        (or the next start) tells FAIL and asks again."""
+        if self._asker is not None:
+            self._asker.shutdown(wait=True)
         if self._teller is not None:
             self._teller.shutdown(wait=True)
         self._collect()
@@ -194,7 +228,8 @@ class TrialSchedule:
     def _write_tell(
         self, trial: Asked, run_id: str, status: str, state: State, values: list[float] | None, note: str | None
     ) -> None:
-        self.study.set_attr(trial, "run_id", run_id)  # the dashboard links each trial to its run
+        # No run_id attribute: it is the cell of the trial's params (trials/ has it), and every attribute
+        # is one more write, fsynced in a journal, under the journal's lock that every ask and tell takes.
         if state != State.COMPLETE:  # COMPLETE means an ok run: no attribute (one journal write less)
             self.study.set_attr(trial, "run_status", status)
         if note:
