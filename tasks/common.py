@@ -31,9 +31,15 @@ def torch_dtype(name: DType) -> torch.dtype:
 
 def haar_orthogonal(k: int, g: torch.Generator, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """A Haar-distributed k x k orthogonal matrix (QR of a Gaussian with the sign fix)."""
-    q, r = torch.linalg.qr(torch.randn(k, k, generator=g, dtype=torch.float64))
-    q = q * torch.sign(torch.diagonal(r)).unsqueeze(0)
-    return q.to(dtype)
+    return haar_from_gaussians(torch.randn(k, k, generator=g, dtype=torch.float64)).to(dtype)
+
+
+def haar_from_gaussians(a: torch.Tensor) -> torch.Tensor:
+    """The Haar orthogonal matrix of each k x k Gaussian of `a` (one, or a stack, in one QR call): QR with
+    the sign fix. Whether a stack's matrices come out bit for bit as alone depends on their alignment
+    (tasks.deep_linear.init._haar_stack)."""
+    q, r = torch.linalg.qr(a)
+    return q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
 
 
 def with_singular_values(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from tasks.deep_linear.init import (
     end_to_end,
     identity,
     init_weights,
+    init_weights_many,
     orth_identity,
     orthogonal,
     random_gaussian,
@@ -95,3 +96,21 @@ def test_random_fan_in_scale_and_width_dependence():
     assert float(ws[0].std()) == pytest.approx(1 / 400**0.5, rel=0.02)
     assert float(ws[1].std()) == pytest.approx(1 / 300**0.5, rel=0.1)
     assert float(random_gaussian([50, 60], 0, 0.5)[0].std()) == pytest.approx(0.5, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["orth_identity", "orthogonal", "identity", "balanced", "random"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_many_seeds_drawn_together_are_each_seed_alone_bit_for_bit(name: str, dtype: torch.dtype) -> None:
+    """A batch draws its members' orthogonal layers in one QR over the stack: each member must still get
+    exactly the tensors its single run draws (the batched learners promise the single run's numbers)."""
+    # square blocks of 12, 7 and 5 (WIDTHS), and of 16 and 8 (one stacked QR, and one matrix at a time)
+    widths = [12, 20, 20, 12, 30, 5] if name == "balanced" else WIDTHS if dtype == torch.float64 else [16] * 4 + [8]
+    seeds = [0, 7, 3, 7, 123456]
+    many = init_weights_many(name, widths, seeds, dtype)
+    assert len(many) == len(seeds)
+    for seed, ws in zip(seeds, many, strict=True):
+        alone = init_weights(name, widths, seed, dtype)
+        assert len(ws) == len(alone)
+        for w, a in zip(ws, alone, strict=True):
+            assert w.dtype == a.dtype and w.shape == a.shape
+            assert torch.equal(w, a)

@@ -39,7 +39,7 @@ from tasks.deep_linear.gd import gd_steps
 from tasks.deep_linear.objective import L2Objective
 from tasks.deep_linear.params import AnyParams, BCGDParams, GDParams
 from tasks.deep_linear.sweep import gauss_seidel_slots
-from tasks.deep_linear.tracker import Setup, prepare
+from tasks.deep_linear.tracker import Setup, initial_weights, prepare
 
 # Below this many members one Tracker per member costs less than a BatchTracker's array operations. Measured
 # on this project's 2-core CPU (steps and results, per step, three runs): 1 member 3 us with Trackers against
@@ -90,7 +90,7 @@ def run_batch(
     if len(keys) != 1 or None in keys:
         raise ValueError(f"deep_linear.run_batch needs configs of one batch key; got {sorted(map(str, keys))}")
     device = ctxs[0].device
-    setups = [prepare(p, summary_fields, device) for p in ps]
+    setups = [prepare(p, summary_fields, device, ws) for p, ws in zip(ps, initial_weights(ps), strict=True)]
     counter = FlopCounter()  # every member counts the same operations: one counter stands for each
     if per_member is None:
         per_member = len(ps) < PER_MEMBER_BELOW

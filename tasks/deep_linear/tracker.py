@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from tasks.deep_linear.bcsgd import BCSGDStats
 from tasks.deep_linear.data import Problem, make_problem
 from tasks.deep_linear.flops import FlopCounter
 from tasks.deep_linear.gd import du_hu_lr
-from tasks.deep_linear.init import end_to_end, init_weights
+from tasks.deep_linear.init import end_to_end, init_weights, init_weights_many
 from tasks.deep_linear.objective import L2Objective, L4Objective
 from tasks.deep_linear.params import AnyParams, BCGDParams, BCSGDParams, GDParams
 from tasks.status import DIVERGED, OK, Status
@@ -82,18 +83,40 @@ class Setup:
     err0: float
 
 
-def prepare(p: AnyParams, summary_fields: dict[str, FieldType], device: str = "cpu") -> Setup:
-    """Data, optimum and initial weights, drawn on the CPU (the seeded generators live there, so a run's
-    numbers do not depend on where it computes) and moved to `device`; the theory's predictions."""
+def initial_weights(ps: Sequence[AnyParams]) -> list[list[torch.Tensor]]:
+    """Each run's initial weights (`init_weights` per run; a batch of one shape and init, drawn together)."""
+    p = ps[0]
+    if len(ps) > 1 and all((q.init, q.layer_widths(), q.dtype) == (p.init, p.layer_widths(), p.dtype) for q in ps):
+        return init_weights_many(
+            p.init,
+            p.layer_widths(),
+            [q.init_seed_eff() for q in ps],
+            torch_dtype(p.dtype),
+            balanced_std=p.balanced_std,
+            random_std=p.random_std,
+        )
+    return [
+        init_weights(
+            q.init,
+            q.layer_widths(),
+            q.init_seed_eff(),
+            torch_dtype(q.dtype),
+            balanced_std=q.balanced_std,
+            random_std=q.random_std,
+        )
+        for q in ps
+    ]
+
+
+def prepare(
+    p: AnyParams, summary_fields: dict[str, FieldType], device: str = "cpu", ws: list[torch.Tensor] | None = None
+) -> Setup:
+    """Data, optimum and initial weights (`ws`, where the caller drew them with `initial_weights`), drawn on
+    the CPU (the seeded generators live there, so a run's numbers do not depend on where it computes) and
+    moved to `device`; the theory's predictions."""
     prob = make_problem(p)
-    ws = init_weights(
-        p.init,
-        p.layer_widths(),
-        p.init_seed_eff(),
-        torch_dtype(p.dtype),
-        balanced_std=p.balanced_std,
-        random_std=p.random_std,
-    )
+    if ws is None:
+        (ws,) = initial_weights([p])
     summary: dict[str, Any] = {k: NAN for k, t in summary_fields.items() if t == "float"}
     summary.update(theory_summary(p, prob, end_to_end(ws)))
     if device != "cpu":
