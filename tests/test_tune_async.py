@@ -234,3 +234,35 @@ def test_async_asks_overlap_and_runs_stay_within_parallel(tmp_path: Path, monkey
     assert report.states == {"COMPLETE": 8} and report.ran + report.from_store == 8
     assert seen == [True, True]  # the second ask started while the first was under way
     assert executor.max_in_flight == 2
+
+
+def test_asks_under_way_when_max_failed_is_reached_run_and_leave_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two trials asked at once; the one whose params the task rejects is answered first and reaches
+    max_failed, while the other's ask is still under way: that trial runs and is told, as a trial in flight
+    would be, instead of staying RUNNING in the storage once the study has ended."""
+    import time
+
+    import optuna
+
+    from runner.tune.optuna_adapter import Study, open_storage
+    from tests.test_tune import enqueue
+
+    ask = Study.ask
+
+    def slow_when_valid(self: Study) -> object:
+        asked = ask(self)
+        if asked.params["lr"] > 0:
+            time.sleep(0.3)  # the rejected trial's answer comes first
+        return asked
+
+    monkeypatch.setattr(Study, "ask", slow_when_valid)
+    raw = ls_study("limit", n_trials=6, parallel=2, max_failed=1, sampler={"name": "random", "seed": 0})
+    raw["space"] = {"lr": {"type": "float", "low": 0.05, "high": 0.6}}
+    enqueue(tmp_path, raw, [{"lr": -1.0}, {"lr": 0.1}])  # lr <= 0, outside the space: the task rejects it
+    (report,) = tune(raw, tmp_path, opts(), executor=ScriptedExecutor(lifo=False))
+    assert report.stopped_early == "1 trials failed (max_failed)"
+    storage = open_storage(None, ResultStore(tmp_path))._storage
+    states = sorted(t.state.name for t in optuna.load_study(study_name="limit", storage=storage).trials)
+    assert states == ["COMPLETE", "FAIL"]

@@ -243,7 +243,9 @@ class TrialSchedule:
         p = self.plan
         if self.failed >= p.max_failed:
             self.stopped_early = f"{self.failed} trials failed (max_failed)"
-            return None
+            # asks still under way were made before the limit was reached: their trials run, as those in flight
+            # do, rather than stay RUNNING in the storage after the study has ended
+            return 0 if self._asks else None
         need = p.n_trials - self.done - self.running
         room = min(p.parallel - self.running, need)
         if self.deterministic and self.running:
