@@ -196,9 +196,9 @@ class TrialSchedule:
         self.rows.clear()
 
     def close(self) -> None:
-        """Wait for the asks and tells still under way (and raise what failed in a tell). Idempotent. An
-        ask that finished after the study stopped leaves its trial RUNNING, which the driver's recovery
-        (or the next start) tells FAIL and asks again."""
+        """Wait for the asks and tells still under way (and raise what failed in a tell). Idempotent. A study
+        that ends normally has no ask under way (see `_room`); one stopped by an error or Ctrl-C may leave an
+        asked trial RUNNING, which the driver's recovery (or the next start) tells FAIL and asks again."""
         if self._asker is not None:
             self._asker.shutdown(wait=True)
         if self._teller is not None:

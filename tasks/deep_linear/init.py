@@ -121,8 +121,9 @@ def init_weights_many(
     random_std: float | None = None,
 ) -> list[LayerWeights]:
     """`init_weights` for each seed, the same tensors bit for bit. The orthogonal inits draw each layer's
-    Gaussian from its own generator as one run does and factor the whole stack in one QR: a batch's
-    per-member setup was mostly the small calls of its members' layer-by-layer QRs."""
+    Gaussian from its own generator as one run does and factor the whole stack in one QR: one run's init is
+    a QR, a sign fix and a padding per layer, each a call of a few microseconds' work (measured: 14 % of a
+    batched BCGD member's time at width 16, depth 10, before this)."""
     if init not in ("orth_identity", "orthogonal") or len(seeds) < 2:
         return [init_weights(init, widths, s, dtype, balanced_std=balanced_std, random_std=random_std) for s in seeds]
     cap = max(widths[0], widths[-1]) if init == "orth_identity" else None
