@@ -38,10 +38,10 @@ def _mark(t0: float) -> Callable[[str], None]:
 def _wrap_execute(cls: Any, mark: Callable[[str], None], t0: float) -> None:
     original = cls.execute
 
-    def execute(self: Any, items: Any, channel: Any = None) -> Iterator[Any]:
+    def execute(self: Any, items: Any, channel: Any = None, doorbell: Any = None) -> Iterator[Any]:
         mark(f"{self.name}.execute entered")
         n, first = 0, True
-        for records in original(self, items, channel):
+        for records in original(self, items, channel, doorbell):
             if records and first:
                 first = False
                 mark(f"{self.name}: first record (its run started at {records[0].row['started'].timestamp() - t0:.3f})")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +29,12 @@ PREFIX = "CONVGRID_"
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
 
+    ask_processes: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="an async study with parallel > 1 asks its trials in processes of their own (one per trial in "
+        "flight, up to half the CPUs): 'auto' once the driver's asks are slower than its runs and enough are left "
+        "to pay their start, 'on' at once, 'off' never",
+    )
     cache: str = Field(
         "", description="folder of the validated-block cache; 'off' for none; empty: $XDG_CACHE_HOME/convgrid/blocks"
     )

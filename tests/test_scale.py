@@ -77,13 +77,15 @@ class CountingExecutor:
     def start(self) -> None:
         self.inner.start()
 
-    def execute(self, items: Iterable[WorkItem], channel: Any = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: Iterable[WorkItem], channel: Any = None, doorbell: Any = None
+    ) -> Iterator[list[RunRecord]]:
         def seen() -> Iterator[WorkItem]:
             for item in items:
                 self.ran.append(item.run_id)
                 yield item
 
-        return self.inner.execute(seen(), channel)
+        return self.inner.execute(seen(), channel, doorbell)
 
     def report_channel(self, judge: Any, spec: Any) -> Any:
         return self.inner.report_channel(judge, spec)

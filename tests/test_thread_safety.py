@@ -305,3 +305,43 @@ def test_a_closed_pool_starts_nothing_more_of_a_unit() -> None:
     closed.set()
     assert finished.wait(TIMEOUT_S)
     assert ran == ["a"]
+
+
+@pytest.mark.parametrize("ring", [True, False])
+def test_a_source_that_rings_its_doorbell_is_pulled_before_the_next_record(
+    monkeypatch: pytest.MonkeyPatch, ring: bool
+) -> None:
+    """A source answers None (its next trial is being asked on another thread) while one run is in flight,
+    and rings once its answer is ready: the executor pulls it at once, and the second run starts and ends
+    while the first still runs (the first waits for the second's record). Without the ring the source is
+    asked again only after the first run's record: the first run gives up waiting, and ends first."""
+    from runner.execute.doorbell import Doorbell
+
+    task = type(get_task("faulty"))
+    monkeypatch.setattr(task, "thread_safe", True, raising=False)
+    second_seen, run = threading.Event(), task.run
+    wait_s = 10.0 if ring else 1.0  # without a ring the second record cannot come: wait less for nothing
+
+    def waiting(self: Any, p: Any, ctx: RunContext) -> Result:
+        if p.x == 0:
+            second_seen.wait(wait_s)
+        return run(self, p, ctx)
+
+    monkeypatch.setattr(task, "run", waiting)
+    doorbell = Doorbell()
+
+    def source() -> Iterator[WorkItem | None]:
+        first, second = _faulty(2)
+        yield first
+        if ring:
+            threading.Timer(0.05, doorbell.ring).start()  # the answer is ready elsewhere
+        yield None
+        yield second
+
+    order = []
+    for records in LocalExecutor(workers=2).execute(source(), None, doorbell if ring else None):
+        order += [r.run_id for r in records]
+        if "f1" in order:
+            second_seen.set()
+    assert order == (["f1", "f0"] if ring else ["f0", "f1"])
+    assert not doorbell.listening  # the executor stopped listening when it returned

@@ -199,7 +199,7 @@ class StandInPool(RayExecutor):
     def worker_pids(self) -> list[int]:
         return []
 
-    def execute(self, items: object, channel: object = None) -> Iterator[list[RunRecord]]:
+    def execute(self, items: object, channel: object = None, doorbell: object = None) -> Iterator[list[RunRecord]]:
         self.handed += [item.run_id for item in cast(Iterable[WorkItem], items)]
         yield []
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from runner.store.records import RunRecord
+
+if TYPE_CHECKING:
+    from runner.execute.doorbell import Doorbell
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,9 @@ class Executor(Protocol):
     source may yield a list of items, a group that one worker gets in one chunk (the tuner's trials
     pending at once, for a worker to run as one batch). A source yields None when it has nothing yet
     (it waits for runs in flight): the executor asks again after its next yield, and raises
-    `FeedStalled` if nothing is in flight to wait for.
+    `FeedStalled` if nothing is in flight to wait for. With a `doorbell` (runner.execute.doorbell), an
+    executor whose wait can be interrupted listens to it and asks again as soon as the source rings
+    (an answer made on another thread); others ignore it, and the source then answers in their thread.
     Records are yielded to the caller before the source is pulled again, so what the caller does with
     them (tell a trial) is seen by the source; every item is yielded exactly once (a run lost
     with its worker is run again, never yielded twice; a run killed for its timeout is yielded as a
@@ -129,7 +134,9 @@ class Executor(Protocol):
 
     def start(self) -> None: ...
 
-    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]: ...
+    def execute(
+        self, items: WorkSource, channel: ReportChannel | None = None, doorbell: Doorbell | None = None
+    ) -> Iterator[list[RunRecord]]: ...
 
     def report_channel(self, judge: Judge, spec: ReportSpec) -> ReportChannel: ...
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from runner.execute.base import (
@@ -26,6 +27,7 @@ from runner.execute.base import (
     ReportSpec,
     WorkSource,
 )
+from runner.execute.doorbell import Doorbell
 from runner.execute.feed import Feed
 from runner.execute.report_channel import LocalChannel
 from runner.execute.threads import RunThreads, SerializedReporters
@@ -65,16 +67,18 @@ class LocalExecutor:
             return self.workers
         return 1 if self.device.startswith("cuda") else max(1, cpu_slots() // self.threads)
 
-    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: WorkSource, channel: ReportChannel | None = None, doorbell: Doorbell | None = None
+    ) -> Iterator[list[RunRecord]]:
         from runner.execute.worker import configure_threads  # imports the tasks (and torch)
 
         configure_threads(self.threads)
         units = Units(Feed(items), self.batch, self.max_batch)
         reporters = channel.reporters if channel is not None else None
-        if self.slots == 1:
+        if self.slots == 1:  # nothing runs between two pulls here: the source must answer in this thread
             yield from self._inline(units, reporters)
         else:
-            yield from self._threaded(units, SerializedReporters(reporters) if reporters else None)
+            yield from self._threaded(units, SerializedReporters(reporters) if reporters else None, doorbell)
 
     def _run(self, reporters: ReporterFactory | None) -> Callable[[Unit], Iterator[RunRecord]]:
         from runner.execute import worker
@@ -111,35 +115,44 @@ class LocalExecutor:
         if not units.feed.done:
             raise FeedStalled()  # nothing runs between two pulls here, so a waiting source waits forever
 
-    def _threaded(self, units: Units, reporters: ReporterFactory | None) -> Iterator[list[RunRecord]]:
+    def _threaded(
+        self, units: Units, reporters: ReporterFactory | None, doorbell: Doorbell | None
+    ) -> Iterator[list[RunRecord]]:
         """Several workers: units go to threads as slots free up; a unit of a learner that is not
-        thread-safe waits until nothing else runs, and runs alone."""
+        thread-safe waits until nothing else runs, and runs alone. The source's doorbell ends a wait for
+        records, so its answer is pulled as soon as it has one."""
         from runner.execute.worker import set_torch_threads
 
         pool = RunThreads(self.slots, self._run(reporters), lambda: set_torch_threads(self.threads))
-        held: Unit | None = None  # a unit cut but waiting to run alone
         try:
-            while True:
-                while pool.free and (unit := held or units.next(pool.workers)) is not None:
-                    alone = self.at_once(item.task for item in unit[0]) == 1
-                    if alone and pool.in_flight:
-                        held = unit
-                        break
-                    pool.submit(unit, alone)
-                    held = None
-                if not pool.in_flight and held is None:
-                    if units.feed.done:
-                        return
-                    raise FeedStalled()
-                records = pool.wait(POLL_S)
-                self.cpu_s += pool.cpu_s
-                pool.cpu_s = 0.0
-                if records:
-                    units.arrived()
-                yield records  # [] when nothing finished for a while: the caller's chance to flush on time
-                pool.check()  # a bug in the worker's own path, once the records before it are out
+            with doorbell.listen(pool.wake) if doorbell is not None else nullcontext():
+                yield from self._threads_loop(units, pool)
         finally:
             pool.close()
+
+    def _threads_loop(self, units: Units, pool: RunThreads) -> Iterator[list[RunRecord]]:
+        held: Unit | None = None  # a unit cut but waiting to run alone
+        while True:
+            while pool.free and (unit := held or units.next(pool.workers)) is not None:
+                alone = self.at_once(item.task for item in unit[0]) == 1
+                if alone and pool.in_flight:
+                    held = unit
+                    break
+                pool.submit(unit, alone)
+                held = None
+            if not pool.in_flight and held is None:
+                if units.feed.done:
+                    return
+                raise FeedStalled()
+            records = pool.wait(POLL_S)
+            self.cpu_s += pool.cpu_s
+            pool.cpu_s = 0.0
+            if records or pool.woken:
+                units.arrived()  # the source may answer now
+            if records or not pool.woken:
+                yield records  # [] when nothing finished for a while: the caller's chance to flush on time
+            pool.woken = False
+            pool.check()  # a bug in the worker's own path, once the records before it are out
 
     def at_once(self, tasks: Iterable[str]) -> int:
         """How many runs of these tasks may run at once here: the slots if every one is thread-safe, else 1."""

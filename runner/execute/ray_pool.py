@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from runner.execute import staging as workers_stage
 from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
+from runner.execute.doorbell import Doorbell
 from runner.execute.feed import Feed
 from runner.execute.staging import StagingTarget, probe_nodes
 from runner.execute.worker_merge import WorkerMerges
@@ -154,7 +155,11 @@ class RayExecutor:
 
         return RayChannel(judge, spec)
 
-    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: WorkSource, channel: ReportChannel | None = None, doorbell: Doorbell | None = None
+    ) -> Iterator[list[RunRecord]]:
+        """See `Executor.execute`. The doorbell is not heard: `ray.wait` cannot be interrupted from a
+        thread, so a source answers in this thread (and its asks overlap the runs on the actors)."""
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 

@@ -41,6 +41,7 @@ class RunThreads:
         self._closed = threading.Event()
         self._error: BaseException | None = None  # raised by `run`, for `check` once its records are out
         self.alone = False  # the unit in flight must run alone
+        self.woken = False  # `wake` was called since the caller last reset this
         self.cpu_s = 0.0  # CPU seconds of the threads' units finished so far (thread CPU time)
 
     @property
@@ -61,10 +62,14 @@ class RunThreads:
         self.alone = alone
         self._work.put((uid, unit))
 
+    def wake(self) -> None:
+        """End the caller's `wait` now (any thread): its source has something (runner.execute.doorbell)."""
+        self._done.put(("wake", -1, None))
+
     def wait(self, timeout: float) -> list[RunRecord]:
-        """The records that arrived within `timeout` (all of them once one has): [] if none did. A unit's
-        slot frees with its last record. An exception raised by `run` is kept for `check`: the records
-        that came before it are returned first."""
+        """The records that arrived within `timeout` (all of them once one has, or once woken): [] if none
+        did. A unit's slot frees with its last record. An exception raised by `run` is kept for `check`:
+        the records that came before it are returned first."""
         try:
             events = [self._done.get(timeout=timeout)]
         except queue.Empty:
@@ -76,6 +81,8 @@ class RunThreads:
                 break
         records: list[RunRecord] = []
         for kind, uid, value in events:
+            if kind == "wake":
+                self.woken = True
             if kind == "error":
                 self._error = self._error or value
                 self._left.pop(uid, None)  # its records still missing never come

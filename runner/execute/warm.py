@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runner.execute.base import Judge, ReportChannel, ReporterFactory, ReportSpec, WorkItem, WorkSource
+from runner.execute.doorbell import Doorbell
 from runner.execute.local import LocalExecutor
 from runner.execute.ray_pool import RayExecutor
 from runner.execute.report_channel import LocalChannel
@@ -240,7 +241,10 @@ class WarmStartExecutor:
         self._start.wait()
         return self.pool
 
-    def execute(self, items: WorkSource, channel: ReportChannel | None = None) -> Iterator[list[RunRecord]]:
+    def execute(
+        self, items: WorkSource, channel: ReportChannel | None = None, doorbell: Doorbell | None = None
+    ) -> Iterator[list[RunRecord]]:
+        """See `Executor.execute`; the doorbell is heard while the cells run in this process."""
         if channel is not None and not isinstance(channel, WarmChannel):  # a channel only the pool can serve
             yield from self._ray().execute(items, channel)
             return
@@ -249,7 +253,7 @@ class WarmStartExecutor:
             self.start()
             assert self._start is not None
             if not self._start.ready.is_set():
-                ended = yield from self._in_process(source, self._start.ready.is_set, channel)
+                ended = yield from self._in_process(source, self._start.ready.is_set, channel, doorbell)
                 if ended:
                     return  # all done before Ray was up: never wait for it
         else:
@@ -259,7 +263,7 @@ class WarmStartExecutor:
             watcher = threading.Thread(target=self._watch, args=(pace, stop), name="convgrid-ray-forecast", daemon=True)
             watcher.start()
             try:
-                ended = yield from self._in_process(source, self._up, channel, pace)
+                ended = yield from self._in_process(source, self._up, channel, doorbell, pace)
             finally:
                 stop.set()
                 watcher.join()
@@ -281,13 +285,14 @@ class WarmStartExecutor:
         source: Iterator[WorkItem | list[WorkItem] | None],
         ready: Callable[[], bool],
         channel: ReportChannel | None,
+        doorbell: Doorbell | None,
         pace: _Pace | None = None,
     ) -> Generator[list[RunRecord], None, bool]:
         """Run the source here until `ready()`; returns whether the source ended meanwhile."""
         gate = _UntilReady(source, ready)
         local = channel.local if isinstance(channel, WarmChannel) else None
         executor = self._local()
-        for records in executor.execute(gate, local):
+        for records in executor.execute(gate, local, doorbell):
             self.ran_locally += len(records)
             if pace is not None and records:
                 pace.at_once = executor.at_once(r.task for r in records)

@@ -28,6 +28,7 @@ import numpy as np
 from runner.coord.claims import Claims
 from runner.errors import StoreIOError
 from runner.execute.base import Executor, ReportChannel, WorkItem
+from runner.execute.doorbell import Doorbell
 from runner.execute.options import ExecutionOptions, FlushPolicy
 from runner.execute.progress import Progress
 from runner.execute.staging import stage_results
@@ -161,8 +162,9 @@ def _pump(
     flusher: Flusher,
     channel: ReportChannel | None,
     listeners: Sequence[Callable[[list[RunRecord]], None]],
+    doorbell: Doorbell | None = None,
 ) -> None:
-    for records in executor.execute(work_items(cells), channel):
+    for records in executor.execute(work_items(cells), channel, doorbell):
         for listener in listeners:
             listener(records)
         flusher.add(records)
@@ -178,11 +180,13 @@ def execute_cells(
     channel: ReportChannel | None = None,
     sink: Callable[[list[RunRecord]], None] | None = None,
     total: int | None = None,
+    doorbell: Doorbell | None = None,
 ) -> Counter[str]:
     """Run cells, persisting records as they complete on the options' flush policy; all is committed
     when this returns. `channel` (from `executor.report_channel`) carries intermediate values to a
     judge; `sink` sees every finished record too, before it is flushed (the tuner tells its trials
     from them). `cells` is pulled lazily, as the executor's workers free up (`Executor.execute`);
+    `doorbell`: rung by `cells` when it has an answer after a None (runner.execute.doorbell);
     `total` (default: its length, where it has one) sizes the progress bar."""
     options = options or ExecutionOptions()
     if total is None:
@@ -190,7 +194,7 @@ def execute_cells(
     bar = Progress(total, label, enabled=options.progress)
     with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
         flusher.on_commit(MergeCadence(executor, store.root, store.base, settings().compact_parts))
-        _pump(cells, executor, flusher, channel, [sink] if sink is not None else [])
+        _pump(cells, executor, flusher, channel, [sink] if sink is not None else [], doorbell)
     return flusher.counts
 
 

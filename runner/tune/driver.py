@@ -208,6 +208,7 @@ class StudyDriver:
                     quiet_options,
                     channel=self.channel,
                     sink=finished,
+                    doorbell=schedule.doorbell,
                 )
         except KeyboardInterrupt:
             schedule.close()  # the tells already decided land first

@@ -17,18 +17,23 @@ import inspect
 import json
 import math
 import os
+import signal
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import ConfigError, redact
-from runner.store import ResultStore
 from runner.tune.journal_tail import repair_tail
 from runner.tune.space import CategoricalParam, FloatParam, FloatVectorParam, IntParam, element_name
 from runner.tune.spec import StudyPlan, load_study
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from runner.store import ResultStore
 
 JOURNAL_NAME = "optuna.journal"
 
@@ -63,11 +68,24 @@ class TrialInfo:
 @dataclass(eq=False)
 class Asked:
     """A trial asked and not yet told: its number and params. The Optuna trial stays inside, for this
-    module alone."""
+    module alone; a trial asked in an ask process (runner.tune.ask_processes) travels as its storage id,
+    and the driver makes its Optuna trial only if it needs one (to report to the pruner)."""
 
     number: int
     params: dict[str, Any]
-    _trial: Any = field(repr=False)
+    _trial: Any = field(default=None, repr=False)
+    _id: int = field(default=-1, repr=False)
+
+
+@dataclass(frozen=True)
+class AskServer:
+    """What an ask process needs to ask trials of a study (`serve_asks`): the storage to open (a journal's
+    path or an RDB's URL), the study's name, a sampler of its own and the search space. Pickles."""
+
+    study_name: str
+    _where: str = field(repr=False)
+    _sampler: Any = field(repr=False)
+    _distributions: dict[str, Any] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,7 @@ class StudyStorage:
 
     label: str
     _storage: Any = field(repr=False)
+    _where: str = field(default="", repr=False)  # how another process opens it: a journal's path, an RDB's URL
 
 
 def _info(trial: Any) -> TrialInfo:
@@ -120,8 +139,9 @@ def _pruner_class(name: str) -> Any:
     }[name]
 
 
-def _make_sampler(p: StudyPlan) -> Any:
+def _make_sampler(p: StudyPlan, seed_offset: int = 0) -> Any:
     opts, seed, cls = dict(p.sampler.options), p.sampler.seed, _sampler_class(p.sampler.name)
+    seed = None if seed is None else seed + seed_offset
     if p.sampler.name == "tpe":
         # Batched asks: without the constant liar every trial of a batch would land on one point.
         opts.setdefault("constant_liar", p.parallel > 1)
@@ -220,7 +240,7 @@ def open_storage(storage: str | None, store: ResultStore) -> StudyStorage:
 
     if storage is not None and "://" in storage:
         try:
-            return StudyStorage(storage_label(storage, store), RDBStorage(storage))
+            return StudyStorage(storage_label(storage, store), RDBStorage(storage), storage)
         except Exception as exc:  # noqa: BLE001 - a driver or connection error is the user's URL
             raise ConfigError(
                 f"cannot open storage {redact(storage)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
@@ -232,7 +252,14 @@ def open_storage(storage: str | None, store: ResultStore) -> StudyStorage:
         )
     path = Path(storage) if storage is not None else Path(store.base) / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    return StudyStorage(storage_label(storage, store), JournalStorage(_journal_backend(path)))
+    return StudyStorage(storage_label(storage, store), JournalStorage(_journal_backend(path)), str(path))
+
+
+def _reopen(where: str) -> Any:
+    """The storage of `open_storage` again, in another process."""
+    from optuna.storages import JournalStorage, RDBStorage
+
+    return RDBStorage(where) if "://" in where else JournalStorage(_journal_backend(Path(where)))
 
 
 def _journal_backend(path: Path) -> Any:
@@ -286,8 +313,8 @@ def quiet() -> None:
 class Study:
     """One Optuna study, created or loaded for a plan."""
 
-    def __init__(self, plan: StudyPlan, study: Any) -> None:
-        self.plan, self._study = plan, study
+    def __init__(self, plan: StudyPlan, study: Any, where: str = "") -> None:
+        self.plan, self._study, self._where = plan, study, where
         self._distributions = _distributions(plan)
 
     @classmethod
@@ -331,20 +358,38 @@ class Study:
                 file=p.source,
                 key="task",
             )
-        return cls(p, study)
+        return cls(p, study, storage._where)
 
     def ask(self) -> Asked:
         trial = self._study.ask(self._distributions)
-        return Asked(trial.number, dict(trial.params), trial)
+        return Asked(trial.number, dict(trial.params), trial, trial._trial_id)
+
+    def ask_servers(self, count: int) -> list[AskServer]:
+        """What `count` ask processes need, each with a sampler of its own: the plan's, seeded seed+1+i
+        (processes seeded alike would propose the same points); [] where the storage cannot be opened
+        by another process (none is: every storage here is a journal file or an RDB)."""
+        if not self._where:
+            return []
+        return [
+            AskServer(self.plan.name, self._where, _make_sampler(self.plan, 1 + i), self._distributions)
+            for i in range(count)
+        ]
+
+    def _trial(self, asked: Asked) -> Any:
+        if asked._trial is None:  # asked in an ask process: the same trial, through this process's storage
+            import optuna
+
+            asked._trial = optuna.trial.Trial(self._study, asked._id)
+        return asked._trial
 
     def set_attr(self, asked: Asked, key: str, value: str) -> None:
-        asked._trial.set_user_attr(key, value)
+        self._study._storage.set_trial_user_attr(asked._id, key, value)
 
     def tell(
         self, trial: Asked | int, values: list[float] | None = None, state: State = State.COMPLETE
     ) -> TrialInfo | None:
         """Tell a trial (asked, or by number); the told trial, or None when the grid sampler stopped the study."""
-        target = trial._trial if isinstance(trial, Asked) else trial
+        target = trial if not isinstance(trial, Asked) else trial._trial or trial.number
         try:
             frozen = self._study.tell(target, values, state=_optuna_state(state))
         except RuntimeError as exc:
@@ -357,8 +402,9 @@ class Study:
 
     def report(self, asked: Asked, value: float, step: int) -> bool:
         """Report an intermediate value; whether the pruner says the trial goes on."""
-        asked._trial.report(value, step)
-        return not asked._trial.should_prune()
+        trial = self._trial(asked)
+        trial.report(value, step)
+        return not trial.should_prune()
 
     def trials(self, states: tuple[State, ...] | None = None) -> list[TrialInfo]:
         wanted = None if states is None else tuple(_optuna_state(s) for s in states)
@@ -385,3 +431,43 @@ class Study:
                 self._study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number})
             numbers.append(t.number)
         return numbers
+
+
+# ---- an ask process (runner.tune.ask_processes) --------------------------------------------------------
+ASK = "ask"
+READY = "ready"
+
+
+def serve_asks(conn: Connection, server: AskServer) -> None:
+    """An ask process's whole life: open the study, say READY, then answer every ASK on `conn` with an
+    `Asked` (its trial stays in the storage, RUNNING, for the driver to tell) or, if asking failed, the
+    error's text; end at None or when the driver is gone. Ctrl-C is the driver's to handle: it stops
+    the study and then this process, after the ask under way (else a trial could be left half-asked)."""
+    import optuna
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet()
+    try:
+        study = optuna.load_study(
+            study_name=server.study_name,
+            storage=_reopen(server._where),
+            sampler=server._sampler,
+            pruner=optuna.pruners.NopPruner(),  # the driver prunes: it sees the runs' values
+        )
+    except Exception as exc:  # noqa: BLE001 - the driver asks in its own process instead, and says why
+        conn.send(f"{type(exc).__name__}: {exc}")
+        return
+    conn.send(READY)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the driver is gone
+        if message != ASK:
+            return
+        try:
+            trial = study.ask(server._distributions)
+            answer: Asked | str = Asked(trial.number, dict(trial.params), None, trial._trial_id)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver, which asks in its own process
+            answer = f"{type(exc).__name__}: {exc}"
+        conn.send(answer)

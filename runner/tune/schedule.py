@@ -21,12 +21,14 @@ and trials in flight that ask for the same cell share one run.
 In async mode the storage's side runs beside the driver, as in the threads of
 `study.optimize(n_jobs=...)`: the tells (Optuna storage writes: an fsynced journal append, an RDB round
 trip) on a thread of their own, in order, so the next ask and the worker waiting for it do not wait
-for them; and the asks on up to `parallel` threads, so the sampler's work for one free slot (TPE's
-density fits, three storage writes) overlaps that for another, as each of optimize's threads asks its
-own trial. A trial being asked counts as in flight, so no more than `parallel` trials are ever asked
-and not told; the sampler sees a trial as running until its tell lands, as with optimize's threads.
-In line instead: `parallel: 1` (a sequential study's next ask should see the last result) and the
-grid sampler (it counts the points told to know which remain).
+for them; and the asks on up to `parallel` threads, each asking its own trial. A trial being asked
+counts as in flight, so no more than `parallel` trials are ever asked and not told; the sampler sees a
+trial as running until its tell lands, as with optimize's threads. Asked in the driver, two asks only
+compete for its GIL, so the driver waits for each; once the asks go to ask processes
+(runner.tune.ask_processes: where the driver's asks set the study's pace), the driver goes on taking
+in finished runs while they are asked, and the executor pulls each trial as its ask is answered (the
+doorbell, runner.execute.doorbell). In line instead: `parallel: 1` (a sequential study's next ask
+should see the last result) and the grid sampler (it counts the points told to know which remain).
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from runner.execute.doorbell import Doorbell
 from runner.grid.cells import Cell
+from runner.settings import settings
 from runner.store import RunRecord
+from runner.tune.ask_processes import Asker
 from runner.tune.optuna_adapter import Asked, State, Study, TrialInfo, grid_size
 from runner.tune.pruning import PruningHub
 from runner.tune.spec import StudyPlan
@@ -89,11 +94,14 @@ class TrialSchedule:
         self._tells: list[Future[None]] = []
         self._asker = ThreadPoolExecutor(plan.parallel, thread_name_prefix="convgrid-ask") if background else None
         self._asks: list[Future[tuple[Asked, Cell] | None]] = []  # asks under way, each counted in `running`
+        self.doorbell = Doorbell()  # the executor's, while it listens: rung when an ask is answered
+        # in the driver, or in processes of their own once they pay (only beside the asker threads)
+        self.asker = Asker(study, plan.parallel, settings().ask_processes if background else "off")
 
     def ask_one(self) -> tuple[Asked, Cell] | None:
         """A new trial with its cell; None for one whose params the task rejects (told FAIL here). Safe
         in several threads at once (Optuna's study and storages are, as optimize's threads rely on)."""
-        trial = self.study.ask()
+        trial = self.asker.ask()
         try:
             return trial, self.plan.cell(dict(trial.params))
         except (ValidationError, TypeError, ValueError) as exc:
@@ -114,21 +122,36 @@ class TrialSchedule:
             self.host.rejected(rejected)
         return asked
 
-    def _asked(self, room: int) -> list[tuple[Asked, Cell]]:
+    def _asked(self, room: int) -> list[tuple[Asked, Cell]] | None:
         """Trials for `room` free slots. In line, asked now; else `room` more asks start on the asker
-        threads (each in flight from now on) and the answer is every ask that has finished, once one has:
-        the driver waits for the first, as a thread of optimize waits for its own ask (for all of them
-        where trials run in batches: a batch is handed over whole)."""
+        threads (each in flight from now on) and the answer is every ask that has finished. Where the
+        executor hears the doorbell and runs are in flight, that may be none yet (None): the doorbell
+        rings when one is, and the executor meanwhile takes in the runs that finish, as optimize's
+        threads each ask while the others run. Else the driver waits here for the first ask (for all of
+        them where trials run in batches: a batch is handed over whole)."""
         if self._asker is None:
             asked = self.ask(room)
             self.running += len(asked)
             return asked
         self.running += room
-        self._asks += [self._asker.submit(self.ask_one) for _ in range(room)]
+        for _ in range(room):
+            ask = self._asker.submit(self.ask_one)
+            ask.add_done_callback(lambda _: self.doorbell.ring())
+            self._asks.append(ask)
         if not self._asks:
             return []
-        done, pending = wait(self._asks, return_when=FIRST_COMPLETED if self.plan.batch == 1 else ALL_COMPLETED)
-        self._asks = list(pending)
+        # Asks answered in ask processes leave the driver free meanwhile; asked in this process they would
+        # only compete with its other work for the GIL (measured: slower), so the driver waits for them.
+        remote = self.asker.remote
+        runs_in_flight = self.running > len(self._asks)
+        if remote and self.plan.batch == 1 and runs_in_flight and self.doorbell.listening:
+            done = [f for f in self._asks if f.done()]
+            if not done:
+                return None
+            self._asks = [f for f in self._asks if not f.done()]
+        else:
+            finished, pending = wait(self._asks, return_when=FIRST_COMPLETED if self.plan.batch == 1 else ALL_COMPLETED)
+            done, self._asks = list(finished), list(pending)
         answers = [f.result() for f in done]
         self.running -= sum(a is None for a in answers)
         return self._accepted(answers)
@@ -143,8 +166,12 @@ class TrialSchedule:
             if room == 0 and not self._asks:
                 yield None
                 continue
+            asked = self._asked(room)
+            if asked is None:
+                yield None  # the asks under way ring the doorbell when one is answered
+                continue
             group: list[Cell] = []
-            for trial, cell in self._asked(room):
+            for trial, cell in asked:
                 if self.deterministic:
                     self.batch.append((trial, cell))
                 if cell.run_id in self.waiting:
@@ -175,6 +202,7 @@ class TrialSchedule:
         for record in records:
             self.hub.finish(record.run_id)  # no value of this run reaches its trial once it is told
             self.host.ran(record)
+            self.asker.ran(float(record.row.get("wall_s") or 0.0), self.left() - self.running)
             if is_settled(record.row["status"], self.retry_failed):
                 self.known[record.run_id] = record.row
             trials = self.waiting.pop(record.run_id, [])
@@ -201,6 +229,7 @@ class TrialSchedule:
         asked trial RUNNING, which the driver's recovery (or the next start) tells FAIL and asks again."""
         if self._asker is not None:
             self._asker.shutdown(wait=True)
+        self.asker.close()
         if self._teller is not None:
             self._teller.shutdown(wait=True)
         self._collect()
