@@ -203,3 +203,15 @@ def test_a_study_with_ask_processes_stores_every_trial_with_its_run(
     assert len(creators) == 40 and len(set(creators)) >= 2  # the driver first, then the processes
     assert sum(c != creators[0] for c in creators) >= 20
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".lock")]  # the journal's lock was released
+
+
+def test_closing_before_a_process_has_opened_the_study_warns_of_nothing(tmp_path: Path) -> None:
+    """A study that ends before its ask processes are up (a short one with `on`) closes them quietly."""
+    import warnings
+
+    study = _study(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an AskProcessWarning here would fail the test
+        processes = AskProcesses(study.ask_servers(1))
+        processes.close()
+        assert processes.failed is None

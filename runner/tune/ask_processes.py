@@ -54,12 +54,16 @@ class AskProcesses:
         self._idle: queue.SimpleQueue[Connection] = queue.SimpleQueue()  # ready and not asking
         self._lock = threading.Lock()
         self._ready = 0
+        self._closing = False
         self.failed: str | None = None
         self._procs: list[tuple[subprocess.Popen[bytes], Connection]] = []
+        self._openers: list[threading.Thread] = []  # each waits for its process to open the study
         for i, server in enumerate(servers):
             proc, conn = _start(server)
             self._procs.append((proc, conn))
-            threading.Thread(target=self._opened, args=(conn,), name=f"convgrid-ask-open-{i}", daemon=True).start()
+            opener = threading.Thread(target=self._opened, args=(conn,), name=f"convgrid-ask-open-{i}", daemon=True)
+            opener.start()
+            self._openers.append(opener)
 
     @property
     def ready(self) -> bool:
@@ -86,6 +90,8 @@ class AskProcesses:
 
     def _fail(self, why: str) -> None:
         with self._lock:
+            if self._closing:
+                return  # a pipe closed by `close` is no failure
             first = self.failed is None
             self.failed = self.failed or why
         if first:
@@ -115,6 +121,8 @@ class AskProcesses:
 
     def close(self) -> None:
         """Stop the processes once their ask under way is answered (the caller's asks are all through)."""
+        with self._lock:
+            self._closing = True
         for _, conn in self._procs:
             with contextlib.suppress(OSError):  # it is gone already
                 conn.send(None)
@@ -125,6 +133,8 @@ class AskProcesses:
                 proc.kill()
                 proc.wait()
             conn.close()
+        for opener in self._openers:
+            opener.join(JOIN_S)  # its pipe is closed: it ends now
         self._procs.clear()
 
 

@@ -148,7 +148,7 @@ class TrialSchedule:
             done = [f for f in self._asks if f.done()]
             if not done:
                 return None
-            self._asks = [f for f in self._asks if not f.done()]
+            self._asks = [f for f in self._asks if f not in done]  # not `done()` again: one may finish meanwhile
         else:
             finished, pending = wait(self._asks, return_when=FIRST_COMPLETED if self.plan.batch == 1 else ALL_COMPLETED)
             done, self._asks = list(finished), list(pending)
