@@ -22,6 +22,7 @@ from runner.tune.driver import tune
 from runner.tune.optuna_adapter import JOURNAL_NAME, AskServer, State, Study, load_plans, open_storage
 from tests.options import opts
 from tests.test_tune import ls_study
+from tests.waiting import until
 
 WAIT_S = 120.0  # a process that has not opened the study by then fails the test (a second when quiet)
 
@@ -32,14 +33,7 @@ def _study(root: Path, name: str = "remote", **extra: Any) -> Study:
 
 
 def _until(condition: Any) -> None:
-    import threading
-
-    pause = threading.Event()  # never set: its wait is a sleep
-    for _ in range(int(WAIT_S / 0.05)):
-        if condition():
-            return
-        pause.wait(0.05)
-    raise AssertionError("the ask processes never got there")
+    until(condition, WAIT_S, "the ask processes", every_s=0.05)
 
 
 def _creators(root: Path) -> list[str]:

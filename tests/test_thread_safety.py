@@ -20,6 +20,7 @@ from runner.store.records import RunRecord
 from tasks import get_task
 from tasks.base import Result, RunContext, is_thread_safe
 from tasks.registry import builtin_task_names
+from tests.waiting import until
 
 TASKS = builtin_task_names()
 # Fields of a record that say when and how long, not what: the only ones allowed to differ.
@@ -254,13 +255,7 @@ def _record(item: WorkItem) -> RunRecord:
 
 
 def _until(condition: Any) -> None:
-    """Wait (at most TIMEOUT_S) for a condition another thread makes true; no timing is asserted."""
-    pause = threading.Event()  # never set: its wait is a sleep
-    for _ in range(int(TIMEOUT_S / 0.01)):
-        if condition():
-            return
-        pause.wait(0.01)
-    raise AssertionError("the pool's thread never got there")
+    until(condition, TIMEOUT_S, "the pool's thread")
 
 
 def test_records_before_a_bug_reach_the_caller_before_the_bug() -> None:
