@@ -209,3 +209,48 @@ def test_closing_before_a_process_has_opened_the_study_warns_of_nothing(tmp_path
         processes = AskProcesses(study.ask_servers(1))
         processes.close()
         assert processes.failed is None
+
+
+def test_a_process_that_cannot_start_leaves_the_asks_to_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.tune import ask_processes
+    from runner.tune.ask_processes import AskProcessWarning
+
+    monkeypatch.setattr(ask_processes.sys, "executable", str(tmp_path / "no-python"))
+    study = _study(tmp_path)
+    with pytest.warns(AskProcessWarning, match="could not start"):
+        asker = Asker(study, 2, "on")
+    try:
+        assert not asker.remote and asker.ask().number == 0  # asked here
+    finally:
+        asker.close()
+
+
+def test_a_study_on_an_rdb_asks_in_processes_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ask process opens the RDB by its URL (SQLite here: one file, shared under its lock)."""
+    monkeypatch.setenv("CONVGRID_ASK_PROCESSES", "on")
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    asker_of: list[Asker] = []
+    init = Asker.__init__
+
+    def keep(self: Asker, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        asker_of.append(self)
+        _until(lambda: self.processes is not None and self.processes.opened >= 1)  # asks there from the first
+
+    monkeypatch.setattr(Asker, "__init__", keep)
+    local: list[int] = []
+    ask = Study.ask
+
+    def counted(self: Study) -> Any:
+        local.append(1)
+        return ask(self)
+
+    monkeypatch.setattr(Study, "ask", counted)
+    raw = ls_study("rdb_remote", n_trials=12, parallel=2, sampler={"name": "tpe", "seed": 0})
+    (report,) = tune(raw, tmp_path, opts(), executor=LocalExecutor(workers=2), storage=url)
+    assert report.states == {"COMPLETE": 12} and not local  # every trial asked in the process
+    assert len(read_trials(ResultStore(tmp_path), "rdb_remote").to_pylist()) == 12
+    (asker,) = asker_of
+    assert asker.processes is None  # closed with the study, after it asked every trial there

@@ -59,7 +59,11 @@ class AskProcesses:
         self._procs: list[tuple[subprocess.Popen[bytes], Connection]] = []
         self._openers: list[threading.Thread] = []  # each waits for its process to open the study
         for i, server in enumerate(servers):
-            proc, conn = _start(server)
+            try:
+                proc, conn = _start(server)
+            except OSError as exc:  # no interpreter to start, no fds left: the driver asks (closed as usual)
+                self._fail(f"it could not start: {exc}")
+                return
             self._procs.append((proc, conn))
             opener = threading.Thread(target=self._opened, args=(conn,), name=f"convgrid-ask-open-{i}", daemon=True)
             opener.start()
