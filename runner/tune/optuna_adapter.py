@@ -94,7 +94,7 @@ class StudyStorage:
 
     label: str
     _storage: Any = field(repr=False)
-    _where: str = field(default="", repr=False)  # how another process opens it: a journal's path, an RDB's URL
+    _where: str = field(repr=False)  # how another process opens it: a journal's path, an RDB's URL
 
 
 def _info(trial: Any) -> TrialInfo:
@@ -313,7 +313,7 @@ def quiet() -> None:
 class Study:
     """One Optuna study, created or loaded for a plan."""
 
-    def __init__(self, plan: StudyPlan, study: Any, where: str = "") -> None:
+    def __init__(self, plan: StudyPlan, study: Any, where: str) -> None:
         self.plan, self._study, self._where = plan, study, where
         self._distributions = _distributions(plan)
 
@@ -366,10 +366,7 @@ class Study:
 
     def ask_servers(self, count: int) -> list[AskServer]:
         """What `count` ask processes need, each with a sampler of its own: the plan's, seeded seed+1+i
-        (processes seeded alike would propose the same points); [] where the storage cannot be opened
-        by another process (none is: every storage here is a journal file or an RDB)."""
-        if not self._where:
-            return []
+        (processes seeded alike would propose the same points)."""
         return [
             AskServer(self.plan.name, self._where, _make_sampler(self.plan, 1 + i), self._distributions)
             for i in range(count)
