@@ -93,6 +93,16 @@ def test_a_chunk_is_grouped_by_key_within_the_size_and_memory_caps() -> None:
     assert batch_key(bad) is None and batch_key(items[0]) == batch_key(items[8]) != batch_key(items[9])
 
 
+def test_is_batchable_agrees_with_the_protocol_for_every_learner() -> None:
+    from tasks.base import BatchableTask, is_batchable
+    from tasks.registry import get_task, task_names
+
+    verdicts = {name: is_batchable(get_task(name)) for name in task_names()}
+    assert verdicts == {name: isinstance(get_task(name), BatchableTask) for name in task_names()}
+    assert verdicts["deep_linear"] and not verdicts["hierarchical"]  # one of each, so neither side is vacuous
+    assert is_batchable(get_task("deep_linear"))  # asked again: the class's cached answer
+
+
 def _validated(item: WorkItem) -> Any:
     from runner.grid.identity import validate_params
 

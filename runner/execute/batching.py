@@ -15,7 +15,7 @@ from typing import Any
 
 from runner.execute.base import BatchPolicy, WorkItem
 from runner.grid.identity import validate_params
-from tasks.base import BatchableTask
+from tasks.base import BatchableTask, is_batchable
 from tasks.registry import get_task
 
 # Members' working sets summed, on the CPU: what a batch may take before it stops paying. A batch saves
@@ -72,7 +72,7 @@ def batch_member(item: WorkItem, tasks: dict[str, Any] | None = None) -> Member 
                 except Exception as exc:  # noqa: BLE001 - kept, so that every item of this task runs alone
                     tasks[item.task] = exc
             task = tasks[item.task]
-        if not isinstance(task, BatchableTask):
+        if not is_batchable(task):
             return None
         params = validate_params(task, item.params)
         key = task.batch_key(params)

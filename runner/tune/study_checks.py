@@ -25,7 +25,7 @@ from runner.tune.space import (
 )
 from runner.tune.study_file import RUN_METRICS, Baseline, Objective, PrunerSpec, SamplerSpec, StudyFile
 from tasks import Task
-from tasks.base import BatchableTask
+from tasks.base import is_batchable
 
 
 def structure_error(exc: ValidationError, file: str, raw: dict[str, Any]) -> ConfigError:
@@ -189,7 +189,7 @@ def check_metrics(spec: StudyFile, task: Task, objectives: list[Objective], prun
 def check_batch(spec: StudyFile, task: Task, file: str) -> None:
     if spec.batch == 1:
         return
-    if not isinstance(task, BatchableTask):
+    if not is_batchable(task):
         raise ConfigError(
             f"task {task.name!r} has no run_batch: its trials cannot run as one batch", file=file, key="batch"
         )
