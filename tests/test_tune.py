@@ -163,6 +163,10 @@ def test_trials_with_stored_runs_are_told_without_running(tmp_path: Path) -> Non
     (second,) = tune(raw, tmp_path, opts())
     assert second.ran == 0 and second.from_store == 5
     assert [b["values"] for b in second.best] == [b["values"] for b in first.best]
+    # the summary's metrics: the first study's from the runs it ran, the second's read back from the store
+    # (the rows that answered its trials lack flops), the same numbers either way
+    assert [b["metrics"] for b in second.best] == [b["metrics"] for b in first.best]
+    assert all(v is not None for v in first.best[0]["metrics"].values()), first.best[0]
     members = ResultStore(tmp_path).read_members()
     assert sorted(set(members["grid"].to_pylist())) == ["first", "second"]
     # Asking again for more finished trials than exist continues the same study.

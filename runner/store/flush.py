@@ -27,11 +27,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from runner.store import incoming
 from runner.store.columns import PARTITION, legacy_curve_columns
@@ -41,6 +41,9 @@ from runner.store.store import ResultStore, SchemaFor
 from runner.store.tables import conform, current_names, last_per_run, latest_per_run, with_attempt
 from runner.store.txn import Transaction
 from runner.store.union import stage_union
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 
 def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:

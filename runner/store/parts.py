@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from runner.fs.root import Root
@@ -20,10 +21,20 @@ from runner.store import part_names
 from runner.store.columns import foreign_columns
 from runner.store.files import read_tail
 
-# Every read verifies page checksums: flipped bytes become an error naming the file, not wrong numbers.
-PARQUET = ds.ParquetFileFormat(
-    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
-)
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
+
+@cache
+def parquet_format() -> ds.ParquetFileFormat:
+    """The format every dataset scan reads with: page checksums verified, so flipped bytes become an error
+    naming the file, not wrong numbers. Made at the first read: pyarrow.dataset imports pandas (0.2 s),
+    which a command that only writes, as a study on a new store, need not wait for."""
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat(
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+    )
 
 
 VERIFY_ROWS = 8_192  # decoded at a time: a batch of long strings (params_json) is MBs, and malloc keeps what it held
@@ -208,6 +219,8 @@ class PartReader:
     def _scan(
         self, rels: Sequence[str], schema: pa.Schema, columns: list[str] | None, filter: ds.Expression | None
     ) -> pa.Table:
+        import pyarrow.dataset as ds
+
         paths = [self.root.abs(r) for r in rels]
-        dataset = ds.dataset(paths, filesystem=self.root.fs, format=PARQUET, schema=schema)
+        dataset = ds.dataset(paths, filesystem=self.root.fs, format=parquet_format(), schema=schema)
         return dataset.to_table(columns=columns, filter=filter)

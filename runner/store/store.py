@@ -27,11 +27,10 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from runner.coord.writers import writers_lock
@@ -60,6 +59,9 @@ from runner.store.parts import PartReader, ReadAgain
 from runner.store.runs_index import RunsIndex
 from runner.store.tables import current_names, kept_curves, latest_per_run, order_keys, with_attempt
 from runner.store.txn import INTERNAL, STAGING_DIR, TXN_DIR, Transaction, View, recover
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 ATTEMPT_CHOICES = ("kept", "superseded", "all")
 STATUS_COLUMNS = ["run_id", "task", "status", "error", "finished", "batch_id"]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from runner.execute.auto import make_executor
 from runner.execute.base import Executor, ForecastsWork, ReportChannel, ReportSpec
@@ -86,6 +87,10 @@ class StudyDriver:
         self.rows: list[dict[str, Any]] = []  # trials/ rows not written yet; appended by the teller thread too
         self.rows_lock = threading.Lock()
         self.new_members: list[dict[str, Any]] = []
+        # what the summary shows of a run; kept for each run this driver ran or was told, so that the summary
+        # reads back from the store only the runs it has not seen (not every run of the task)
+        self.metrics = list(dict.fromkeys([o.metric for o in p.objectives] + p.report + ["flops"]))
+        self.seen: dict[str, dict[str, Any]] = {}
         self.last_flush = time.monotonic()
         self.bar = Progress(0, p.name, enabled=False)
         old = store.read_members()
@@ -106,6 +111,8 @@ class StudyDriver:
         self.bar.update([FAILED] * count)
 
     def decided(self, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
+        if all(m in row for m in self.metrics):  # a stored row told from known_runs lacks some
+            self.seen[cell.run_id] = {k: row[k] for k in ("status", *self.metrics)}
         self.report.from_store += not fresh
         self.report.skipped_failed += not fresh and row["status"] in RETRY_ON_REQUEST
         self.member(cell)
@@ -229,23 +236,22 @@ class StudyDriver:
             self.channel.close()
 
     def summarise(self) -> None:
-        p, trials = self.p, self.study.trials()
+        p, trials, metrics = self.p, self.study.trials(), self.metrics
         self.report.states = Counter(t.state.value for t in trials if t.state != State.WAITING)
-        metrics = list(dict.fromkeys([o.metric for o in p.objectives] + p.report + ["flops"]))
-        runs = {r["run_id"]: r for r in self.store.read_runs(p.task, columns=["status", *metrics]).to_pylist()}
-        seen: set[str] = set()
+        best: dict[str, TrialInfo] = {}  # one line per distinct run (a Pareto front repeats integer points)
         for t in sorted(self.study.best(), key=lambda t: t.number):
-            rid = trial_run_id(p, t)
-            if rid in seen or len(seen) >= 20:
-                continue  # one line per distinct run (a Pareto front repeats integer points)
-            seen.add(rid or "")
-            run = runs.get(rid or "", {})
+            best.setdefault(trial_run_id(p, t) or "", t)
+            if len(best) == 20:
+                break
+        runs = self.runs([*best, *(c.run_id for c in p.baselines)])
+        for rid, t in best.items():
+            run = runs.get(rid, {})
             self.report.best.append(
                 {
                     "number": t.number,
                     "values": t.values,
                     "params": t.params,
-                    "run_id": rid,
+                    "run_id": rid or None,
                     "metrics": {m: run.get(m) for m in metrics},
                 }
             )
@@ -258,6 +264,15 @@ class StudyDriver:
                     "metrics": {m: run.get(m) for m in metrics},
                 }
             )
+
+    def runs(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The summary's columns of these runs: those this driver saw, the rest read from the store."""
+        rows = {rid: self.seen[rid] for rid in run_ids if rid in self.seen}
+        rest = sorted({rid for rid in run_ids if rid and rid not in rows})
+        if rest:
+            stored = self.store.read_runs(self.p.task, ["status", *self.metrics], pc.field("run_id").isin(rest))
+            rows.update({r["run_id"]: r for r in stored.to_pylist()})
+        return rows
 
 
 def run_study(
