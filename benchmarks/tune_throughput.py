@@ -2,7 +2,8 @@
 and with a journal file, on a short (~0.5 ms) and a longer (~10 ms) objective, 2 trials in flight.
 
     python benchmarks/tune_throughput.py [--repeats 3] [--fast-trials 600] [--slow-trials 300] [--json out.json]
-                                         [--only CONTENDER,...] [--against TREE]
+                                         [--only CONTENDER,...] [--objectives fast,slow]
+                                         [--against TREE]
 
 Every contender runs in its own process, the contenders of a round in rotated order, `--repeats`
 rounds; printed are min / median / max over the rounds of the ratios within a round (convgrid's
@@ -226,6 +227,7 @@ def main() -> int:
     parser.add_argument("--slow-trials", type=int, default=300)
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement here")
     parser.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (baselines always)")
+    parser.add_argument("--objectives", default=",".join(OBJECTIVES), help="comma-separated: fast, slow")
     parser.add_argument("--against", type=Path, default=None, help="another source tree: its convgrid contenders too")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--objective", choices=list(OBJECTIVES), help=argparse.SUPPRESS)
@@ -240,6 +242,7 @@ def main() -> int:
 
     print(header(), flush=True)
     trials = {"fast": args.fast_trials, "slow": args.slow_trials}
+    objectives = [o for o in OBJECTIVES if o in args.objectives.split(",")]
     ours = [c for c in args.only.split(",") if c in CONTENDERS and c not in BASELINES]
     if args.against is not None:
         ours += [c + AGAINST for c in ours]
@@ -247,7 +250,7 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
         for rnd in range(args.repeats):
-            for objective in OBJECTIVES:
+            for objective in objectives:
                 order = contenders[rnd % len(contenders) :] + contenders[: rnd % len(contenders)]
                 for contender in order:
                     root = Path(tmp) / f"r{rnd}-{objective}-{contender.replace(' ', '_').replace('@', '')}"
@@ -267,7 +270,7 @@ def main() -> int:
     pairs = [(mine, theirs) for mine in ours for theirs in BASELINES]
     pairs += [(mine, mine + AGAINST) for mine in ours if mine + AGAINST in ours]  # after / before
     seconds = {(r["round"], r["objective"], r["contender"], clock): r[clock] for r in results for clock in CLOCKS}
-    for objective in OBJECTIVES:
+    for objective in objectives:
         for clock in CLOCKS:
             for mine, theirs in pairs:
                 ratios = [
