@@ -319,10 +319,29 @@ def shutdown_if_owned() -> None:
     if _OWNED:
         import ray
 
+        _stop_monitor()
         ray.shutdown()
         _OWNED = False
     while _ON_SHUTDOWN:
         _ON_SHUTDOWN.pop()()
+
+
+def _stop_monitor() -> None:
+    """Kill the embedded Ray's autoscaler monitor before `ray.shutdown`. The monitor ignores the SIGTERM that
+    shutdown sends each of Ray's processes in turn, so shutdown waited its full second for it before the
+    SIGKILL: 1.0 s of a 1.35 s shutdown (Ray 2.60), paid by every command that started Ray. It holds nothing
+    of a single-node Ray that must be saved. Through Ray's private node object: where that changes, the
+    plain shutdown stops it as before."""
+    try:
+        from ray._private import ray_constants, worker
+
+        node = worker._global_node
+        infos: list[Any] = node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []) if node is not None else []
+        for info in infos:
+            info.process.kill()
+            info.process.wait(timeout=1)  # reaped here; shutdown skips a process that has exited
+    except Exception:  # noqa: BLE001 - only a faster stop is lost
+        logging.getLogger(__name__).debug("could not stop Ray's monitor first", exc_info=True)
 
 
 def starting(delta: int) -> None:

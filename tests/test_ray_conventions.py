@@ -57,18 +57,31 @@ def test_actors_are_named_after_their_grid_and_runs_carry_the_drivers_code_versi
 
 @pytest.mark.ray
 def test_an_embedded_start_prints_no_auth_notice_and_keeps_token_auth() -> None:
-    """The process is the point: Ray decides on auth, and prints its notice, at a process's first start."""
+    """The process is the point: Ray decides on auth, and prints its notice, at a process's first start.
+    Its stop too: the monitor (which sits out shutdown's SIGTERM) is killed before ray.shutdown starts, and
+    nothing of the embedded Ray outlives the stop."""
     script = (
         "from cluster import connect, shutdown_if_owned\n"
         "ray = connect(None, num_cpus=1)\n"
         "from ray._raylet import AuthenticationMode, get_authentication_mode\n"
         "print(get_authentication_mode() == AuthenticationMode.TOKEN, ray.get(ray.put(7)))\n"
+        "from ray._private import worker\n"
+        "procs = [i.process for infos in worker._global_node.all_processes.values() for i in infos]\n"
+        "monitor = worker._global_node.all_processes['monitor'][0].process\n"
+        "real = ray.shutdown\n"
+        "def shutdown(*a, **k):\n"
+        "    print(monitor.poll() is not None, sum(p.poll() is None for p in procs) > 0)\n"
+        "    real(*a, **k)\n"
+        "ray.shutdown = shutdown\n"
         "shutdown_if_owned()\n"
+        "print(all(p.poll() is not None for p in procs))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "7"]  # token auth on, and the driver is let in
+    # token auth on, and the driver is let in; at ray.shutdown the monitor is gone and the rest still up;
+    # after it, every process of the embedded Ray has exited
+    assert done.stdout.split() == ["True", "7", "True", "True", "True"]
     assert "Token authentication" not in done.stderr, done.stderr
