@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cluster import ClusterError, head_lost, shutdown_if_owned
 from runner import errors
@@ -27,6 +27,7 @@ from runner.cli.options import (
     positive_float,
     positive_int,
 )
+from runner.cli.process_exit import exit_process
 from runner.errors import (
     EXIT_BUSY,
     STORE_ERRNOS,
@@ -263,6 +264,12 @@ def driver_allocators() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
     with contextlib.suppress(AttributeError, OSError):
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def console() -> NoReturn:
+    """The `convgrid` command (and `python -m runner.cli`): `main`, then the process ends without the
+    interpreter's teardown (runner.cli.process_exit)."""
+    exit_process(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

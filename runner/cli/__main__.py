@@ -1,7 +1,5 @@
 """`python -m runner.cli ...` is `convgrid ...`."""
 
-import sys
+from runner.cli import console
 
-from runner.cli import main
-
-sys.exit(main())
+console()
