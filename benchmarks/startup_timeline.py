@@ -89,6 +89,9 @@ def child(argv: list[str]) -> int:
     ray_pool.RayExecutor.start, ray_pool.RayExecutor.close = timed_start, timed_close
     code = main(argv)
     mark(f"convgrid run returned {code}")
+    from benchmarks.as_typed import end_as_the_command_does
+
+    end_as_the_command_does(code)  # the exit hooks run there too, the timeline's last one included
     return code
 
 

@@ -10,7 +10,8 @@ Contenders, run in a rotating order within each round:
   chunked-ray    embedded Ray, one remote task per chunk of 50 configs, `ray.get` of all (hand-written
                  parallelism without a store: the floor of this machine's cores)
   convgrid       `convgrid run GRID --results FRESH_DIR` (embedded Ray, Parquet store, progress off;
-                 the default executor, auto: cells run in the driver while Ray starts)
+                 the default executor, auto: cells run in the driver while Ray starts); every
+                 convgrid contender's process ends as the `convgrid` command's does (benchmarks.as_typed)
   convgrid-ray   the same with `--executor ray` (every cell on Ray: the driver waits for Ray to start)
   local-1        `convgrid run --executor local --workers 1`: every cell in the driver, one at a time
   local-2        `convgrid run --executor local --workers 2`: in the driver, two runs at once in threads
@@ -123,6 +124,10 @@ def convgrid(runs: int, _: int, tmp: Path, *options: str) -> None:
 
     code = cli(["run", str(tmp / "grid.yaml"), "--results", str(tmp / "results"), "--no-progress", *options])
     assert code == 0
+    sys.path.insert(0, str(REPO))  # this benchmark's helpers (an --against tree lacks them)
+    from benchmarks.as_typed import end_as_the_command_does
+
+    end_as_the_command_does()
 
 
 def convgrid_ray(runs: int, cap: int, tmp: Path) -> None:
