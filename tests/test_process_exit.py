@@ -1,6 +1,6 @@
 """The command line's process ends without the interpreter's teardown (runner.cli.process_exit), but only
-after what a normal exit does for the user: threads that are not daemons joined, exit hooks run in their
-order, buffered output flushed, the command's code kept."""
+after what a normal exit does for the user: idle thread pools told to end and threads that are not
+daemons joined, exit hooks run in their order, buffered output flushed, the command's code kept."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def late():
     time.sleep(0.3)
     hook("a thread that is not a daemon")
 threading.Thread(target=late).start()
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(1)  # never shut down: its idle worker, not a daemon, is told to end at exit
+pool.submit(hook, "a pool's task").result()
 sys.stdout.write("buffered, no newline")
 exit_process(3)
 """
@@ -38,6 +41,7 @@ def test_exit_process_keeps_the_code_joins_threads_runs_hooks_and_flushes(tmp_pa
     assert done.returncode == 3, done.stderr
     assert done.stdout == "buffered, no newline"
     assert out.read_text().splitlines() == [
+        "a pool's task",
         "a thread that is not a daemon",
         "registered last, runs first",
         "registered first, runs last",

@@ -8,8 +8,9 @@ project's 2-core machine). None of that teardown leaves anything behind that a u
 command has committed its results, stopped what it started, and closed its files.
 
 So the command line ends the way the interpreter would up to that point, and then stops: it waits for
-the threads that are not daemons (as the interpreter does first), runs every exit hook (Ray's, logging's,
-multiprocessing's), flushes standard output and error, and calls `os._exit` with the command's code.
+the threads that are not daemons (after telling idle thread pools to end, as the interpreter does first),
+runs every exit hook (Ray's, logging's, multiprocessing's), flushes standard output and error, and calls
+`os._exit` with the command's code.
 Only the console entry points do this (`convgrid`, `python -m runner.cli`); `runner.cli.main`, which
 tests and notebooks call, returns as usual.
 """
@@ -27,10 +28,11 @@ from typing import NoReturn
 def exit_process(code: int) -> NoReturn:
     """End this process with `code` after what a normal exit does for the user: joined threads, exit hooks,
     flushed streams."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # the interpreter's own call for its exit hooks, in their order
+    # The interpreter's own two calls, in its order (Py_FinalizeEx): the threading module's exit hooks (which
+    # tell idle thread pools, concurrent.futures', to end) and the join of every thread that is not a daemon;
+    # then the exit hooks (atexit), newest first
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed stream, a reader that left (`... | head`)
             stream.flush()
