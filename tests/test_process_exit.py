@@ -1,6 +1,8 @@
 """The command line's process ends without the interpreter's teardown (runner.cli.process_exit), but only
 after what a normal exit does for the user: idle thread pools told to end and threads that are not
-daemons joined, exit hooks run in their order, buffered output flushed, the command's code kept."""
+daemons joined, exit hooks run in their order, buffered output flushed, the command's code kept. (The
+console entry itself, `python -m runner.cli`, is exercised by every test that runs it: tests/test_spec.py
+holds its exit code 2.)"""
 
 from __future__ import annotations
 
@@ -46,22 +48,3 @@ def test_exit_process_keeps_the_code_joins_threads_runs_hooks_and_flushes(tmp_pa
         "registered last, runs first",
         "registered first, runs last",
     ]
-
-
-def test_the_command_line_ends_with_its_code_and_output(tmp_path: Path) -> None:
-    """`python -m runner.cli` goes through the same exit: a bad grid file is exit code 2 and one message."""
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nblocks:\n  - task: no_such_learner\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "run", str(bad), "--results", str(tmp_path / "r")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "no_such_learner" in done.stderr and not (tmp_path / "r").exists()
-    listing = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "tasks"], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert listing.returncode == 0 and "deep_linear" in listing.stdout, listing.stderr
