@@ -339,7 +339,7 @@ def _stop_monitor() -> None:
         infos: list[Any] = node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []) if node is not None else []
         for info in infos:
             info.process.kill()
-            info.process.wait(timeout=1)  # reaped here; shutdown skips a process that has exited
+            info.process.wait(timeout=5)  # reaped here (at once but on a stalled machine); shutdown skips it then
     except Exception:  # noqa: BLE001 - only a faster stop is lost
         logging.getLogger(__name__).debug("could not stop Ray's monitor first", exc_info=True)
 
