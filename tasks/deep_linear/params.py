@@ -65,7 +65,7 @@ class DeepLinearBase(TaskParams):
         None,
         description=(
             "real data only: directory holding the raw files (uci_ethanol: batch1.dat..batch10.dat; "
-            "mnist: train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz). None: data/uci_gas or "
+            "mnist: train-images-idx3-ubyte and train-labels-idx1-ubyte, .gz or decompressed). None: data/uci_gas or "
             "data/mnist under the working directory. Never downloaded; see docs/deep_linear.md."
         ),
     )
