@@ -10,6 +10,7 @@ from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median, 
 
 TASK = "deep_linear"
 TOL = 1e-10
+ODD_OVERLAP = 1.5  # "their curves overlap" (Fig. 8): odd depths' errors after the budget within this factor
 
 
 def sweeps_decrease_with_depth(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -168,6 +169,65 @@ def du_hu_step_diverges(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
+def _final_by_depth(runs: pd.DataFrame) -> pd.Series:
+    """Each depth's error at the end of its budget (median over its runs; a run that diverged: inf)."""
+    err = runs["err_final"].where(runs["status"] == "ok", np.inf)
+    return median_by(err, runs["L"])
+
+
+def mnist_depth2_best(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    e = _final_by_depth(runs)
+    if 2 not in e.index or len(e) < 3:
+        return Verdict(NO_DATA, f"error after the budget by depth: {fmt(e)}")
+    return Verdict(
+        HOLDS if e[2] <= e.min() else FAILS,
+        f"error after {int(runs['n_iters'].max())} iterations by depth: {fmt(e)}; best L = {int(e.idxmin())}",
+        paper="L = 2 is best (Fig. 8)",
+    )
+
+
+def mnist_even_depths_accelerate(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    """Even depths end below every odd depth, and the odd depths (1 included) overlap: their errors after the
+    budget within a factor ODD_OVERLAP of each other."""
+    e = _final_by_depth(runs)
+    even, odd = e[e.index % 2 == 0], e[e.index % 2 == 1]
+    if len(even) < 2 or len(odd) < 2:
+        return Verdict(NO_DATA, f"error after the budget by depth: {fmt(e)}")
+    below = bool(even.max() < odd.min())
+    spread = float(odd.max() / odd.min()) if odd.min() > 0 else np.inf
+    return Verdict(
+        HOLDS if below and spread <= ODD_OVERLAP else FAILS,
+        f"error after {int(runs['n_iters'].max())} iterations, even depths: {fmt(even)}; odd depths: {fmt(odd)} "
+        f"(worst even / best odd = {even.max() / odd.min():.3g}, odd spread x{spread:.3g})",
+        paper="even depths accelerate; odd depths behave alike, their curves overlap (Fig. 8)",
+    )
+
+
+def bcgd_beats_gd_at_budget(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    """Per real data set that ran: BCGD's error after the budget against the best GD step's (a diverged GD
+    run counts as never converging)."""
+    parts, holds, decided = [], True, False
+    for data, grp in runs.groupby(runs["data"].astype(str)):
+        done = grp[grp["status"].isin(["ok", "diverged"])]
+        err = done["err_final"].where(done["status"] == "ok", np.inf)
+        b = median(err[done["algo"] == "bcgd"])
+        gd = done[done["algo"] == "gd"]
+        g = median_by(err[gd.index], gd["lr"]).min() if not gd.empty else np.nan
+        if not (np.isfinite(b) and not np.isnan(g)):
+            parts.append(f"{data}: not run ({', '.join(sorted(set(grp['status'])))})")
+            continue
+        decided = True
+        holds &= b < g
+        parts.append(f"{data}: BCGD {b:.3g}, best GD step {g:.3g} after {int(done['n_iters'].max())} iterations")
+    if not decided:
+        return Verdict(NO_DATA, "; ".join(parts))
+    return Verdict(
+        HOLDS if holds else FAILS,
+        "; ".join(parts),
+        paper="BCGD converges faster than GD on real data (Fig. 9)",
+    )
+
+
 def _grids(stem: str) -> tuple[str, ...]:
     return (stem, f"small_{stem}")
 
@@ -258,5 +318,29 @@ CLAIMS = [
         _grids("fig6_order_init"),
         "orth-identity: ascending wins when d_out > d_in, descending when d_in > d_out",
         order_rule_orth_identity,
+    ),
+    Claim(
+        "002.fig8.L2_best",
+        "002",
+        TASK,
+        _grids("fig8_mnist"),
+        "MNIST (width 784, identity init): L = 2 has the lowest error after 1e4 iterations of L = 1..10",
+        mnist_depth2_best,
+    ),
+    Claim(
+        "002.fig8.even_depths",
+        "002",
+        TASK,
+        _grids("fig8_mnist"),
+        "MNIST: every even depth ends below every odd depth after 1e4 iterations; odd depths within a factor 1.5",
+        mnist_even_depths_accelerate,
+    ),
+    Claim(
+        "002.fig9.bcgd_beats_gd",
+        "002",
+        TASK,
+        _grids("fig9_real_gd"),
+        "BCGD's error after 1e4 iterations is below the best GD step's, on each real data set that ran",
+        bcgd_beats_gd_at_budget,
     ),
 ]
