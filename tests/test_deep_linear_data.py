@@ -109,13 +109,9 @@ def test_uci_parser_on_stand_in_files(tmp_path):
 
 def test_mnist_checksum_and_idx_reader(tmp_path):
     imgs = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
-    head = bytes([0, 0, 8, 3]) + b"".join(int(d).to_bytes(4, "big") for d in imgs.shape)
-    with gzip.open(tmp_path / "train-images-idx3-ubyte.gz", "wb") as f:
-        f.write(head + imgs.tobytes())
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", imgs, compress=True)
     assert np.array_equal(_read_idx(tmp_path / "train-images-idx3-ubyte.gz"), imgs)
-    labels = np.array([3, 7], dtype=np.uint8)
-    with gzip.open(tmp_path / "train-labels-idx1-ubyte.gz", "wb") as f:
-        f.write(bytes([0, 0, 8, 1]) + (2).to_bytes(4, "big") + labels.tobytes())
+    _write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.array([3, 7], dtype=np.uint8), compress=True)
     with pytest.raises(ValueError, match="sha256"):  # a stand-in is not the published archive
         load_mnist(tmp_path, 2, "unit")
 

@@ -55,9 +55,13 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def _missing(path: Path, prep: str) -> DataUnavailableError:
+    return DataUnavailableError(f"data file {path} not found; preparation: {prep.format(dir=path.parent)}")
+
+
 def _require(path: Path, prep: str) -> None:
     if not path.is_file():
-        raise DataUnavailableError(f"data file {path} not found; preparation: {prep.format(dir=path.parent)}")
+        raise _missing(path, prep)
 
 
 def resolve_dir(data: str, data_path: str | None) -> Path:
@@ -125,16 +129,14 @@ def _read_idx(path: Path) -> np.ndarray:
 def _mnist_file(directory: Path, name: str) -> Path:
     """The archive or the decompressed file of one MNIST file (the archive where both are there), checked
     against its published sha256."""
-    pins = MNIST_FILES[name]
-    found = [directory / (name + ext) for ext in pins if (directory / (name + ext)).is_file()]
-    if not found:
-        _require(directory / (name + ".gz"), MNIST_PREP)
-    path = found[0]
-    expected = pins[path.suffix if path.suffix == ".gz" else ""]
-    got = sha256_of(path)
-    if got != expected:
-        raise ValueError(f"{path}: sha256 {got} differs from the published {expected}")
-    return path
+    for ext, expected in MNIST_FILES[name].items():
+        path = directory / (name + ext)
+        if path.is_file():
+            got = sha256_of(path)
+            if got != expected:
+                raise ValueError(f"{path}: sha256 {got} differs from the published {expected}")
+            return path
+    raise _missing(directory / (name + ".gz"), MNIST_PREP)
 
 
 def load_mnist(directory: Path, m: int, pixel_scale: str) -> tuple[np.ndarray, np.ndarray, str]:
