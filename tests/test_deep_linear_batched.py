@@ -9,13 +9,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 
 from runner.grid.identity import validate_params
 from tasks.base import Result, RunContext, is_diverged
 from tasks.deep_linear import batched
 from tasks.deep_linear.batch_tracker import DIVERGED_ABOVE
+from tasks.deep_linear.flops import matmul
 from tasks.deep_linear.task import DeepLinearTask
+from tasks.deep_linear.tracker import prepare
 from tasks.least_squares.task import LeastSquaresTask
 from tasks.status import DIVERGED, OK, PRUNED, TIMEOUT
 from tests.batch_equality import assert_same_results
@@ -48,6 +52,9 @@ CASES = {
     "bcgd_desc": [{"algo": "bcgd", "seed": s, "stop_at_tol": s == 2, "tol": 1e-6} for s in (1, 2, 3)],
     "bcgd_asc": [{"algo": "bcgd", "order": "asc", "seed": s, "grad_scale": 1 + s % 2} for s in (1, 2, 3)],
     "bcgd_const": [{"algo": "bcgd", "lr_rule": "const", "lr": lr, "seed": 4} for lr in (0.02, 0.1, 6.0)],
+    # m = 4 < d_in: an X of rank 4 beside ones of rank 6, so the errors are taken member by member
+    "gd_ranks": [{"algo": "gd", "lr": 0.02, "seed": s, "m": m} for s, m in ((1, 4), (2, 20), (3, 5))],
+    "bcgd_ranks": [{"algo": "bcgd", "seed": s, "m": m} for s, m in ((1, 20), (2, 4))],
 }
 
 
@@ -62,6 +69,39 @@ def test_deep_linear_batch_members_equal_their_single_runs(case: str) -> None:
         assert len({r.diverged_step for r in batch if r.status == DIVERGED} | {None}) >= 2
     if case == "bcgd_desc":
         assert batch[1].n_steps < SHAPE["n_iters"] == batch[0].n_steps  # the early stop is the member's own
+    if case.endswith("_ranks"):
+        setups = [prepare(p, DL.summary_fields) for p in ps]
+        assert not batched._Errors(setups).stacked
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_stacked_product_is_each_matrix_s_own_whatever_the_stack(dtype: torch.dtype) -> None:
+    """The stacks' products (numpy's, tasks.deep_linear.flops.matmul): each member's rows equal, bit for bit,
+    its product as a stack of one (how its single run computes), transposed operands included, and equal
+    torch's product to rounding; a plain matrix product is torch's own."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(9, 16, 16, generator=g, dtype=dtype) for _ in range(2))
+    r = torch.randn(9, 8, 16, generator=g, dtype=dtype)
+    for x, y in ((a, b), (r, a.mT), (a.mT, r.mT), (r, b)):
+        stack = matmul(x, y)
+        assert stack.dtype == dtype and stack.shape == (9, x.shape[-2], y.shape[-1])
+        for i in range(9):
+            assert torch.equal(matmul(x[i : i + 1], y[i : i + 1])[0], stack[i])
+        torch.testing.assert_close(stack, x @ y)
+    assert torch.equal(matmul(a[0], b[0]), a[0] @ b[0])
+
+
+def test_stacked_products_go_to_numpy_only_where_it_pays() -> None:
+    """Small float64 stacks are numpy's products; float32, plain matrices and products past what OpenBLAS
+    computes on one thread are torch's own (bit for bit)."""
+    g = torch.Generator().manual_seed(1)
+    small, wide = (
+        torch.randn(4, 16, 16, generator=g, dtype=torch.float64),
+        torch.randn(4, 65, 65, generator=g, dtype=torch.float64),
+    )
+    assert torch.equal(matmul(small, small.mT), torch.from_numpy(np.matmul(small.numpy(), small.mT.numpy())))
+    for x in (wide, small.float(), small[0]):
+        assert torch.equal(matmul(x, x), x @ x)
 
 
 def test_a_pruned_and_a_timed_out_member_stop_alone_at_their_own_step() -> None:

@@ -2,10 +2,10 @@
 end-to-end product gets a leading config axis, and the learners' products become batched matmuls
 (HFTA-style horizontal fusion).
 
-Why a single run of these configs is a batch of one: torch computes a small batched product with
-another kernel than a plain matrix product (a naive loop instead of BLAS below about 400 multiply-adds
-per matrix), so the two differ in the last bits, and the exact line search of BCGD amplifies that to
-1e-7 relative near the error floor within 80 iterations. The batched kernel gives every member the same
+Why a single run of these configs is a batch of one: a stack's product is computed by another kernel
+than a plain matrix product (on the CPU numpy's matmul, tasks.deep_linear.flops.matmul; on a GPU torch's
+batched kernel), so the two differ in the last bits, and the exact line search of BCGD amplifies that to
+1e-7 relative near the error floor within 80 iterations. The stacked kernel gives every member the same
 bits whatever the batch size (products with one column excepted, which is why those configs run alone),
 so a member of a batch of 64 equals its single run exactly.
 
@@ -34,7 +34,7 @@ import torch
 from tasks.base import FieldType, Result, RunContext
 from tasks.deep_linear.batch_tracker import BatchTracker, Bookkeeping, MemberTrackers
 from tasks.deep_linear.bcgd import apply_update, layer_gradients
-from tasks.deep_linear.flops import FlopCounter
+from tasks.deep_linear.flops import FlopCounter, matmul
 from tasks.deep_linear.gd import gd_steps
 from tasks.deep_linear.objective import L2Objective
 from tasks.deep_linear.params import AnyParams, BCGDParams, GDParams
@@ -168,8 +168,8 @@ def _bcgd(
 
 
 class _Errors:
-    """The members' L2 errors from the stacked end-to-end matrices: L2Objective.err, stacked when every
-    member's X factor has the same shape (the usual case: X of full rank), else member by member. Called
+    """The members' L2 errors from the stacked end-to-end matrices: L2Objective.err's arithmetic, stacked when
+    every member's X factor has the same shape (the usual case: X of full rank), else member by member. Called
     with the rows kept when the stack drops members, it drops the same ones."""
 
     def __init__(self, setups: Sequence[Setup]) -> None:
@@ -191,8 +191,16 @@ class _Errors:
             if self.stacked:
                 rows = torch.tensor(keep, device=m.device)
                 self.w_ls, self.xh = self.w_ls[rows], self.xh[rows]
-        if not self.stacked:
-            return np.array([o.err(m[i]) for i, o in enumerate(self.objs)], dtype=np.float64)
-        e = (m - self.w_ls) @ self.xh
-        sums = (e * e).sum((-2, -1)).double().cpu().numpy()  # float32 sums widen exactly, as float() does
+        if self.stacked:
+            sums = _sums_of_squares(m, self.w_ls, self.xh)
+        else:  # each member as a stack of one: the products of its single run (tasks.deep_linear.flops.matmul)
+            sums = np.concatenate(
+                [_sums_of_squares(m[i : i + 1], o.w_ls[None], o.xh[None]) for i, o in enumerate(self.objs)]
+            )
         return sums / self.m - self.offset
+
+
+def _sums_of_squares(m: torch.Tensor, w_ls: torch.Tensor, xh: torch.Tensor) -> np.ndarray:
+    """||(M - W_ls) X_h||_F^2 of each matrix of the stacks, as doubles."""
+    e = matmul(m - w_ls, xh)
+    return (e * e).sum((-2, -1)).double().cpu().numpy()  # float32 sums widen exactly, as float() does

@@ -13,7 +13,38 @@ eigenvalues are needed).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+# numpy's OpenBLAS computes a product of at most about this many multiply-adds on one thread (measured here:
+# 80^3 on one, 96^3 on every core); beyond it a worker pinned to one thread would spread over the machine,
+# since the OpenBLAS numpy loaded ignores the thread count the worker sets (runner.execute.worker)
+ONE_THREAD_MNK = 64**3
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b, where two stacks of small float64 CPU matrices (a leading config axis,
+    tasks.deep_linear.batched) go to numpy's matmul. torch multiplies a CPU stack one matrix at a time,
+    each a dispatched mm through its MKL (pytorch/pytorch#76705), which on this project's AMD EPYC takes
+    a slow path: (64, 16, 16) @ (64, 16, 16) costs 42 us there against 16 us in numpy, whose matmul
+    loops over its OpenBLAS in C (1.9-2.9x for stacks of 64 and 256, 8 to 64 wide, 1.1-1.7x with the right
+    operand transposed; benchmarks/stacked_products.py). The result is numpy's array, shared. A member's
+    numbers do not depend on its stack: numpy multiplies each matrix by the same BLAS call whatever the
+    stack's length (a batch of one included, which is how a single run of these configs computes).
+    Plain matrices stay with torch, faster there (2 against 3.4 us at 16 x 16); so do larger products
+    (ONE_THREAD_MNK), float32 (numpy's is slower there with a transposed operand, 0.8x), other devices
+    and tensors that track gradients."""
+    if (
+        a.dim() == 3
+        and b.dim() == 3
+        and a.device.type == "cpu"
+        and b.device.type == "cpu"
+        and a.dtype == b.dtype == torch.float64
+        and a.shape[-2] * a.shape[-1] * b.shape[-1] <= ONE_THREAD_MNK
+        and not (a.requires_grad or b.requires_grad)
+    ):
+        return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
+    return a @ b
 
 
 def entries(t: torch.Tensor) -> int:
@@ -34,7 +65,7 @@ class FlopCounter:
     def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         cols = b.shape[-1] if b.dim() >= 2 else 1
         self.total += 2.0 * a.shape[-2] * a.shape[-1] * cols
-        return a @ b
+        return matmul(a, b)
 
     def add(self, n: float) -> None:
         self.total += n
