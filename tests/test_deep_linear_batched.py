@@ -17,7 +17,7 @@ from runner.grid.identity import validate_params
 from tasks.base import Result, RunContext, is_diverged
 from tasks.deep_linear import batched
 from tasks.deep_linear.batch_tracker import DIVERGED_ABOVE
-from tasks.deep_linear.flops import matmul
+from tasks.deep_linear.flops import FlopCounter, numpy_product, stack_product
 from tasks.deep_linear.task import DeepLinearTask
 from tasks.deep_linear.tracker import prepare
 from tasks.least_squares.task import LeastSquaresTask
@@ -71,37 +71,40 @@ def test_deep_linear_batch_members_equal_their_single_runs(case: str) -> None:
         assert batch[1].n_steps < SHAPE["n_iters"] == batch[0].n_steps  # the early stop is the member's own
     if case.endswith("_ranks"):
         setups = [prepare(p, DL.summary_fields) for p in ps]
-        assert not batched._Errors(setups).stacked
+        assert not batched._Errors(setups, numpy_product).stacked
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_a_stacked_product_is_each_matrix_s_own_whatever_the_stack(dtype: torch.dtype) -> None:
-    """The stacks' products (numpy's, tasks.deep_linear.flops.matmul): each member's rows equal, bit for bit,
+    """A stack's kernel (numpy's for float64, torch's for float32): each member's rows equal, bit for bit,
     its product as a stack of one (how its single run computes), transposed operands included, and equal
-    torch's product to rounding; a plain matrix product is torch's own."""
+    torch's product to rounding."""
+    product = stack_product([16, 8], dtype, "cpu")
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(9, 16, 16, generator=g, dtype=dtype) for _ in range(2))
     r = torch.randn(9, 8, 16, generator=g, dtype=dtype)
     for x, y in ((a, b), (r, a.mT), (a.mT, r.mT), (r, b)):
-        stack = matmul(x, y)
+        stack = product(x, y)
         assert stack.dtype == dtype and stack.shape == (9, x.shape[-2], y.shape[-1])
         for i in range(9):
-            assert torch.equal(matmul(x[i : i + 1], y[i : i + 1])[0], stack[i])
+            assert torch.equal(product(x[i : i + 1], y[i : i + 1])[0], stack[i])
         torch.testing.assert_close(stack, x @ y)
-    assert torch.equal(matmul(a[0], b[0]), a[0] @ b[0])
 
 
-def test_stacked_products_go_to_numpy_only_where_it_pays() -> None:
-    """Small float64 stacks are numpy's products; float32, plain matrices and products past what OpenBLAS
-    computes on one thread are torch's own (bit for bit)."""
-    g = torch.Generator().manual_seed(1)
-    small, wide = (
-        torch.randn(4, 16, 16, generator=g, dtype=torch.float64),
-        torch.randn(4, 65, 65, generator=g, dtype=torch.float64),
-    )
-    assert torch.equal(matmul(small, small.mT), torch.from_numpy(np.matmul(small.numpy(), small.mT.numpy())))
-    for x in (wide, small.float(), small[0]):
-        assert torch.equal(matmul(x, x), x @ x)
+def test_stacks_go_to_numpy_only_where_it_pays() -> None:
+    """numpy's matmul for small float64 stacks on the CPU; torch's for float32, for matrices past what
+    OpenBLAS computes on one thread (numpy's would spread over every core), and on a GPU."""
+    assert stack_product([16, 64, 8], torch.float64, "cpu") is numpy_product
+    for dims, dtype, device in (
+        ([16, 65, 8], torch.float64, "cpu"),
+        ([16], torch.float32, "cpu"),
+        ([16], torch.float64, "cuda"),
+    ):
+        assert stack_product(dims, dtype, device) is torch.matmul
+    counter = FlopCounter(numpy_product)
+    a = torch.randn(3, 4, 5, dtype=torch.float64)
+    assert torch.equal(counter.mm(a, a.mT), torch.from_numpy(np.matmul(a.numpy(), a.mT.numpy())))
+    assert counter.total == 2 * 4 * 5 * 4
 
 
 def test_a_pruned_and_a_timed_out_member_stop_alone_at_their_own_step() -> None:

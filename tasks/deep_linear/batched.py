@@ -3,7 +3,7 @@ end-to-end product gets a leading config axis, and the learners' products become
 (HFTA-style horizontal fusion).
 
 Why a single run of these configs is a batch of one: a stack's product is computed by another kernel
-than a plain matrix product (on the CPU numpy's matmul, tasks.deep_linear.flops.matmul; on a GPU torch's
+than a plain matrix product (on the CPU numpy's matmul, tasks.deep_linear.flops.stack_product; on a GPU torch's
 batched kernel), so the two differ in the last bits, and the exact line search of BCGD amplifies that to
 1e-7 relative near the error floor within 80 iterations. The stacked kernel gives every member the same
 bits whatever the batch size (products with one column excepted, which is why those configs run alone),
@@ -34,7 +34,7 @@ import torch
 from tasks.base import FieldType, Result, RunContext
 from tasks.deep_linear.batch_tracker import BatchTracker, Bookkeeping, MemberTrackers
 from tasks.deep_linear.bcgd import apply_update, layer_gradients
-from tasks.deep_linear.flops import FlopCounter, matmul
+from tasks.deep_linear.flops import FlopCounter, Product, stack_product
 from tasks.deep_linear.gd import gd_steps
 from tasks.deep_linear.objective import L2Objective
 from tasks.deep_linear.params import AnyParams, BCGDParams, GDParams
@@ -91,7 +91,8 @@ def run_batch(
         raise ValueError(f"deep_linear.run_batch needs configs of one batch key; got {sorted(map(str, keys))}")
     device = ctxs[0].device
     setups = [prepare(p, summary_fields, device, ws) for p, ws in zip(ps, initial_weights(ps), strict=True)]
-    counter = FlopCounter()  # every member counts the same operations: one counter stands for each
+    # every member counts the same operations: one counter stands for each; its kernel is the batch key's
+    counter = FlopCounter(stack_product(ps[0].layer_widths(), setups[0].ws[0].dtype, device))
     if per_member is None:
         per_member = len(ps) < PER_MEMBER_BELOW
     books: Bookkeeping = (MemberTrackers if per_member else BatchTracker)(ps, setups, counter, ctxs)
@@ -102,7 +103,7 @@ def run_batch(
         syx = torch.stack([s.prob.syx for s in setups])
         compacts = ps[0].algo == "gd"  # GD's state is its weights: dropping stopped rows is one gather
         updates = _gd(ps, setups, sxx, syx, ws, counter) if compacts else _bcgd(ps, sxx, syx, ws, counter)
-        errors = _Errors(setups)
+        errors = _Errors(setups, counter.product)
         rows = np.arange(len(ps))  # the member of each row of the stack
         keep: list[int] | None = None
         t = 0
@@ -172,7 +173,8 @@ class _Errors:
     every member's X factor has the same shape (the usual case: X of full rank), else member by member. Called
     with the rows kept when the stack drops members, it drops the same ones."""
 
-    def __init__(self, setups: Sequence[Setup]) -> None:
+    def __init__(self, setups: Sequence[Setup], product: Product) -> None:
+        self.product = product  # the learner's kernel (tasks.deep_linear.flops.stack_product)
         objs = [s.obj for s in setups]
         self.objs = [o for o in objs if isinstance(o, L2Objective)]
         assert len(self.objs) == len(objs)  # batch_key admits the L2 loss only
@@ -192,15 +194,14 @@ class _Errors:
                 rows = torch.tensor(keep, device=m.device)
                 self.w_ls, self.xh = self.w_ls[rows], self.xh[rows]
         if self.stacked:
-            sums = _sums_of_squares(m, self.w_ls, self.xh)
-        else:  # each member as a stack of one: the products of its single run (tasks.deep_linear.flops.matmul)
+            sums = self._sums_of_squares(m, self.w_ls, self.xh)
+        else:  # each member as a stack of one: the products of its single run
             sums = np.concatenate(
-                [_sums_of_squares(m[i : i + 1], o.w_ls[None], o.xh[None]) for i, o in enumerate(self.objs)]
+                [self._sums_of_squares(m[i : i + 1], o.w_ls[None], o.xh[None]) for i, o in enumerate(self.objs)]
             )
         return sums / self.m - self.offset
 
-
-def _sums_of_squares(m: torch.Tensor, w_ls: torch.Tensor, xh: torch.Tensor) -> np.ndarray:
-    """||(M - W_ls) X_h||_F^2 of each matrix of the stacks, as doubles."""
-    e = matmul(m - w_ls, xh)
-    return (e * e).sum((-2, -1)).double().cpu().numpy()  # float32 sums widen exactly, as float() does
+    def _sums_of_squares(self, m: torch.Tensor, w_ls: torch.Tensor, xh: torch.Tensor) -> np.ndarray:
+        """||(M - W_ls) X_h||_F^2 of each matrix of the stacks, as doubles."""
+        e = self.product(m - w_ls, xh)
+        return (e * e).sum((-2, -1)).double().cpu().numpy()  # float32 sums widen exactly, as float() does

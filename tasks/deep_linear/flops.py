@@ -13,6 +13,8 @@ eigenvalues are needed).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import torch
 
@@ -21,30 +23,28 @@ import torch
 # since the OpenBLAS numpy loaded ignores the thread count the worker sets (runner.execute.worker)
 ONE_THREAD_MNK = 64**3
 
+Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b, where two stacks of small float64 CPU matrices (a leading config axis,
-    tasks.deep_linear.batched) go to numpy's matmul. torch multiplies a CPU stack one matrix at a time,
-    each a dispatched mm through its MKL (pytorch/pytorch#76705), which on this project's AMD EPYC takes
-    a slow path: (64, 16, 16) @ (64, 16, 16) costs 42 us there against 16 us in numpy, whose matmul
-    loops over its OpenBLAS in C (1.9-2.9x for stacks of 64 and 256, 8 to 64 wide, 1.1-1.7x with the right
-    operand transposed; benchmarks/stacked_products.py). The result is numpy's array, shared. A member's
-    numbers do not depend on its stack: numpy multiplies each matrix by the same BLAS call whatever the
-    stack's length (a batch of one included, which is how a single run of these configs computes).
-    Plain matrices stay with torch, faster there (2 against 3.4 us at 16 x 16); so do larger products
-    (ONE_THREAD_MNK), float32 (numpy's is slower there with a transposed operand, 0.8x), other devices
-    and tensors that track gradients."""
-    if (
-        a.dim() == 3
-        and b.dim() == 3
-        and a.device.type == "cpu"
-        and b.device.type == "cpu"
-        and a.dtype == b.dtype == torch.float64
-        and a.shape[-2] * a.shape[-1] * b.shape[-1] <= ONE_THREAD_MNK
-        and not (a.requires_grad or b.requires_grad)
-    ):
-        return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
-    return a @ b
+
+def numpy_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b by numpy's matmul, for CPU tensors; the result is numpy's array, shared."""
+    return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
+
+
+def stack_product(dims: Sequence[int], dtype: torch.dtype, device: str) -> Product:
+    """The kernel for the products of a stack of configs (a leading config axis, tasks.deep_linear.batched)
+    whose matrices have sides among `dims`: numpy's matmul for small float64 matrices on the CPU, else
+    torch's. torch multiplies a CPU stack one matrix at a time, each a dispatched mm through its MKL
+    (pytorch/pytorch#76705), which on this project's AMD EPYC takes a slow path: (64, 16, 16) @
+    (64, 16, 16) costs 42 us there against 16 us in numpy, whose matmul loops over its OpenBLAS in C
+    (1.9-2.9x for stacks of 64 and 256, 8 to 64 wide, 1.1-1.7x with the right operand transposed;
+    benchmarks/stacked_products.py). float32 stays with torch (numpy's is slower there with a transposed
+    operand, 0.8x), and so do products past ONE_THREAD_MNK and other devices.
+    Chosen per batch key, not per product: a member's numbers then do not depend on its stack, as numpy
+    multiplies each matrix by the same BLAS call whatever the stack's length (a batch of one included,
+    which is how a single run of these configs computes), and the per-product cost is only the kernel's."""
+    small = max(dims) ** 3 <= ONE_THREAD_MNK
+    return numpy_product if device == "cpu" and dtype == torch.float64 and small else torch.matmul
 
 
 def entries(t: torch.Tensor) -> int:
@@ -55,17 +55,19 @@ def entries(t: torch.Tensor) -> int:
 class FlopCounter:
     """Counts one config's flops. The learners are written for one config's matrices or for a stack of
     them (a leading config axis, tasks.deep_linear.batched): products and entries are counted per
-    member, so a batch's counter reads what each of its members' single runs would."""
+    member, so a batch's counter reads what each of its members' single runs would. `product` computes
+    them (a stack's: `stack_product`)."""
 
-    __slots__ = ("total",)
+    __slots__ = ("product", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, product: Product = torch.matmul) -> None:
         self.total = 0.0
+        self.product = product
 
     def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         cols = b.shape[-1] if b.dim() >= 2 else 1
         self.total += 2.0 * a.shape[-2] * a.shape[-1] * cols
-        return matmul(a, b)
+        return self.product(a, b)
 
     def add(self, n: float) -> None:
         self.total += n
