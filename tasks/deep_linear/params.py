@@ -262,5 +262,5 @@ AnyParams = BCGDParams | GDParams | BCSGDParams
 
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
 # version 2: GD and L2 BCGD compute with a leading config axis (last-bit changes)
-# version 3: their stacked products are numpy's on the CPU (tasks.deep_linear.flops.matmul; last-bit changes)
+# version 3: their small float64 stacks are multiplied by numpy on the CPU (tasks.deep_linear.flops.stack_product)
 SPEC = TaskSpec(name="deep_linear", version="3", Params=DeepLinearParams)
