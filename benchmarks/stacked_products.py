@@ -1,4 +1,4 @@
-"""The kernel behind deep_linear's stacked products (tasks.deep_linear.flops.matmul): torch's `a @ b`
+"""The kernel behind deep_linear's stacked products (tasks.deep_linear.flops.stack_product): torch's `a @ b`
 against numpy's matmul on the same stacks of square matrices, one thread, on this machine's CPU.
 
     python benchmarks/stacked_products.py [--repeats 5] [--stacks 1,64,256] [--widths 8,16,32,64,128]
@@ -6,7 +6,7 @@ against numpy's matmul on the same stacks of square matrices, one thread, on thi
 Each (dtype, stack, width) times both contenders interleaved, `--repeats` rounds of enough products to
 take ~20 ms; printed is the fastest time per product of each, and the ratio torch / numpy (above 1:
 numpy's is faster), plain and with the right operand transposed (a view, as the learners pass it).
-Stacks wider than 64 (`ONE_THREAD_MNK`) and float32 stay with torch in matmul, whatever this says.
+Stacks wider than 64 (`ONE_THREAD_MNK`) and float32 stay with torch in `stack_product`, whatever this says.
 """
 
 from __future__ import annotations
