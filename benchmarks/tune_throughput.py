@@ -34,7 +34,9 @@ Contenders (2 in flight each):
                        process clock is the one to compare; the child ends its process as the
                        `convgrid` command does (runner.cli.process_exit, where the tree has it)
   optimize memory      study.optimize(n_jobs=2), InMemoryStorage, the same objective in 2 threads
-  optimize journal     the same with JournalStorage(JournalFileBackend)
+  optimize journal     the same with JournalStorage(JournalFileBackend); also printed against optimize
+                       memory: what the journal alone costs Optuna's own loop, so how far behind optimize
+                       in memory a tuner that keeps one (convgrid does, by default) starts
 
 `--only` keeps some contenders (comma-separated; the optimize ones are always kept: they are the
 baselines). `--against TREE` adds, in every round, each of convgrid's contenders kept run from another
@@ -275,6 +277,8 @@ def main() -> int:
     print(f"\n{header()}; ratios of trials/s within a round, min / median / max over {args.repeats} rounds")
     pairs = [(mine, theirs) for mine in ours for theirs in BASELINES]
     pairs += [(mine, mine + AGAINST) for mine in ours if mine + AGAINST in ours]  # after / before
+    # Optuna's own loop with a journal against itself in memory: what keeping a journal costs, whoever's loop
+    pairs.append(("optimize journal", "optimize memory"))
     seconds = {(r["round"], r["objective"], r["contender"], clock): r[clock] for r in results for clock in CLOCKS}
     for objective in objectives:
         for clock in CLOCKS:
