@@ -270,3 +270,77 @@ def test_asks_under_way_when_max_failed_is_reached_run_and_leave_nothing_running
     storage = open_storage(None, ResultStore(tmp_path))._storage
     states = sorted(t.state.name for t in optuna.load_study(study_name="limit", storage=storage).trials)
     assert states == ["COMPLETE", "FAIL"]
+
+
+def test_in_process_threads_tell_a_trial_and_ask_the_next_in_the_run_s_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs in threads of this process: as in `study.optimize(n_jobs=2)`, the thread whose run ended tells
+    its trial and then asks the trial that takes its slot; every trial after the first `parallel` is asked
+    there, right after that thread's tell, and never with more than `parallel` trials in flight."""
+    import threading
+
+    from runner.execute.local import LocalExecutor
+    from runner.tune.optuna_adapter import State, Study
+
+    ask, tell = Study.ask, Study.tell
+    lock = threading.Lock()
+    events: dict[str, list[str]] = {}  # thread -> "ask"/"tell", in its order
+    running_at_ask: list[int] = []
+
+    def log(what: str) -> None:
+        with lock:
+            events.setdefault(threading.current_thread().name, []).append(what)
+
+    def logged_ask(self: Study) -> object:
+        running_at_ask.append(len(self.trials((State.RUNNING,))))
+        log("ask")
+        return ask(self)
+
+    def logged_tell(self: Study, *args: object, **kwargs: object) -> object:
+        told = tell(self, *args, **kwargs)  # type: ignore[arg-type]
+        log("tell")
+        return told
+
+    monkeypatch.setattr(Study, "ask", logged_ask)
+    monkeypatch.setattr(Study, "tell", logged_tell)
+    n, parallel = 12, 2
+    raw = ls_study("here", n_trials=n, parallel=parallel, sampler={"name": "random", "seed": 0})
+    (report,) = tune(raw, tmp_path, opts(flush_s=600), executor=LocalExecutor(workers=parallel))
+    assert report.states == {"COMPLETE": n} and report.ran == n
+    in_runs = {name: seq for name, seq in events.items() if name.startswith("convgrid-run")}
+    assert sum(seq.count("ask") for seq in in_runs.values()) == n - parallel  # all but the first ones
+    for seq in in_runs.values():  # each ask there follows that thread's own tell
+        assert all(i > 0 and seq[i - 1] == "tell" for i, e in enumerate(seq) if e == "ask"), seq
+    assert max(running_at_ask) <= parallel - 1
+    rows = read_trials(ResultStore(tmp_path), "here").to_pylist()
+    stored = set(ResultStore(tmp_path).read_runs("least_squares", ["status"])["run_id"].to_pylist())
+    assert len(rows) == n and {r["run_id"] for r in rows} <= stored
+
+
+def test_an_ask_that_fails_in_a_run_s_thread_stops_the_study_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The storage fails while a run's thread asks: the study stops with that error (it neither hangs nor
+    goes on short of a slot), and what was told before it is in the store."""
+    import threading
+
+    from runner.execute.local import LocalExecutor
+    from runner.tune.optuna_adapter import Study
+
+    ask = Study.ask
+    asks = [0]
+
+    def failing_ask(self: Study) -> object:
+        asks[0] += 1
+        if asks[0] == 5:
+            assert threading.current_thread().name.startswith("convgrid-run")
+            raise RuntimeError("the storage went away")
+        return ask(self)
+
+    monkeypatch.setattr(Study, "ask", failing_ask)
+    raw = ls_study("fails", n_trials=10, parallel=2, sampler={"name": "random", "seed": 0})
+    with pytest.raises(RuntimeError, match="the storage went away"):
+        tune(raw, tmp_path, opts(), executor=LocalExecutor(workers=2))
+    rows = read_trials(ResultStore(tmp_path), "fails").to_pylist()
+    assert sum(r["state"] == "COMPLETE" for r in rows) >= 2

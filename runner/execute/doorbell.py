@@ -10,6 +10,12 @@ answer is ready, from any thread, and an executor that listens pulls at once.
 Only an executor whose wait can be interrupted listens (the in-process executor's threads:
 runner.execute.local); a source must not count on a ring unless `listening` says someone hears it,
 and otherwise waits for its answer in the executor's thread, as before.
+
+The same executor also calls the source's `on_record`, where it has one, with each record in the thread
+whose run made it, before the record reaches the caller: a tuner tells the trial there and asks the next
+one, in the order of `study.optimize`'s threads, instead of waiting for its driver thread to take the
+record in (runner.tune.schedule). An executor that does not listen never calls it, and the source then
+learns of a record only from the caller, as before.
 """
 
 from __future__ import annotations
@@ -17,12 +23,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.store.records import RunRecord
 
 
 class Doorbell:
-    def __init__(self) -> None:
+    def __init__(self, on_record: Callable[[RunRecord], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._listener: Callable[[], None] | None = None
+        self.on_record = on_record  # called by a listening executor in the thread whose run made the record
 
     @property
     def listening(self) -> bool:

@@ -120,10 +120,12 @@ class LocalExecutor:
     ) -> Iterator[list[RunRecord]]:
         """Several workers: units go to threads as slots free up; a unit of a learner that is not
         thread-safe waits until nothing else runs, and runs alone. The source's doorbell ends a wait for
-        records, so its answer is pulled as soon as it has one."""
+        records, so its answer is pulled as soon as it has one, and its `on_record` sees each record in
+        the thread that ran it."""
         from runner.execute.worker import set_torch_threads
 
-        pool = RunThreads(self.slots, self._run(reporters), lambda: set_torch_threads(self.threads))
+        on_record = doorbell.on_record if doorbell is not None else None
+        pool = RunThreads(self.slots, self._run(reporters), lambda: set_torch_threads(self.threads), on_record)
         try:
             with doorbell.listen(pool.wake) if doorbell is not None else nullcontext():
                 yield from self._threads_loop(units, pool)

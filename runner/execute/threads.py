@@ -12,6 +12,8 @@ Threads are daemons and the pool is one `execute` call's: a caller that stops ea
 does not wait for the runs under way, whose records are dropped, as a process's exit would drop them;
 a thread starts nothing more of its unit once the pool is closed. An exception out of `run` (a bug
 outside the tasks) reaches the caller after every record that arrived before it, so none is lost.
+`on_record`, the source's (runner.execute.doorbell), is called with each record in the thread that made
+it, before the record is queued, unless the pool is closed; what it raises is handled as from `run`.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ RunUnit = Callable[[Unit], Iterator[RunRecord]]
 
 
 class RunThreads:
-    def __init__(self, workers: int, run: RunUnit, setup: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        workers: int,
+        run: RunUnit,
+        setup: Callable[[], None],
+        on_record: Callable[[RunRecord], None] | None = None,
+    ) -> None:
         self.workers, self._run, self._setup = max(1, workers), run, setup
+        self._on_record = on_record  # the source's, in the thread that made the record (runner.execute.doorbell)
         self._work: queue.SimpleQueue[tuple[int, Unit] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
         self._left: dict[int, int] = {}  # a unit in flight -> its records still to come
@@ -118,6 +127,8 @@ class RunThreads:
             cpu = time.thread_time()
             try:
                 for record in self._run(unit):
+                    if self._on_record is not None and not self._closed.is_set():
+                        self._on_record(record)  # before the caller sees it (a tuner tells its trial here)
                     self._done.put(("record", uid, record))
                     if self._closed.is_set():
                         break  # the caller is gone: the rest of the unit would be computed for nothing

@@ -29,11 +29,22 @@ compete for its GIL, so the driver waits for each; once the asks go to ask proce
 in finished runs while they are asked, and the executor pulls each trial as its ask is answered (the
 doorbell, runner.execute.doorbell). In line instead: `parallel: 1` (a sequential study's next ask
 should see the last result) and the grid sampler (it counts the points told to know which remain).
+
+Where the runs are in threads of this process (the in-process executor calls the doorbell's
+`on_record`), a run's own thread tells its trials as soon as the run ends and then asks the trial that
+takes its slot, before the driver takes the record in (`ran`): the order of each of `study.optimize`'s
+threads, with the same `parallel` trials in flight. Told beside the next ask, on the teller thread, the
+ask waited on the tell for the journal's and the interpreter's locks, and each trial passed through the
+driver's thread and an asker thread before it ran: a 26 ms study spent ~9 ms of each slot between two
+runs, against ~6 ms in optimize (docs/performance_log.md). The driver then does the bookkeeping of
+those trials (`finished`) and hands the asked trial to the executor at its next pull. The state both
+threads change (the counts, the runs waited for, the trials asked there) is under one lock.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
@@ -90,11 +101,16 @@ class TrialSchedule:
         self.batch: list[tuple[Asked, Cell]] = []  # deterministic: this batch's trials, in number order
         self.rows: dict[str, dict[str, Any]] = {}  # deterministic: this batch's finished runs
         background = not self.deterministic and plan.parallel > 1 and plan.sampler.name != "grid"
+        self._lock = threading.RLock()  # what `ran`, in a run's thread, and the driver's thread both change
+        self._told_here: set[int] = set()  # trials told in their run's thread: the driver's bookkeeping is left
+        self._asked_here: list[tuple[Asked, Cell] | None] = []  # trials asked in a run's thread, not yet pulled
+        self._asking_here = 0  # asks under way in runs' threads (each counted in `running`)
         self._teller = ThreadPoolExecutor(1, thread_name_prefix="convgrid-tell") if background else None
         self._tells: list[Future[None]] = []
         self._asker = ThreadPoolExecutor(plan.parallel, thread_name_prefix="convgrid-ask") if background else None
         self._asks: list[Future[tuple[Asked, Cell] | None]] = []  # asks under way, each counted in `running`
-        self.doorbell = Doorbell()  # the executor's, while it listens: rung when an ask is answered
+        # the executor's, while it listens: rung when an ask is answered; `ran` in the runs' threads (one by one)
+        self.doorbell = Doorbell(self.ran if background and plan.batch == 1 else None)
         # in the driver, or in processes of their own once they pay (only beside the asker threads)
         self.asker = Asker(study, plan.parallel, settings().ask_processes if background else "off")
 
@@ -118,7 +134,8 @@ class TrialSchedule:
         asked = [a for a in answers if a is not None]
         rejected = len(answers) - len(asked)
         if rejected:
-            self.failed += rejected
+            with self._lock:
+                self.failed += rejected
             self.host.rejected(rejected)
         return asked
 
@@ -131,9 +148,11 @@ class TrialSchedule:
         them where trials run in batches: a batch is handed over whole)."""
         if self._asker is None:
             asked = self.ask(room)
-            self.running += len(asked)
+            with self._lock:
+                self.running += len(asked)
             return asked
-        self.running += room
+        with self._lock:
+            self.running += room
         for _ in range(room):
             ask = self._asker.submit(self.ask_one)
             ask.add_done_callback(lambda _: self.doorbell.ring())
@@ -153,35 +172,52 @@ class TrialSchedule:
             finished, pending = wait(self._asks, return_when=FIRST_COMPLETED if self.plan.batch == 1 else ALL_COMPLETED)
             done, self._asks = list(finished), list(pending)
         answers = [f.result() for f in done]
-        self.running -= sum(a is None for a in answers)
+        with self._lock:
+            self.running -= sum(a is None for a in answers)
+        return self._accepted(answers)
+
+    def _pull_asked_here(self) -> list[tuple[Asked, Cell]] | None:
+        """The trials asked in runs' threads since the last pull (None if none)."""
+        with self._lock:
+            if not self._asked_here:
+                return None
+            answers, self._asked_here = self._asked_here, []
+            self.running -= sum(a is None for a in answers)
         return self._accepted(answers)
 
     def cells(self) -> Iterator[Cell | list[Cell] | None]:
         """The executor's source: cells of newly asked trials (in groups of `batch`, for a task that
         runs them as one batch), None while there is no room."""
         while True:
-            room = self._room()
-            if room is None:
-                return
-            if room == 0 and not self._asks:
-                yield None
-                continue
-            asked = self._asked(room)
+            asked = self._pull_asked_here()
             if asked is None:
-                yield None  # the asks under way ring the doorbell when one is answered
-                continue
+                room = self._room()
+                if room is None:
+                    return
+                if room == 0 and not self._asks:
+                    yield None  # a run's thread asking, or the asks under way, ring the doorbell
+                    continue
+                asked = self._asked(room)
+                if asked is None:
+                    yield None  # the asks under way ring the doorbell when one is answered
+                    continue
             group: list[Cell] = []
             for trial, cell in asked:
                 if self.deterministic:
                     self.batch.append((trial, cell))
-                if cell.run_id in self.waiting:
-                    self.waiting[cell.run_id].append((trial, cell))
-                elif cell.run_id in self.known:
+                with self._lock:
+                    shared = cell.run_id in self.waiting
+                    if shared:
+                        self.waiting[cell.run_id].append((trial, cell))
+                    elif cell.run_id not in self.known:
+                        self.waiting[cell.run_id] = [(trial, cell)]
+                        self.hub.add(cell.run_id, trial)
+                if shared:
+                    continue
+                if cell.run_id in self.known:
                     if not self.deterministic:
                         self._tell(trial, cell, self.known[cell.run_id], fresh=False)
                 else:
-                    self.waiting[cell.run_id] = [(trial, cell)]
-                    self.hub.add(cell.run_id, trial)
                     if self.plan.batch == 1:
                         yield cell
                         continue
@@ -198,20 +234,61 @@ class TrialSchedule:
         return max(self.plan.n_trials - self.done - self.failed, 0)
 
     def finished(self, records: list[RunRecord]) -> None:
-        """The executor's finished records (the `execute_cells` sink): tell their trials."""
+        """The executor's finished records (the `execute_cells` sink): tell their trials (those told in
+        the run's own thread already, `ran`, only get the driver's bookkeeping)."""
         for record in records:
             self.hub.finish(record.run_id)  # no value of this run reaches its trial once it is told
             self.host.ran(record)
             self.asker.ran(float(record.row.get("wall_s") or 0.0), self.left() - self.running)
-            if is_settled(record.row["status"], self.retry_failed):
-                self.known[record.run_id] = record.row
-            trials = self.waiting.pop(record.run_id, [])
+            with self._lock:
+                if is_settled(record.row["status"], self.retry_failed):
+                    self.known[record.run_id] = record.row
+                trials = self.waiting.pop(record.run_id, [])
+                told = {t.number for t, _ in trials if t.number in self._told_here}
+                self._told_here -= told
             if self.deterministic:
                 self.rows[record.run_id] = record.row
                 continue
             for trial, cell in trials:
-                self._tell(trial, cell, record.row, fresh=True)
+                if trial.number in told:
+                    self.host.decided(cell, record.row, fresh=True)
+                else:
+                    self._tell(trial, cell, record.row, fresh=True)
         self._settle_batch()
+
+    def ran(self, record: RunRecord) -> None:
+        """In the thread whose run made `record`, before the driver takes it in (the doorbell's
+        `on_record`): tell the run's trials, then ask the one trial that takes its slot, if there is
+        room, for the driver's next pull. Not for a run no trial waits for (a baseline's)."""
+        with self._lock:
+            trials = self.waiting.get(record.run_id, [])
+            if not trials:
+                return
+            tells = [(trial, cell.run_id, record.row["status"], *self._settle(record.row)) for trial, cell in trials]
+            self._told_here.update(trial.number for trial, _ in trials)
+            p = self.plan
+            need = p.n_trials - self.done - self.running
+            ask = self.failed < p.max_failed and min(p.parallel - self.running, need) > 0
+            if ask:
+                self.running += 1  # counted from now: the driver asks no trial for this slot meanwhile
+                self._asking_here += 1
+        self.hub.finish(record.run_id)
+        for args in tells:
+            self._write_tell(*args)
+        if not ask:
+            return
+        asked = False
+        try:  # an error here reaches the driver as the run's thread's (runner.execute.threads)
+            answer = self.ask_one()
+            asked = True
+        finally:
+            with self._lock:
+                self._asking_here -= 1
+                if asked:
+                    self._asked_here.append(answer)
+                else:
+                    self.running -= 1
+            self.doorbell.ring()
 
     def _settle_batch(self) -> None:
         """Deterministic mode: once every run of the batch is in, tell it in trial-number order."""
@@ -241,11 +318,17 @@ class TrialSchedule:
         for f in done:
             f.result()
 
-    def _tell(self, trial: Asked, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
+    def _settle(self, row: dict[str, Any]) -> tuple[State, list[float] | None, str | None]:
+        """A trial's verdict from its run's row, counted (under the lock)."""
         state, values, note = verdict(self.plan, row)
         self.running -= 1
         self.done += state in (State.COMPLETE, State.PRUNED)
         self.failed += state == State.FAIL
+        return state, values, note
+
+    def _tell(self, trial: Asked, cell: Cell, row: dict[str, Any], fresh: bool) -> None:
+        with self._lock:
+            state, values, note = self._settle(row)
         self.host.decided(cell, row, fresh)
         args = (trial, cell.run_id, row["status"], state, values, note)
         if self._teller is None:
@@ -269,12 +352,16 @@ class TrialSchedule:
 
     def _room(self) -> int | None:
         """How many trials to ask now: 0 to wait for trials in flight, None to ask no more."""
+        with self._lock:
+            return self._room_locked()
+
+    def _room_locked(self) -> int | None:
         p = self.plan
         if self.failed >= p.max_failed:
             self.stopped_early = f"{self.failed} trials failed (max_failed)"
             # asks still under way were made before the limit was reached: their trials run, as those in flight
             # do, rather than stay RUNNING in the storage after the study has ended
-            return 0 if self._asks else None
+            return 0 if self._asks or self._asking_here else None
         need = p.n_trials - self.done - self.running
         room = min(p.parallel - self.running, need)
         if self.deterministic and self.running:
