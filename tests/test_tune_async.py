@@ -344,3 +344,44 @@ def test_an_ask_that_fails_in_a_run_s_thread_stops_the_study_with_its_error(
         tune(raw, tmp_path, opts(), executor=LocalExecutor(workers=2))
     rows = read_trials(ResultStore(tmp_path), "fails").to_pylist()
     assert sum(r["state"] == "COMPLETE" for r in rows) >= 2
+
+
+@pytest.mark.parametrize("max_failed", [None, 1])
+def test_params_rejected_in_a_run_s_thread_count_as_failed_and_leave_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_failed: int | None
+) -> None:
+    """The third trial, asked in the thread of the first run to end, has params the task rejects: it is
+    told FAIL there and counted by the driver, which asks another in its place (or, at max_failed 1, stops
+    the study once the trials in flight are told). No trial is left RUNNING either way."""
+    import threading
+
+    import optuna
+
+    from runner.execute.local import LocalExecutor
+    from runner.tune.optuna_adapter import Study, open_storage
+    from tests.test_tune import enqueue
+
+    ask = Study.ask
+    rejected_in: list[str] = []
+
+    def noting_ask(self: Study) -> object:
+        asked = ask(self)
+        if asked.params["lr"] < 0:
+            rejected_in.append(threading.current_thread().name)
+        return asked
+
+    monkeypatch.setattr(Study, "ask", noting_ask)
+    extra = {} if max_failed is None else {"max_failed": max_failed}
+    raw = ls_study("rejects", n_trials=6, parallel=2, sampler={"name": "random", "seed": 0}, **extra)
+    raw["space"] = {"lr": {"type": "float", "low": 0.05, "high": 0.6}}
+    enqueue(tmp_path, raw, [{"lr": 0.1}, {"lr": 0.2}, {"lr": -1.0}])  # lr <= 0: the task rejects it
+    (report,) = tune(raw, tmp_path, opts(), executor=LocalExecutor(workers=2))
+    assert len(rejected_in) == 1 and rejected_in[0].startswith("convgrid-run")
+    storage = open_storage(None, ResultStore(tmp_path))._storage
+    states = [t.state.name for t in optuna.load_study(study_name="rejects", storage=storage).trials]
+    assert "RUNNING" not in states and states.count("FAIL") == 1
+    if max_failed is None:
+        assert report.states == {"COMPLETE": 6, "FAIL": 1} and report.stopped_early is None
+    else:
+        assert report.stopped_early == "1 trials failed (max_failed)"
+        assert states.count("COMPLETE") in (2, 3)  # the first two, and the other slot's if it was being asked
