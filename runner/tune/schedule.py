@@ -282,13 +282,13 @@ class TrialSchedule:
             answer = self.ask_one()
             asked = True
         finally:
+            # no ring: the record (or the error) queued next wakes the driver, which then pulls this trial
             with self._lock:
                 self._asking_here -= 1
                 if asked:
                     self._asked_here.append(answer)
                 else:
                     self.running -= 1
-            self.doorbell.ring()
 
     def _settle_batch(self) -> None:
         """Deterministic mode: once every run of the batch is in, tell it in trial-number order."""
