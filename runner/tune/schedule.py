@@ -109,7 +109,7 @@ class TrialSchedule:
         self._tells: list[Future[None]] = []
         self._asker = ThreadPoolExecutor(plan.parallel, thread_name_prefix="convgrid-ask") if background else None
         self._asks: list[Future[tuple[Asked, Cell] | None]] = []  # asks under way, each counted in `running`
-        # the executor's, while it listens: rung when an ask is answered; `ran` in the runs' threads (one by one)
+        # the executor's, while it listens: rung when an ask is answered; its `ran` is called in the runs' threads
         self.doorbell = Doorbell(self.ran if background and plan.batch == 1 else None)
         # in the driver, or in processes of their own once they pay (only beside the asker threads)
         self.asker = Asker(study, plan.parallel, settings().ask_processes if background else "off")
