@@ -238,13 +238,13 @@ def test_the_pace_of_runs_in_threads_takes_their_cpu_time_as_what_a_run_takes_al
 
     def means(at_once: int, interval_s: float, wall_s: float, cpu_s: float) -> tuple[float, float]:
         times = iter(interval_s * i for i in range(6))  # the pace's clock: records `interval_s` apart
-        pace = _Pace(clock=lambda: next(times))
+        pace = _Pace(clock=lambda: next(times), process_cpu=lambda: 0.0)
         pace.at_once = at_once
         for i in range(5):  # the first record only starts the clock (first-call costs)
             pace.arrived([RunRecord(f"r{i}", "t", {"wall_s": wall_s}, {})], cpu_s=cpu_s * i)
         got = pace.means()
         assert got is not None
-        return got
+        return got[0], got[1]
 
     # two runs of 10 ms CPU in two threads that overlap: a record every 5 ms, each run's wall 10 ms
     item_s, run_s = means(2, 0.005, 0.010, 0.010)
@@ -254,3 +254,26 @@ def test_the_pace_of_runs_in_threads_takes_their_cpu_time_as_what_a_run_takes_al
     assert run_s == pytest.approx(0.010) and ray_pays(10_000, item_s, run_s, 2, 5.0)
     # one at a time the run's wall time stands, as before threads
     assert means(1, 0.012, 0.010, 0.001)[1] == pytest.approx(0.010)
+
+
+def test_the_embedded_ray_cannot_divide_what_already_keeps_every_core_busy() -> None:
+    """Ray's actors compute on the driver's cores: an item costs there at least the CPU this process spends
+    on it over the cores. Measured on 2 cores, a 30 ms run in two threads, told and asked in its thread: a
+    record every 24.7 ms, 29.1 ms of the run's CPU, ~35 ms of the process's. Without the bound 500 items
+    looked worth 5.1 s on Ray (it started, and the study took 23.6 s where in process it takes ~16)."""
+    from runner.execute.warm import _Pace, ray_pays
+
+    assert ray_pays(500, 0.0247, 0.0291, 2, 5.0)  # the runs alone: halved on two actors
+    assert not ray_pays(500, 0.0247, 0.0291, 2, 5.0, cpu_s=0.035, cpus=2)  # 17.5 ms an item at best: 3.6 s
+    # runs that wait for the GIL in threads still gain: a record every 10 ms for 10 ms of CPU on 2 cores
+    assert ray_pays(10_000, 0.010, 0.010, 2, 5.0, cpu_s=0.010, cpus=2)
+    # a machine with more cores than the threads use leaves the runs' division as it was
+    assert ray_pays(500, 0.0247, 0.0291, 2, 5.0, cpu_s=0.035, cpus=16)
+
+    times, cpu = iter(0.025 * i for i in range(6)), iter(0.035 * i for i in range(6))
+    pace = _Pace(clock=lambda: next(times), process_cpu=lambda: next(cpu))
+    pace.at_once = 2
+    for i in range(5):
+        pace.arrived([RunRecord(f"r{i}", "t", {"wall_s": 0.05}, {})], cpu_s=0.029 * i)
+    got = pace.means()
+    assert got is not None and got == pytest.approx((0.025, 0.029, 0.035))

@@ -40,7 +40,7 @@ from typing import Protocol
 
 from runner.execute.base import Judge, ReportChannel, ReporterFactory, ReportSpec, WorkItem, WorkSource
 from runner.execute.doorbell import Doorbell
-from runner.execute.local import LocalExecutor
+from runner.execute.local import LocalExecutor, cpu_slots
 from runner.execute.ray_pool import RayExecutor
 from runner.execute.report_channel import LocalChannel
 from runner.store.records import RunRecord
@@ -52,14 +52,22 @@ WARM_MAX_BATCH = 16
 WATCH_S = 0.1  # how often the watcher of a deferred start checks its forecast
 
 
-def ray_pays(left: int, item_s: float, run_s: float, workers: int, cost_s: float) -> bool:
+def ray_pays(
+    left: int, item_s: float, run_s: float, workers: int, cost_s: float, cpu_s: float = 0.0, cpus: int = 1
+) -> bool:
     """Whether `left` items are worth moving to `workers` Ray actors. In process an item costs `item_s`,
     of which `run_s` is its run and the rest the driver's own work around it (a tuner's ask and tell).
     On Ray, at best, the runs are divided among the workers and overlap the driver's part, which is not
     divided: an item costs the larger of the two. What that saves must exceed Ray's cost. (With runs at
     once in threads, `run_s` is what a run takes alone, `_Pace`: the driver's part is then what the
-    interval leaves of it, none where the threads overlap the runs as Ray would.)"""
-    on_ray = max(item_s - run_s, run_s / workers)
+    interval leaves of it, none where the threads overlap the runs as Ray would.)
+
+    The embedded Ray's actors compute on the driver's machine: all an item costs in CPU (`cpu_s`, its run
+    and the driver's work around it, as this process spent it) is still spent on its `cpus`, so on Ray
+    an item takes at least `cpu_s / cpus`. Without that bound, runs already at once in threads on every
+    core looked as if Ray could divide them again: a 600-trial study of a 30 ms run on 2 cores moved to
+    Ray and took 23.6 s where in process it takes about 16 (docs/performance_log.md, ninth session)."""
+    on_ray = max(item_s - run_s, run_s / workers, cpu_s / max(1, cpus))
     return left * (item_s - on_ray) > cost_s
 
 
@@ -89,12 +97,16 @@ class _Pace:
     runs of a learner that computes in Python each take twice as long, waiting for the GIL, and overlap
     nothing. A run alone on a free core takes its CPU time (of the thread that ran it, as the in-process
     executor counts it), which stands for the run there: runs that overlap in threads then leave no
-    driver's part to the interval (nothing for Ray to divide further), runs that wait for the GIL do."""
+    driver's part to the interval (nothing for Ray to divide further), runs that wait for the GIL do.
+    This process's CPU time per item (every thread's: runs, asks, tells, commits) bounds what the
+    embedded Ray could reach on the same cores (`ray_pays`)."""
 
     TRUSTED = 4
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, process_cpu: Callable[[], float] = time.process_time
+    ) -> None:
+        self.clock, self.process_cpu = clock, process_cpu
         self.at_once = 1  # runs at once in process (threads), as the in-process executor reports
         self.began = clock()
         self.first: float | None = None
@@ -102,26 +114,29 @@ class _Pace:
         self.items = 0  # records after the first arrival, the sum of their runs' seconds, and their CPU seconds
         self.run_s = 0.0
         self.cpu_at_first = self.cpu_s = 0.0
+        self.process_at_first = self.process_s = 0.0  # this process's CPU seconds (every thread's)
 
     def arrived(self, records: list[RunRecord], cpu_s: float = 0.0) -> None:
         """Records arrived, when the in-process executor's runs had taken `cpu_s` CPU seconds in all."""
-        self.last, self.cpu_s = self.clock(), cpu_s
+        self.last, self.cpu_s, self.process_s = self.clock(), cpu_s, self.process_cpu()
         if self.first is None:
-            self.first, self.cpu_at_first = self.last, cpu_s
+            self.first, self.cpu_at_first, self.process_at_first = self.last, cpu_s, self.process_s
             return
         self.items += len(records)
         self.run_s += sum(float(r.row.get("wall_s") or 0.0) for r in records)
 
-    def means(self) -> tuple[float, float] | None:
-        """(seconds an item takes in process, seconds its run would take alone), None until trusted."""
+    def means(self) -> tuple[float, float, float] | None:
+        """(seconds an item takes in process, seconds its run would take alone, CPU seconds this process
+        spends on an item), None until trusted."""
         if self.first is None or not self.items:
             return None
         span = self.last - self.first
         if self.items < self.TRUSTED and span < 1.0:
             return None
+        cpu = (self.process_s - self.process_at_first) / self.items
         if self.at_once > 1:
-            return span / self.items, (self.cpu_s - self.cpu_at_first) / self.items
-        return span / self.items, self.run_s / self.items
+            return span / self.items, (self.cpu_s - self.cpu_at_first) / self.items, cpu
+        return span / self.items, self.run_s / self.items, cpu
 
     def since_last_s(self) -> float:
         """How long the item under way has run (since the last record; before any, since the start)."""
@@ -205,14 +220,16 @@ class WarmStartExecutor:
 
     def _watch(self, pace: _Pace, stop: threading.Event) -> None:
         """The deferred start's watcher thread: start Ray once the forecast says it pays."""
-        left, workers = self._left, self._workers()
+        left, workers, cpus = self._left, self._workers(), cpu_slots()
         while left is not None and not stop.wait(WATCH_S):
             # the items left at the pace timed so far, or the item under way alone: one run that has
             # taken longer already than Ray's cost over its workers is long work (a first run too)
             since = pace.since_last_s()
             means = pace.means()
             pays = ray_pays(1, since, since, workers, self.cost_s)
-            pays = pays or (means is not None and ray_pays(left(), *means, workers, self.cost_s))
+            if not pays and means is not None:
+                item_s, run_s, cpu_s = means
+                pays = ray_pays(left(), item_s, run_s, workers, self.cost_s, cpu_s, cpus)
             if pays:
                 self.start()
                 return
