@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -300,6 +301,35 @@ def test_a_closed_pool_starts_nothing_more_of_a_unit() -> None:
     closed.set()
     assert finished.wait(TIMEOUT_S)
     assert ran == ["a"]
+
+
+def _burn(cpu_s: float) -> None:
+    """Spend `cpu_s` seconds of this thread's CPU (not of the clock: a busy machine only takes longer)."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+def test_the_runs_cpu_leaves_out_what_the_source_does_with_their_records() -> None:
+    """The warm start reads the pool's CPU seconds as what the runs alone cost: a tuner's tell and next ask,
+    made in the run's thread by the source's `on_record`, are not a run's. Two runs of 0.05 CPU seconds
+    and a hook of 0.15 on each record: the pool counts the runs' 0.1, not the hooks' 0.3."""
+    from runner.execute.threads import RunThreads
+
+    def run(unit: Any) -> Iterator[RunRecord]:
+        for item in unit[0]:
+            _burn(0.05)
+            yield _record(item)
+
+    pool = RunThreads(1, run, lambda: None, on_record=lambda _record: _burn(0.15))
+    pool.submit(([WorkItem("a", "faulty", {}), WorkItem("b", "faulty", {})], None))
+    records: list[RunRecord] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while (pool.in_flight or not pool.cpu_s) and time.monotonic() < deadline:  # the unit's end brings its CPU
+        records += pool.wait(0.1)
+    pool.close()
+    assert [r.run_id for r in records] == ["a", "b"]
+    assert 0.1 <= pool.cpu_s < 0.2
 
 
 @pytest.mark.parametrize("ring", [True, False])

@@ -13,7 +13,8 @@ does not wait for the runs under way, whose records are dropped, as a process's 
 a thread starts nothing more of its unit once the pool is closed. An exception out of `run` (a bug
 outside the tasks) reaches the caller after every record that arrived before it, so none is lost.
 `on_record`, the source's (runner.execute.doorbell), is called with each record in the thread that made
-it, before the record is queued, unless the pool is closed; what it raises is handled as from `run`.
+it, before the record is queued, unless the pool is closed; what it raises is handled as from `run`, and
+the CPU it takes (a tuner's tell and next ask) is not counted as the runs' (`cpu_s`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ class RunThreads:
         self._error: BaseException | None = None  # raised by `run`, for `check` once its records are out
         self.alone = False  # the unit in flight must run alone
         self.woken = False  # `wake` was called since the caller last reset this
-        self.cpu_s = 0.0  # CPU seconds of the threads' units finished so far (thread CPU time)
+        # CPU seconds of the units' runs finished so far (thread CPU time), without `on_record`'s: the warm
+        # start reads it as what the runs alone cost (runner.execute.warm), and a tuner's ask is not a run's
+        self.cpu_s = 0.0
 
     @property
     def in_flight(self) -> int:
@@ -124,17 +127,21 @@ class RunThreads:
         self._setup()
         while (job := self._work.get()) is not None:
             uid, unit = job
-            cpu = time.thread_time()
+            cpu, hooks = time.thread_time(), 0.0  # `hooks`: the source's share of this thread's CPU, not the runs'
             try:
                 for record in self._run(unit):
                     if self._on_record is not None and not self._closed.is_set():
-                        self._on_record(record)  # before the caller sees it (a tuner tells its trial here)
+                        before = time.thread_time()
+                        try:
+                            self._on_record(record)  # before the caller sees it (a tuner tells its trial here)
+                        finally:
+                            hooks += time.thread_time() - before
                     self._done.put(("record", uid, record))
                     if self._closed.is_set():
                         break  # the caller is gone: the rest of the unit would be computed for nothing
             except BaseException as exc:  # noqa: BLE001 - a bug outside the tasks' own (a judge's): the caller's
                 self._done.put(("error", uid, exc))
-            self._done.put(("end", uid, time.thread_time() - cpu))
+            self._done.put(("end", uid, time.thread_time() - cpu - hooks))
 
 
 class SerializedReporters:
