@@ -76,6 +76,20 @@ def test_only_reruns_one_stored_run_in_process(tmp_path: Path, capsys: pytest.Ca
     assert main(["run", "--only", "ffffffff", "--results", str(tmp_path), "--executor", "local"]) == 2
 
 
+def test_a_rerun_prints_the_whole_error_of_a_run_that_fails_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task's exception is a recorded failure, its traceback in the store; `status` shows its first line.
+    `--only` is how one debugs it (the report says so): the rerun prints the whole error on stderr."""
+    grid = {"name": "f", "blocks": [{"task": "faulty", "params": {"x": 3.0, "fail": True}}]}
+    run_grid(grid, tmp_path, opts())
+    (rid,) = ResultStore(tmp_path).read_runs("faulty", columns=["status"])["run_id"].to_pylist()
+    capsys.readouterr()
+    assert main(["run", "--only", rid[:10], "--results", str(tmp_path), "--executor", "local", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"run {rid} failed:" in err and "Traceback" in err and "RuntimeError: asked to fail with x=3.0" in err
+
+
 def test_status_reports_missing_members(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_grid(_grid([0.01]), tmp_path, opts())
     from runner.grid.spec import load_grid

@@ -128,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from runner.grid.cells import Grid
     from runner.grid.spec import load_grid
     from runner.run.grid_run import run_grid
-    from runner.run.rerun import cells_from_store
+    from runner.run.rerun import cells_from_store, errors_of
     from runner.store import ResultStore
 
     if args.grid is None and not args.only:
@@ -146,6 +146,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid, args.results, execution_options(args), retry_failed=args.retry_failed, only=args.only, lease_s=args.lease
     )
     print(report.line())
+    if args.only:  # a rerun is how one debugs a run: its whole error, traceback included
+        for rid, status, error in errors_of(ResultStore(args.results), grid, args.only):
+            print(f"convgrid: run {rid} {status}:\n{error.rstrip()}", file=sys.stderr)
     return outcome(grid.name, report.counts, report.skipped_failed, args.results)
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 
 from runner.errors import ConfigError
-from runner.grid.cells import Cell
+from runner.grid.cells import Cell, CellSource
 from runner.grid.identity import run_id, validate_params
 from runner.store import ResultStore
 from tasks import get_spec
@@ -35,3 +35,19 @@ def cells_from_store(store: ResultStore, ids: Iterable[str]) -> list[Cell]:
             )
         cells.append(Cell(rid, task_name, model, 0))
     return cells
+
+
+def errors_of(store: ResultStore, grid: CellSource, only: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(run id, status, stored error) of the `--only` cells that did not end well: a task's exception is a
+    recorded failure, not a crash (runner.execute.worker), so its traceback is in the store's `error`
+    column, which the one-line `status` shortens; a rerun for debugging prints it whole."""
+    from runner.run.plan import only_indices
+    from tasks.status import FAILED, TIMEOUT
+
+    cells = list(grid.cells_at(only_indices(grid, only)))
+    wanted = {cell.run_id for cell in cells}
+    out = []
+    for task_name in sorted({cell.task for cell in cells}):
+        rows = store.read_runs(task_name, columns=["status", "error"]).to_pylist()
+        out += [(r["run_id"], r["status"], r["error"] or "") for r in rows if r["run_id"] in wanted]
+    return sorted(o for o in out if o[1] in (FAILED, TIMEOUT))
