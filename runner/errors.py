@@ -39,12 +39,12 @@ class ConfigError(Exception):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = [self.file or "<spec>"]
+        where = [self.file] if self.file else []  # none for a command-line option: its key names it
         if self.block is not None:
             where.append(f"block {self.block}")
         if self.key is not None:
             where.append(f"key '{self.key}'")
-        text = redact(f"{': '.join(where)}: {self.message}")
+        text = redact(": ".join([*where, self.message]))
         if self.choices:
             text += f" (valid choices: {', '.join(map(str, self.choices))})"
         return printable(clip(text, MESSAGE_CHARS))
