@@ -157,8 +157,8 @@ def test_version_prints_the_package_version_and_the_commit(
         main(["--version"])
     assert done.value.code == 0
     changed = bool(git("status", "--porcelain", "--untracked-files=no"))
-    expected = f"convgrid 0.1.0, commit {git('rev-parse', '--short=12', 'HEAD')}"
-    expected += f"{' with uncommitted changes' if changed else ''} ({REPO})"
+    label = f"0.1.0+g{git('rev-parse', '--short=12', 'HEAD')}{'.dirty' if changed else ''}"  # what runs record
+    expected = f"convgrid {label} ({REPO}{', with uncommitted changes' if changed else ''})"
     assert capsys.readouterr().out.splitlines() == [expected]
 
 
@@ -194,7 +194,7 @@ def test_code_version_says_when_the_code_is_no_checkout_without_starting_git(
     monkeypatch.setattr(subprocess, "run", no_git)
     code = provenance.read_code_version(tmp_path)  # like site-packages: no .git beside the package
     assert code.label == "0.1.0 (commit unknown: not a git checkout)"
-    assert code.describe() == "convgrid 0.1.0, commit unknown: not a git checkout"
+    assert code.describe() == "convgrid 0.1.0 (commit unknown: not a git checkout)"
 
 
 def test_code_version_of_a_package_pip_installed_from_git_is_the_commit_pip_recorded(
@@ -212,10 +212,7 @@ def test_code_version_of_a_package_pip_installed_from_git_is_the_commit_pip_reco
     monkeypatch.setattr(provenance.metadata, "distribution", lambda name: Installed())
     code = provenance.read_code_version(tmp_path)
     assert code.label == "0.1.0+g89abcdef0123"
-    assert (
-        code.describe()
-        == "convgrid 0.1.0, commit 89abcdef0123 (installed by pip from https://example.org/convgrid.git)"
-    )
+    assert code.describe() == "convgrid 0.1.0+g89abcdef0123 (installed by pip from https://example.org/convgrid.git)"
 
 
 def test_code_version_is_found_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,11 +43,11 @@ class CodeVersion:
         return f"{self.version}+g{self.commit}{'.dirty' if self.dirty else ''}"
 
     def describe(self) -> str:
-        """One line for people (`convgrid --version`)."""
+        """One line for people (`convgrid --version`): the string runs record, then where it comes from."""
         if self.commit is None:
-            return f"convgrid {self.version}, commit unknown: {self.origin}"
-        changes = " with uncommitted changes" if self.dirty else ""
-        return f"convgrid {self.version}, commit {self.commit}{changes} ({self.origin})"
+            return f"convgrid {self.label}"
+        changes = ", with uncommitted changes" if self.dirty else ""
+        return f"convgrid {self.label} ({self.origin}{changes})"
 
 
 def package_version() -> str:
