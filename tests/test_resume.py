@@ -101,3 +101,15 @@ def test_status_reports_missing_members(tmp_path: Path, capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("sweep"))
     assert line.split()[1:] == ["1", "0", "0", "0", "0", "1"]
+
+
+def test_status_of_a_folder_of_results_roots_names_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`make demo` writes results/demo; `convgrid status results/` found no runs and said only that the
+    store is empty, which reads as results gone. It now names the results roots below."""
+    run_grid(_grid([0.01]), tmp_path / "demo", opts())
+    assert main(["status", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "the store is empty" in captured.out
+    assert f"{tmp_path} holds no runs; results roots below it: {tmp_path / 'demo'}" in captured.err
+    assert main(["status", str(tmp_path / "demo")]) == 0
+    assert "holds no runs" not in capsys.readouterr().err

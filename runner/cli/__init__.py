@@ -185,7 +185,16 @@ def _existing_store(results: str) -> ResultStore:
         raise ConfigError("no such results root", file=results, key="results")
     store = ResultStore(results)
     store.recover()
+    if not store.tasks() and (below := _roots_below(results)):  # `results/` where `make demo` wrote `results/demo`
+        print(f"convgrid: {redact(results)} holds no runs; results roots below it: {', '.join(below)}", file=sys.stderr)
     return store
+
+
+def _roots_below(results: str) -> list[str]:
+    """Results roots one or two folders below a local `results` (each a folder with a runs/ folder)."""
+    if "://" in results:
+        return []
+    return sorted(str(runs.parent) for pattern in ("*/runs", "*/*/runs") for runs in Path(results).glob(pattern))
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
