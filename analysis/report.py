@@ -112,15 +112,19 @@ class Report:
         lines += [f"- {escape_md(k)}: {', '.join(code_md(v) for v in vs)}" for k, vs in self.provenance.items()]
         return "\n".join(lines) + "\n"
 
+    def contents(self) -> str:
+        """'2 grids and 1 study': what the report covers (the command's line and the report's own say the same)."""
+        studies = sum(s.kind == "study" for s in self.sections)
+        grids = len(self.sections) - studies
+        return f"{_plural(grids, 'grid')} and {_plural(studies, 'study', 'studies')}"
+
     def _what_ran(self) -> list[str]:
-        grids = [s for s in self.sections if s.kind != "study"]
-        studies = [s for s in self.sections if s.kind == "study"]
         total = status_totals(s.counts for s in self.sections)
         counts = ", ".join(f"{k} {total[k]}" for k in STATUS_COLUMNS if total.get(k))
         lines = ["## What ran", ""]
         lines.append(
-            f"{_plural(len(grids), 'grid')} and {_plural(len(studies), 'study', 'studies')}, "
-            f"{_plural(sum(s.cells for s in self.sections), 'run')} asked for" + (f": {counts}." if counts else ".")
+            f"{self.contents()}, {_plural(sum(s.cells for s in self.sections), 'run')} asked for"
+            + (f": {counts}." if counts else ".")
         )
         lines += ["", *header(["grid", "task", "cells", *STATUS_COLUMNS, "kind"])]
         for s in self.sections:

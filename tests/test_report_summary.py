@@ -75,6 +75,19 @@ def test_the_page_opens_with_what_ran(report: tuple[Path, Path]) -> None:
     assert rows["least_squares_gd_step"][-1] == "Optuna study"
 
 
+def test_the_command_counts_grids_and_studies_as_the_page_does(
+    report: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`convgrid report` named every section a grid ('3 grids' for two grids and a study)."""
+    from runner.cli import main
+
+    root, _ = report
+    monkeypatch.setattr("analysis.claims.registry", _claims)
+    assert main(["report", str(root), "--out", str(tmp_path)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "(2 grids and 1 study, " in line and "2 grids and 1 study" in (tmp_path / "report.md").read_text()
+
+
 def test_failures_are_grouped_by_reason_with_their_run_ids(report: tuple[Path, Path]) -> None:
     root, out = report
     import analysis

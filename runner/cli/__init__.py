@@ -211,7 +211,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out or Path(args.results) / "report")
     report = build_report(store.root, out)
     n_images = sum(len(s.images) for s in report.sections)
-    print(f"report: {out / 'report.html'} and {out / 'report.md'} ({len(report.sections)} grids, {n_images} figures)")
+    print(f"report: {out / 'report.html'} and {out / 'report.md'} ({report.contents()}, {n_images} figures)")
     for section in report.sections:
         for image in section.images:
             print(f"  figure: {image}")
