@@ -14,6 +14,7 @@ The only analysis module that imports Optuna, and only inside its functions: `im
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -143,14 +144,31 @@ def draw_study(study: Any, out_dir: Path) -> tuple[list[Path], list[str]]:
 
 def _fit(fig: Any) -> None:
     """Optuna's figure made to fit the page (PLOT_SIZE), and a legend of one entry per trial (the
-    intermediate values of 40 trials) replaced by a title saying so."""
+    intermediate values of 40 trials) replaced by a title saying so. A log axis spanning about a decade
+    labels its minor ticks ('3×10⁻¹', '4×10⁻¹'), which ran into each other on the slice plot: there it
+    is labelled at 1, 2 and 5 times the powers of ten instead."""
     if len(fig.axes) <= 2:  # one plot (and its colour bar); a slice of several params keeps Optuna's width
         fig.set_size_inches(*PLOT_SIZE)
     for ax in fig.axes:
+        _one_two_five(ax)
         legend = ax.get_legend()
         if legend is not None and len(legend.get_texts()) > MAX_LEGEND:
             legend.remove()
             ax.set_title(f"{ax.get_title()}: one line per trial ({len(legend.get_texts())} trials)")
+
+
+def _one_two_five(ax: Any) -> None:
+    """An x axis on a log scale spanning half a decade to two: labels at 1, 2 and 5 x 10^k only (narrower,
+    matplotlib's own labels are few; wider, it labels the powers of ten alone)."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+
+    low, high = ax.get_xlim()
+    if ax.get_xscale() != "log" or low <= 0 or not 0.5 <= math.log10(high / low) <= 2:
+        return
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    # every major tick labelled (its default labels only some once the axis spans more than a decade)
+    ax.xaxis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(math.inf, math.inf)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _file_name(study: str, stem: str) -> str:

@@ -152,3 +152,41 @@ def test_a_study_in_an_rdb_is_named_not_drawn(tmp_path: Path) -> None:
     assert journal_path("s3://bucket/prefix", "journal:optuna.journal") is None
     with pytest.raises(ValueError, match=r"postgresql://u:\*\*\*@h/db is not a journal file"):
         load_study(tmp_path, "s", "postgresql://u:***@h/db")
+
+
+@pytest.mark.parametrize("low, high", [(0.05, 0.5), (0.01, 0.6), (1e-5, 5e-4), (0.2, 0.35)])
+def test_the_slice_plot_of_a_log_param_keeps_its_tick_labels_apart(low: float, high: float) -> None:
+    """A log axis from 0.05 to 0.5 labelled its minor ticks; on the report's page '3×10⁻¹' ran into
+    '4×10⁻¹'. Drawn as the report draws it, the labels on the axis do not overlap, and there are some."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import optuna
+    from optuna.visualization import matplotlib as vis
+
+    from analysis.studies import _figure_of, _fit
+    from analysis.style import context
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial({"lr": low})
+    study.enqueue_trial({"lr": high})
+    study.optimize(lambda t: t.suggest_float("lr", low, high, log=True) ** 2, n_trials=40)
+    with context(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
+        fig = _figure_of(vis.plot_slice(study))
+        _fit(fig)
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        left, right = ax.get_xlim()
+        shown = [
+            t
+            for t in ax.get_xticklabels(which="both")
+            if t.get_visible() and t.get_text() and left <= t.get_position()[0] <= right
+        ]
+        boxes = sorted((t.get_window_extent() for t in shown), key=lambda b: b.x0)
+    matplotlib.pyplot.close(fig)
+    assert len(boxes) >= 2, [t.get_text() for t in shown]
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [t.get_text() for t in shown]
