@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
@@ -103,7 +103,8 @@ class TrialSchedule:
         background = not self.deterministic and plan.parallel > 1 and plan.sampler.name != "grid"
         self._lock = threading.RLock()  # what `ran`, in a run's thread, and the driver's thread both change
         self._told_here: set[int] = set()  # trials told in their run's thread: the driver's bookkeeping is left
-        self._asked_here: list[tuple[Asked, Cell] | None] = []  # trials asked in a run's thread, not yet pulled
+        self._asked_here: list[tuple[Asked, Cell]] = []  # trials asked in a run's thread, not yet pulled
+        self._rejected_here = 0  # trials asked there whose params the task rejected (counted failed), not yet pulled
         self._asking_here = 0  # asks under way in runs' threads (each counted in `running`)
         self._teller = ThreadPoolExecutor(1, thread_name_prefix="convgrid-tell") if background else None
         self._tells: list[Future[None]] = []
@@ -114,13 +115,16 @@ class TrialSchedule:
         # in the driver, or in processes of their own once they pay (only beside the asker threads)
         self.asker = Asker(study, plan.parallel, settings().ask_processes if background else "off")
 
-    def ask_one(self) -> tuple[Asked, Cell] | None:
+    def ask_one(self, rejected: Callable[[], None] | None = None) -> tuple[Asked, Cell] | None:
         """A new trial with its cell; None for one whose params the task rejects (told FAIL here). Safe
-        in several threads at once (Optuna's study and storages are, as optimize's threads rely on)."""
+        in several threads at once (Optuna's study and storages are, as optimize's threads rely on).
+        `rejected` is called as soon as the task rejects the params, before the trial is told FAIL."""
         trial = self.asker.ask()
         try:
             return trial, self.plan.cell(dict(trial.params))
         except (ValidationError, TypeError, ValueError) as exc:
+            if rejected is not None:
+                rejected()
             self.study.set_attr(trial, "note", f"params rejected by the task: {str(exc).splitlines()[0]}")
             self.study.tell(trial, state=State.FAIL)
             return None
@@ -177,13 +181,16 @@ class TrialSchedule:
         return self._accepted(answers)
 
     def _pull_asked_here(self) -> list[tuple[Asked, Cell]] | None:
-        """The trials asked in runs' threads since the last pull (None if none)."""
+        """The trials asked in runs' threads since the last pull (None if none asked and none rejected);
+        the rejected ones, counted where they were asked, reach the driver's progress here."""
         with self._lock:
-            if not self._asked_here:
+            if not self._asked_here and not self._rejected_here:
                 return None
-            answers, self._asked_here = self._asked_here, []
-            self.running -= sum(a is None for a in answers)
-        return self._accepted(answers)
+            asked, self._asked_here = self._asked_here, []
+            rejected, self._rejected_here = self._rejected_here, 0
+        if rejected:
+            self.host.rejected(rejected)
+        return asked
 
     def cells(self) -> Iterator[Cell | list[Cell] | None]:
         """The executor's source: cells of newly asked trials (in groups of `batch`, for a task that
@@ -277,17 +284,27 @@ class TrialSchedule:
             self._write_tell(*args)
         if not ask:
             return
-        asked = False
+        answer, counted = None, False
+
+        def count_rejected() -> None:
+            # at once, not at the driver's next pull: another run's thread may decide meanwhile whether
+            # max_failed leaves room for an ask (a trial asked on a count that lacked this one ran past it)
+            nonlocal counted
+            with self._lock:
+                self.failed += 1
+                self.running -= 1
+                self._rejected_here += 1
+                counted = True
+
         try:  # an error here reaches the driver as the run's thread's (runner.execute.threads)
-            answer = self.ask_one()
-            asked = True
+            answer = self.ask_one(count_rejected)
         finally:
             # no ring: the record (or the error) queued next wakes the driver, which then pulls this trial
             with self._lock:
                 self._asking_here -= 1
-                if asked:
+                if answer is not None:
                     self._asked_here.append(answer)
-                else:
+                elif not counted:  # the ask failed: its slot is free again
                     self.running -= 1
 
     def _settle_batch(self) -> None:
