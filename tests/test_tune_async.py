@@ -380,6 +380,8 @@ def test_params_rejected_in_a_run_s_thread_count_as_failed_and_leave_nothing_run
     storage = open_storage(None, ResultStore(tmp_path))._storage
     states = [t.state.name for t in optuna.load_study(study_name="rejects", storage=storage).trials]
     assert "RUNNING" not in states and states.count("FAIL") == 1
+    (failed,) = [t for t in optuna.load_study(study_name="rejects", storage=storage).trials if t.state.name == "FAIL"]
+    assert failed.user_attrs["note"] == "params rejected by the task: lr: Input should be greater than 0"  # the reason
     if max_failed is None:
         assert report.states == {"COMPLETE": 6, "FAIL": 1} and report.stopped_early is None
     else:

@@ -125,7 +125,7 @@ class TrialSchedule:
         except (ValidationError, TypeError, ValueError) as exc:
             if rejected is not None:
                 rejected()
-            self.study.set_attr(trial, "note", f"params rejected by the task: {str(exc).splitlines()[0]}")
+            self.study.set_attr(trial, "note", f"params rejected by the task: {_reason(exc)}")
             self.study.tell(trial, state=State.FAIL)
             return None
 
@@ -399,3 +399,14 @@ class TrialSchedule:
         if room <= 0:
             return 0 if self.running else None
         return room
+
+
+def _reason(exc: Exception) -> str:
+    """Why the task rejected a trial's params, in one line: pydantic's first line only counts the errors
+    ('1 validation error for tagged-union[...]'), its reasons come after it."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(map(str, e['loc'][1:] or e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors()
+        )
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
