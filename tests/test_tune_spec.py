@@ -136,6 +136,21 @@ def test_cli_rejects_bad_study_with_exit_2_and_writes_nothing(
     assert files_under(root) == []
 
 
+def test_a_dry_run_writes_nothing_and_reads_what_the_storage_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--dry-run` runs nothing: on a root that does not exist it made the root and an empty journal."""
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(_with(n_trials=2)))
+    root = tmp_path / "results" / "new"
+    assert main(["tune", str(path), "--results", str(root), "--dry-run"]) == 0
+    assert "new study" in capsys.readouterr().out and not (tmp_path / "results").exists()
+    assert main(["tune", str(path), "--results", str(root), "--executor", "local", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["tune", str(path), "--results", str(root), "--dry-run"]) == 0
+    assert "2 trials already" in capsys.readouterr().out
+
+
 def test_sweep_makes_one_study_per_value_and_baselines_merge() -> None:
     raw = _with(sweep={"n_iters": [10, 20]}, baselines=[{"params": {"lr_rule": "optimal"}}], sampler={"name": "grid"})
     raw["params"].pop("n_iters")

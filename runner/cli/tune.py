@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.cli.options import (
@@ -83,10 +84,14 @@ def _dashboard_target(args: argparse.Namespace) -> str:
 
 def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
     from runner.store import ResultStore
-    from runner.tune.optuna_adapter import open_storage, trial_counts
+    from runner.tune.optuna_adapter import JOURNAL_NAME, open_storage, storage_label, trial_counts
 
-    storage = open_storage(args.storage, ResultStore(args.results))
-    existing = trial_counts(storage)
+    store = ResultStore(args.results)
+    journal = Path(args.storage) if args.storage else Path(store.base) / JOURNAL_NAME if store.local else None
+    label, existing = storage_label(args.storage, store), {}
+    if (args.storage is not None and "://" in args.storage) or journal is None or journal.exists():
+        storage = open_storage(args.storage, store)  # a journal that is not there yet is not made: nothing is written
+        label, existing = storage.label, trial_counts(storage)
     for p in plans:
         space = {
             k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()
@@ -106,6 +111,6 @@ def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
         print(f"  space: {json.dumps(space, sort_keys=True)}")
         if p.baselines:
             print(f"  baselines: {len(p.baselines)} runs")
-        print(f"  storage {storage.label}: " + (f"{have} trials already" if have is not None else "new study"))
+        print(f"  storage {label}: " + (f"{have} trials already" if have is not None else "new study"))
     print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
     return 0
