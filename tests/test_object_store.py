@@ -140,7 +140,9 @@ def test_two_lease_lock_holders_exclude_each_other(s3_root: str) -> None:
     """A second acquire waits until the first holder releases; the lock stays held across several
     beats (the holder renews it) and is re-entrant within one holder."""
     root = s3_root.replace("convgrid/results", "convgrid/lock-two")
-    first, second = _lock(root, 0.4), _lock(root, 0.4)
+    # a lease long enough that a busy machine's scheduler does not starve the holder's beats past it
+    # (at 0.4 s the check failed once beside three busy loops on 2 cores)
+    first, second = _lock(root, 1.0), _lock(root, 1.0)
     events: list[str] = []
 
     def hold_second() -> None:
@@ -151,7 +153,7 @@ def test_two_lease_lock_holders_exclude_each_other(s3_root: str) -> None:
         events.append("first in")
         waiter = threading.Thread(target=hold_second)
         waiter.start()
-        time.sleep(1.0)  # 2.5 leases: the first holder's beats keep the lock its own
+        time.sleep(2.5)  # 2.5 leases: the first holder's beats keep the lock its own
         first.check()
         events.append("first out")
     waiter.join(timeout=10)

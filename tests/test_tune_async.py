@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -351,18 +352,27 @@ def test_params_rejected_in_a_run_s_thread_count_as_failed_and_leave_nothing_run
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_failed: int | None
 ) -> None:
     """The third trial, asked in the thread of the first run to end, has params the task rejects: it is
-    told FAIL there and counted by the driver, which asks another in its place (or, at max_failed 1, stops
-    the study once the trials in flight are told). No trial is left RUNNING either way."""
+    told FAIL there and counted at once, and the driver asks another in its place (or, at max_failed 1,
+    stops the study once the trials in flight are told). No trial is left RUNNING either way.
+
+    The other run's thread may ask a trial while the rejected one is being asked (both decided before
+    the failure was known, as in optimize's threads). Under load that trial could run and end within the
+    rejected ask, and its thread then ask again before the count: so the runs of trials asked after the
+    first two wait here until the rejection is counted, which makes the outcome the design's, not the
+    scheduler's."""
     import threading
 
     import optuna
 
     from runner.execute.local import LocalExecutor
     from runner.tune.optuna_adapter import Study, open_storage
+    from runner.tune.schedule import TrialSchedule
+    from tasks.least_squares.task import LeastSquaresTask
     from tests.test_tune import enqueue
 
-    ask = Study.ask
+    ask, ask_one, run = Study.ask, TrialSchedule.ask_one, LeastSquaresTask.run
     rejected_in: list[str] = []
+    counted = threading.Event()
 
     def noting_ask(self: Study) -> object:
         asked = ask(self)
@@ -370,7 +380,22 @@ def test_params_rejected_in_a_run_s_thread_count_as_failed_and_leave_nothing_run
             rejected_in.append(threading.current_thread().name)
         return asked
 
+    def counting_ask_one(self: TrialSchedule, rejected: Any = None) -> Any:
+        def count() -> None:
+            if rejected is not None:
+                rejected()
+            counted.set()
+
+        return ask_one(self, count)
+
+    def later_runs_wait(self: Any, p: Any, ctx: Any) -> Any:
+        if p.lr not in (0.1, 0.2):  # a trial asked after the first two
+            assert counted.wait(60.0)  # never reached when correct
+        return run(self, p, ctx)
+
     monkeypatch.setattr(Study, "ask", noting_ask)
+    monkeypatch.setattr(TrialSchedule, "ask_one", counting_ask_one)
+    monkeypatch.setattr(LeastSquaresTask, "run", later_runs_wait)
     extra = {} if max_failed is None else {"max_failed": max_failed}
     raw = ls_study("rejects", n_trials=6, parallel=2, sampler={"name": "random", "seed": 0}, **extra)
     raw["space"] = {"lr": {"type": "float", "low": 0.05, "high": 0.6}}
@@ -386,4 +411,4 @@ def test_params_rejected_in_a_run_s_thread_count_as_failed_and_leave_nothing_run
         assert report.states == {"COMPLETE": 6, "FAIL": 1} and report.stopped_early is None
     else:
         assert report.stopped_early == "1 trials failed (max_failed)"
-        assert states.count("COMPLETE") in (2, 3)  # the first two, and the other slot's if it was being asked
+        assert states.count("COMPLETE") in (2, 3)  # the first two, and the other slot's if asked meanwhile
