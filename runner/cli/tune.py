@@ -87,10 +87,15 @@ def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
     from runner.tune.optuna_adapter import JOURNAL_NAME, open_storage, storage_label, trial_counts
 
     store = ResultStore(args.results)
-    journal = Path(args.storage) if args.storage else Path(store.base) / JOURNAL_NAME if store.local else None
     label, existing = storage_label(args.storage, store), {}
-    if (args.storage is not None and "://" in args.storage) or journal is None or journal.exists():
-        storage = open_storage(args.storage, store)  # a journal that is not there yet is not made: nothing is written
+    if args.storage is not None and "://" in args.storage:
+        journal = None  # an RDB: opening it writes nothing
+    elif args.storage is not None:
+        journal = Path(args.storage)
+    else:
+        journal = Path(store.base) / JOURNAL_NAME if store.local else None
+    if journal is None or journal.exists():  # a journal not there yet is not made: a dry run writes nothing
+        storage = open_storage(args.storage, store)
         label, existing = storage.label, trial_counts(storage)
     for p in plans:
         space = {

@@ -66,7 +66,7 @@ def ray_pays(
     and the driver's work around it, as this process spent it) is still spent on its `cpus`, so on Ray
     an item takes at least `cpu_s / cpus`. Without that bound, runs already at once in threads on every
     core looked as if Ray could divide them again: a 600-trial study of a 30 ms run on 2 cores moved to
-    Ray and took 23.6 s where in process it takes about 16 (docs/performance_log.md, ninth session)."""
+    Ray and took 23.6 s, 15.3 s in process (docs/performance_log.md, ninth session)."""
     on_ray = max(item_s - run_s, run_s / workers, cpu_s / max(1, cpus))
     return left * (item_s - on_ray) > cost_s
 
