@@ -186,3 +186,17 @@ def test_baselines_run_once_and_belong_to_the_study(tmp_path: Path) -> None:
     assert {m["run_id"] for m in members if m["block"] == 1} == {base["run_id"]}
     again = run_study(plan, tmp_path, LocalExecutor(), opts())
     assert again.ran == 0 and again.baselines == report.baselines
+
+
+def test_runs_executed_counts_baselines_and_repaired_runs(tmp_path: Path) -> None:
+    """`N runs executed` is every run the command executed: a study's baseline, its trials', and the runs
+    of told trials that the store lacks (here: the same journal against a new results root, as after a
+    driver killed before its flush), which run again at start."""
+    raw = ls_study("counted", n_trials=3, parallel=1, baselines=[{"params": {"lr_rule": "optimal", "lr": None}}])
+    journal = str(tmp_path / "shared.journal")
+    (first,) = tune(raw, tmp_path / "a", opts(), storage=journal)
+    assert first.ran == 4 and sum(first.counts.values()) == 4 and "4 runs executed" in first.format()
+    (moved,) = tune(raw, tmp_path / "b", opts(), storage=journal)
+    assert moved.repaired == 3 and moved.ran == 4, moved.format()  # 3 trials' runs and the baseline
+    assert "4 runs executed" in moved.format() and "run again: 3" in moved.format()
+    assert ResultStore(tmp_path / "b").read_runs("least_squares", ["status"]).num_rows == 4

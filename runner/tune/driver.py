@@ -123,7 +123,6 @@ class StudyDriver:
             self.rows.append(trial_row(self.p, self.label, trial, run_id))
 
     def ran(self, record: RunRecord) -> None:
-        self.report.ran += 1
         self.report.counts[record.row["status"]] += 1
 
     # ---- trials/ and members/ ----------------------------------------------------------------------

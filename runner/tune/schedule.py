@@ -375,7 +375,9 @@ class TrialSchedule:
     def _room_locked(self) -> int | None:
         p = self.plan
         if self.failed >= p.max_failed:
-            self.stopped_early = f"{self.failed} trials failed (max_failed)"
+            if self.stopped_early is None:  # said once, when reached: trials in flight may still fail after it
+                flying = f"; {self.running} trials in flight then ran to their end" if self.running else ""
+                self.stopped_early = f"max_failed ({p.max_failed}) reached{flying}"
             # asks still under way were made before the limit was reached: their trials run, as those in flight
             # do, rather than stay RUNNING in the storage after the study has ended
             return 0 if self._asks or self._asking_here else None

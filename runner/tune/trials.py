@@ -87,7 +87,6 @@ class TuneReport:
     storage: str
     n_trials: int
     states: Counter[str] = field(default_factory=Counter)
-    ran: int = 0
     counts: Counter[str] = field(default_factory=Counter)  # the runs this command executed, by status
     from_store: int = 0
     skipped_failed: int = 0  # trials told FAIL from a stored failed or timed-out run (not rerun without --retry-failed)
@@ -97,6 +96,11 @@ class TuneReport:
     best: list[dict[str, Any]] = field(default_factory=list)
     baselines: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
+
+    @property
+    def ran(self) -> int:
+        """Runs this command executed: its trials', its baselines' and those repaired at start."""
+        return sum(self.counts.values())
 
     def format(self) -> str:
         states = ", ".join(f"{k} {v}" for k, v in sorted(self.states.items())) or "no trials"
