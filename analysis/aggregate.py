@@ -160,14 +160,23 @@ def mean_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, 
     if v.size == 0:
         return (np.nan, np.nan, np.nan)
     mean = float(v.mean())
-    if v.size < 2:
+    if v.size < 2 or not np.isfinite(v).all():  # no spread to speak of with an unreached (inf) value
         return (mean, np.nan, np.nan)
     half = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
     return (mean, mean - half, mean + half)
 
 
-def over_seeds(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95) -> pd.DataFrame:
-    """Per group of `by`: n, median, q25, q75, mean and the t-interval of the mean of `value`."""
+def over_seeds(
+    frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95, unreached: bool = False
+) -> pd.DataFrame:
+    """Per group of `by`: n, median, q25, q75, mean and the t-interval of the mean of `value`.
+
+    A missing value is skipped (n counts the values there are), which is right for a metric a run may
+    not have. For a threshold metric (iterations or sweeps to a tolerance) a missing value is a run that
+    never got there: `unreached=True` counts it as +inf, as `medians` and the claims do, so that it makes
+    the median worse instead of dropping out (the mean and its interval are then inf)."""
+    if unreached:
+        frame = frame.assign(**{value: never_as_inf(frame[value])})
     out = seed_quartiles(frame, by, value)
     groups = group_keys(frame, by).groupby(list(by), dropna=False, sort=True)
     intervals = [mean_interval(grp[value], confidence) for _, grp in groups]

@@ -1,6 +1,7 @@
 """A study's figures, drawn by Optuna's own plots (`optuna.visualization.matplotlib`): the optimisation
-history, a slice per searched param, the params' importances (Optuna's default evaluator) and, where
-a pruner ran, the intermediate values of every trial; a multi-objective study gets its Pareto front.
+history, a slice per searched param, the params' importances (Optuna's default evaluator) where two or
+more are searched, and, where a pruner ran, the intermediate values of every trial (its y axis named for
+the metric the runs reported); a multi-objective study gets its Pareto front.
 
 The plots read the study from its Optuna storage, the source of truth for trials (distributions,
 intermediate values, states). The store's `trials/` table names that storage for each study:
@@ -24,8 +25,8 @@ from typing import Any
 import pandas as pd
 
 from analysis.figures import save_figure
+from analysis.load import open_store
 from analysis.style import context
-from runner.store import ResultStore
 from runner.store.trials import read_trials
 
 JOURNAL = "journal:"
@@ -47,7 +48,7 @@ class StudyFigures:
 
 def trials_frame(root: str | os.PathLike[str]) -> pd.DataFrame:
     """The store's `trials/` table, one row per trial (newest row per trial), as pandas."""
-    return read_trials(ResultStore(root)).to_pandas()
+    return read_trials(open_store(root)).to_pandas()
 
 
 def journal_path(root: str | os.PathLike[str], storage: str) -> Path | None:
@@ -109,11 +110,20 @@ def _plots(study: Any) -> list[tuple[str, Any]]:
         plots.append(("history", lambda: vis.plot_optimization_history(study, **target)))
     if finished and any(t.params for t in finished):
         plots.append(("slice", lambda: vis.plot_slice(study, **target)))
-    if len(finished) >= 2 and len({p for t in finished for p in t.params}) >= 1:
+    # one searched param has importance 1 by definition: a panel with one full bar says nothing
+    if len(finished) >= 2 and len({p for t in finished for p in t.params}) >= 2:
         plots.append(("importances", lambda: vis.plot_param_importances(study, **target)))
     if any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
-        plots.append(("intermediate", lambda: vis.plot_intermediate_values(study)))
+        reported = (study.user_attrs.get("convgrid") or {}).get("reported")  # studies before it: Optuna's label
+        plots.append(("intermediate", lambda: _labelled(vis.plot_intermediate_values(study), reported)))
     return plots
+
+
+def _labelled(ax: Any, y: str | None) -> Any:
+    """Optuna's plot with its y axis named `y` (where known)."""
+    if y:
+        ax.set_ylabel(y)
+    return ax
 
 
 def _figure_of(drawn: Any) -> Any:

@@ -135,9 +135,13 @@ def test_a_study_gets_optunas_own_plots(report: tuple[Path, Path]) -> None:
     _, out = report
     folder = out / "figures" / "least_squares_gd_step"
     stems = sorted(p.stem for p in folder.glob("*.png"))
-    kinds = ["history", "importances", "intermediate", "slice"]  # pruning ran: intermediate values too
+    # pruning ran: intermediate values too; one searched param (lr): no importances, which would be one bar at 1
+    kinds = ["history", "intermediate", "slice"]
     assert stems == [f"least_squares_gd_step_{k}" for k in kinds]
     assert all((folder / f"{stem}.svg").exists() for stem in stems)
+    # the intermediate values are what the runs reported to the pruner: log10 of the curve's err
+    intermediate = (folder / "least_squares_gd_step_intermediate.svg").read_text()
+    assert ">log10 err<" in intermediate and ">Intermediate Value<" not in intermediate  # not Optuna's label
     md = (out / "report.md").read_text()
     study = md.split("## Study least_squares_gd_step (least_squares)", 1)[1].split("\n## ", 1)[0]
     assert "Trials: COMPLETE" in study and "storage `journal:optuna.journal`" in study

@@ -54,6 +54,26 @@ class ForeignPart(ValueError):
     changed by damage the footer checksum could not see: a part named before checksums)."""
 
 
+class QueryError(ValueError):
+    """A read asked for something the parts' columns cannot answer (a filter on a column they lack, a
+    value of another type than the column's): the caller's mistake, which says nothing of the files."""
+
+
+def check_query(schema: pa.Schema, columns: list[str] | None, filter: ds.Expression | None) -> None:
+    """Raise QueryError when `columns` or `filter` do not apply to `schema`, before any file is read:
+    an error there would otherwise look like a damaged part. Evaluated on an empty table of `schema`,
+    which dispatches the filter's kernels on the columns' types."""
+    table = schema.empty_table()
+    try:
+        if filter is not None:
+            table = table.filter(filter)
+        if columns is not None:
+            table.select(columns)
+    except (pa.ArrowException, KeyError) as exc:
+        what = f"filter {filter}" if filter is not None else f"columns {columns}"
+        raise QueryError(f"cannot read with {what}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+
+
 class DamagedPartWarning(UserWarning):
     """A part file could not be read and was skipped (see `convgrid status`, `convgrid compact --repair`)."""
 
@@ -168,7 +188,9 @@ class PartReader:
         columns: list[str] | None = None,
         filter: ds.Expression | None = None,
     ) -> pa.Table:
-        """The rows of the readable parts among `rels`, cast to `schema`; damaged parts skipped."""
+        """The rows of the readable parts among `rels`, cast to `schema`; damaged parts skipped. A query
+        that does not apply to `schema` raises QueryError and marks nothing damaged."""
+        check_query(schema, columns, filter)
         rels = self.readable(rels)
         if not rels:
             table = schema.empty_table()
@@ -186,7 +208,8 @@ class PartReader:
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowException, ValueError) as exc:
-                self.mark_damaged(rel, exc)
+                if self.verify(rel):  # every page reads: the query failed on this part, not its bytes
+                    raise QueryError(f"reading {self.root.abs(rel)}: {type(exc).__name__}: {exc}") from exc
         if not tables:
             table = schema.empty_table()
             return table.select(columns) if columns is not None else table

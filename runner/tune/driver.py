@@ -102,8 +102,7 @@ class StudyDriver:
         self.executor = executor
         self.channel: ReportChannel | None = None
         if p.pruning:
-            log = p.pruner.log if p.pruner.log is not None else p.objectives[0].log
-            spec = ReportSpec(str(p.pruner.metric), log, p.pruner.every)
+            spec = ReportSpec(str(p.pruner.metric), p.reported_log, p.pruner.every)
             self.channel = self.executor.report_channel(self.hub.judge, spec)
 
     # ---- what the schedule tells the driver (ScheduleHost) -------------------------------------------

@@ -348,7 +348,9 @@ class Study:
             )
         info = study.user_attrs.get("convgrid")
         if info is None:
-            study.set_user_attr("convgrid", {"task": p.task, "source": p.source, "fixed": p.fixed})
+            attrs = {"task": p.task, "source": p.source, "fixed": p.fixed}
+            # what the intermediate values are, for the report's plot of them (Optuna has no name for them)
+            study.set_user_attr("convgrid", {**attrs, "reported": p.reported_name} if p.pruning else attrs)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # ExperimentalWarning; the names label the dashboard's axes
                 study.set_metric_names([("log10 " if o.log else "") + o.metric for o in p.objectives])

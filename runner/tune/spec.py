@@ -57,6 +57,17 @@ class StudyPlan:
     def pruning(self) -> bool:
         return self.pruner.name != "nop"
 
+    @property
+    def reported_log(self) -> bool:
+        """Whether the values a run reports to the pruner are log10 of its metric (default: as the first
+        objective's)."""
+        return self.pruner.log if self.pruner.log is not None else self.objectives[0].log
+
+    @property
+    def reported_name(self) -> str:
+        """What a trial's intermediate values are, as a plot's axis names them."""
+        return ("log10 " if self.reported_log else "") + str(self.pruner.metric)
+
     def grid(self) -> dict[str, list[Any]]:
         """The grid sampler's search space: explicit `grid` lists, int ranges, float steps, choices."""
         out: dict[str, list[Any]] = {}
