@@ -176,6 +176,25 @@ def test_trials_with_stored_runs_are_told_without_running(tmp_path: Path) -> Non
     assert len(read_trials(ResultStore(tmp_path), "first2")) == 6
 
 
+def test_a_grown_study_asks_new_points_and_stays_reproducible(tmp_path: Path) -> None:
+    """A seeded sampler started again draws what it drew at the study's start: a study grown from 4 to 8
+    trials asked for its first 4 params again (4 runs told from the store, nothing explored). Each start
+    is seeded for the trials the study has, so the new trials are new points, and the same history gives
+    the same points."""
+
+    def grow(root: Path) -> list[float]:
+        raw = ls_study("grown", sampler={"name": "random", "seed": 0}, parallel=1, n_trials=4)
+        (first,) = tune(raw, root, opts(), n_trials=4)
+        (second,) = tune(raw, root, opts(), n_trials=8)
+        assert first.ran == 4 and second.ran == 4 and second.from_store == 0, second.format()
+        trials = read_trials(ResultStore(root), "grown").to_pylist()
+        return [json.loads(t["params_json"])["lr"] for t in sorted(trials, key=lambda t: t["number"])]
+
+    lrs = grow(tmp_path / "a")
+    assert len(set(lrs)) == 8, lrs
+    assert grow(tmp_path / "b") == lrs
+
+
 def test_baselines_run_once_and_belong_to_the_study(tmp_path: Path) -> None:
     raw = ls_study("with_base", n_trials=2, parallel=2, baselines=[{"params": {"lr_rule": "optimal", "lr": None}}])
     plan = load_study(raw)[0]

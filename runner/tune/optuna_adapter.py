@@ -139,9 +139,15 @@ def _pruner_class(name: str) -> Any:
     }[name]
 
 
+# Seeds of one start of a study: its own sampler's seed + SEEDS_PER_START * (trials it had when started),
+# its ask processes' the next ones. A sampler seeded alike draws the same points: without the offset a
+# resumed or grown study would ask for its first trials' params again.
+SEEDS_PER_START = 1000
+
+
 def _make_sampler(p: StudyPlan, seed_offset: int = 0) -> Any:
     opts, seed, cls = dict(p.sampler.options), p.sampler.seed, _sampler_class(p.sampler.name)
-    seed = None if seed is None else seed + seed_offset
+    seed = None if seed is None else (seed + seed_offset) % 2**32
     if p.sampler.name == "tpe":
         # Batched asks: without the constant liar every trial of a batch would land on one point.
         opts.setdefault("constant_liar", p.parallel > 1)
@@ -313,9 +319,10 @@ def quiet() -> None:
 class Study:
     """One Optuna study, created or loaded for a plan."""
 
-    def __init__(self, plan: StudyPlan, study: Any, where: str) -> None:
+    def __init__(self, plan: StudyPlan, study: Any, where: str, seed_offset: int = 0) -> None:
         self.plan, self._study, self._where = plan, study, where
         self._distributions = _distributions(plan)
+        self._seed_offset = seed_offset  # of this start's samplers (SEEDS_PER_START)
 
     @classmethod
     def open(cls, p: StudyPlan, storage: StudyStorage) -> Study:
@@ -360,17 +367,24 @@ class Study:
                 file=p.source,
                 key="task",
             )
-        return cls(p, study, storage._where)
+        # a study that has trials already continues with samplers seeded for this start (the same for the
+        # same history: a resumed study stays reproducible), not replaying the draws of its first start
+        offset = SEEDS_PER_START * len(study.get_trials(deepcopy=False))
+        if offset:
+            study.sampler = _make_sampler(p, offset)
+        return cls(p, study, storage._where, offset)
 
     def ask(self) -> Asked:
         trial = self._study.ask(self._distributions)
         return Asked(trial.number, dict(trial.params), trial, trial._trial_id)
 
     def ask_servers(self, count: int) -> list[AskServer]:
-        """What `count` ask processes need, each with a sampler of its own: the plan's, seeded seed+1+i
-        (processes seeded alike would propose the same points)."""
+        """What `count` ask processes need, each with a sampler of its own: the plan's, seeded after this
+        start's own (processes seeded alike would propose the same points)."""
         return [
-            AskServer(self.plan.name, self._where, _make_sampler(self.plan, 1 + i), self._distributions)
+            AskServer(
+                self.plan.name, self._where, _make_sampler(self.plan, self._seed_offset + 1 + i), self._distributions
+            )
             for i in range(count)
         ]
 
