@@ -94,6 +94,15 @@ def test_a_damaged_part_is_skipped_listed_quarantined_and_its_runs_rerun(
     repaired = cli("compact", str(root), "--repair")
     assert repaired.returncode == 0, repaired.stderr
     assert "moved 1 damaged parts to quarantine (1 runs will run again)" in repaired.stdout
+    # a lost runs row leaves its run's 30 intact curve rows: they are the lost attempt's history, kept
+    # in attempt_curves/ with its batch_id, not counted as superseded rows and dropped
+    moved = 30 if kind == "runs" else 0
+    assert ("kept 30 curve rows" in repaired.stdout) == (kind == "runs"), repaired.stdout
+    history = ResultStore(root).read_curves("least_squares", attempts="superseded")
+    assert history.num_rows == moved
+    if moved:
+        attempts = ResultStore(root).read_attempts("least_squares", ["batch_id"])
+        assert set(history["batch_id"].to_pylist()) <= set(attempts["batch_id"].to_pylist())
     assert not victim.exists()
     assert [p.name for p in (root / QUARANTINE_DIR).rglob("*.parquet")] == [victim.name]
     clean = cli("status", str(root))

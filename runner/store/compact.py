@@ -45,6 +45,7 @@ class CompactReport:
     rows_dropped: int = 0
     quarantined: list[str] = field(default_factory=list)
     rerun: int = 0  # runs whose rows were lost with a damaged part: the next `run` runs them again
+    curves_to_history: int = 0  # curve rows of those runs' attempts, moved to attempt_curves/ (not dropped)
     skipped: list[str] = field(default_factory=list)  # tasks left alone because of damaged parts
     claims_removed: int = 0  # claims folders of grids that no driver may still use
     orphans_removed: int = 0  # parts workers staged that no manifest will name any more (runner.store.incoming)
@@ -56,6 +57,8 @@ class CompactReport:
         )
         if self.quarantined:
             text += f"; moved {len(self.quarantined)} damaged parts to quarantine ({self.rerun} runs will run again)"
+        if self.curves_to_history:
+            text += f"; kept {self.curves_to_history} curve rows of their attempts in attempt_curves/"
         if self.skipped:
             text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
         if self.claims_removed:
@@ -156,6 +159,12 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
     )
     superseded = [old_curves] if old_curves is not None else []
     if curves is not None and kept_curve_rows is not None:
+        if damaged:  # the intact curves of runs that will run again are their attempts' history, not waste
+            history_rows = _curves_of_lost_runs(curves, latest, history)
+            if history_rows.num_rows:
+                superseded.append(history_rows)
+                report.curves_to_history += history_rows.num_rows
+                report.rows_dropped -= history_rows.num_rows
         report.rows_dropped += curves.num_rows - kept_curve_rows.num_rows
         ordered = kept_curve_rows.sort_by([("run_id", "ascending"), ("step", "ascending")])
         if "batch_id" in ordered.column_names:  # a store from before: curves/ loses the attempt id here
@@ -180,6 +189,19 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
 def _chunks(table: pa.Table) -> list[pa.Table]:
     """Parts of at most CURVE_ROWS_PER_PART rows (so a later retry rewrites one of them, not all)."""
     return [table.slice(i, CURVE_ROWS_PER_PART) for i in range(0, table.num_rows, CURVE_ROWS_PER_PART)]
+
+
+def _curves_of_lost_runs(curves: pa.Table, latest: pa.Table, history: pa.Table) -> pa.Table:
+    """Curve rows with no attempt id (the current layout: a kept attempt's) of runs that have no runs row
+    left (lost with a damaged part, or dropped for lost curve rows), under the batch_id of the run's
+    newest attempt in `history`, the attempt that wrote them: rows for attempt_curves/, where a rerun's
+    superseded attempts keep theirs. Rows of a run with no attempt on record cannot be attributed."""
+    lost = pc.invert(pc.is_in(curves["run_id"], value_set=latest["run_id"]))
+    if "batch_id" in curves.column_names:  # an older layout's rows with an id are handled as superseded
+        lost = pc.and_(lost, pc.is_null(curves["batch_id"]))
+        curves = curves.drop_columns(["batch_id"])
+    newest = latest_per_run(history).select(["run_id", "batch_id"])
+    return curves.filter(lost).join(newest, "run_id", join_type="inner")
 
 
 def _pairs(table: pa.Table) -> pa.ChunkedArray:
