@@ -111,3 +111,18 @@ def test_status_counts_retries_and_legacy_ids_as_the_stores_reader_sees_them(tmp
     assert report.errors == sorted(
         [("faulty", ids[0], "boom one"), ("faulty", "R-other", "too slow")], key=lambda e: e[1]
     )
+
+
+def test_a_cooperative_timeout_is_listed_with_its_reason(tmp_path: Path) -> None:
+    """A run stopped at its deadline said only `timeout` (its error was null), and status listed failures
+    by their error: the exit message sent the user to `convgrid status`, which listed nothing."""
+    from runner.execute.local import LocalExecutor
+    from runner.store.status import store_status
+
+    grid = {"name": "slow", "blocks": [{"task": "faulty", "params": {"sleep_s": 5.0}}, {"task": "faulty"}]}
+    report = run_grid(grid, tmp_path, opts(), executor=LocalExecutor(timeout_s=0.2))
+    assert report.counts == {"ok": 1, "timeout": 1}
+    status = store_status(ResultStore(tmp_path), verify=False)
+    ((task, _, reason),) = status.errors
+    assert task == "faulty" and reason.startswith("timeout: stopped at its 0.2 s deadline after 0.")
+    assert "timeout: stopped at its 0.2 s deadline" in status.format()

@@ -11,6 +11,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -120,7 +121,17 @@ def run_item(
         result.validate(task)
     except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
         result = Result(status=FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    return _record(item, result, started, time.perf_counter() - t0, used, version)
+    wall = time.perf_counter() - t0
+    return _record(item, _explained(result, timeout_s, wall), started, wall, used, version)
+
+
+def _explained(result: Result, timeout_s: float | None, wall_s: float) -> Result:
+    """A run stopped at its deadline, with the reason `convgrid status` lists (the task says only
+    "timeout")."""
+    if result.status != TIMEOUT or result.error:
+        return result
+    limit = f"its {timeout_s:g} s deadline" if timeout_s else "its deadline"
+    return replace(result, error=f"timeout: stopped at {limit} after {wall_s:.2f} s, at step {result.n_steps}")
 
 
 def run_items(
@@ -180,9 +191,10 @@ def _run_batch(
             reporter = reporters(item) if reporters else None
             yield run_item(item, device=device, threads=threads, timeout_s=timeout_s, reporter=reporter)
         return
-    share = (time.perf_counter() - t0) / len(group.items)
+    wall = time.perf_counter() - t0
+    share = wall / len(group.items)
     for item, result in zip(group.items, results, strict=True):
-        yield _record(item, result, started, share, used, group.task.version)
+        yield _record(item, _explained(result, timeout_s, wall), started, share, used, group.task.version)
 
 
 def timeout_record(item: WorkItem, elapsed_s: float, limit_s: float, device: str = "cpu") -> RunRecord:

@@ -22,7 +22,7 @@ from runner.store.layout import RUNS, TASK_KINDS, task_dir
 from runner.store.parts import DamagedPartWarning
 from runner.store.spill import KeySpill, matched
 from runner.store.store import ResultStore
-from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST
+from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST, TIMEOUT
 
 COLUMNS = (*ALL_STATUSES, "missing")
 
@@ -182,12 +182,12 @@ def _index(names: list[Any], name: Any) -> int:
 
 @dataclass
 class _Failures:
-    """A task's stored rows that failed or timed out with an error (read with a filter on status: few),
+    """A task's stored rows that failed with an error or timed out (read with a filter on status: few),
     and which of them are their run's newest row (found range by range, `match`)."""
 
     task: str
     number: int  # the task's place among the store's tasks, as the runs spill codes it
-    table: pa.Table  # run_id, error
+    table: pa.Table  # run_id, commit_seq, finished, status, error
     keys: np.ndarray
     seq: np.ndarray  # the rows' commit order (index.order_values)
     when: np.ndarray
@@ -207,14 +207,17 @@ class _Failures:
         for i in np.flatnonzero(self.newest).tolist():
             if int(self.keys[i]) not in seen:
                 seen.add(int(self.keys[i]))
-                first_line = (self.table["error"][i].as_py().strip().splitlines() or [""])[0]
+                # a cooperative timeout of a store before its reason was written has no error
+                error = self.table["error"][i].as_py() or self.table["status"][i].as_py()
+                first_line = (error.strip().splitlines() or [""])[0]
                 out.append((self.task, self.table["run_id"][i].as_py(), first_line))
         return out
 
 
 def _failures(store: ResultStore, task: str) -> _Failures:
-    wanted = pc.field("status").isin(sorted(RETRY_ON_REQUEST)) & (pc.utf8_length(pc.field("error")) > 0)
-    table = store.read_table(RUNS, task, ["run_id", "commit_seq", "finished", "error"], wanted)
+    with_reason = pc.utf8_length(pc.field("error")) > 0
+    wanted = pc.field("status").isin(sorted(RETRY_ON_REQUEST)) & (with_reason | (pc.field("status") == TIMEOUT))
+    table = store.read_table(RUNS, task, ["run_id", "commit_seq", "finished", "status", "error"], wanted)
     keys = np.concatenate([np.empty(0, dtype=np.uint64), *(any_keys(c) for c in table["run_id"].chunks)])
     seq, when = order_values(table)
     number = store.tasks().index(task)
