@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from runner.tune.driver import tune
 from runner.tune.optuna_adapter import JOURNAL_NAME
+from tests.conftest import CliResult
 from tests.options import opts
 
 STUDY = {
@@ -75,3 +77,28 @@ def test_an_intact_journal_is_left_as_it_is(tmp_path: Path) -> None:
         tune(dict(STUDY), results, opts(), n_trials=4)
     assert not [w for w in caught if "torn" in str(w.message)]
     assert not [p for p in results.iterdir() if ".torn-" in p.name]
+
+
+def test_a_storage_that_is_no_journal_is_refused_and_nothing_is_written(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    """`--storage` naming a folder, a file that is not a journal (a study file), a damaged journal, or a
+    URL no driver opens: exit 2 with a message naming --storage, and no lease or journal left behind."""
+    import yaml
+
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(STUDY))
+    damaged = tmp_path / "damaged.journal"
+    damaged.write_bytes(b'{"op_code":0,"worker_id":"w","study_name":"s","directions":[1]}\n{garbled\n{"op_code":1}\n')
+    for storage, message in [
+        (str(tmp_path), "is a folder"),
+        (str(study), "cannot be read as an Optuna journal"),
+        (str(damaged), "cannot be read as an Optuna journal"),
+        ("bogus://x", "cannot open storage"),
+    ]:
+        root = tmp_path / f"results-{len(message)}-{Path(storage).name}"
+        out = cli("tune", str(study), "--results", str(root), "--storage", storage, "--executor", "local")
+        assert out.returncode == 2, out.stderr
+        assert "--storage" in out.stderr and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))  # no lease, no journal
+    assert study.read_text() == yaml.safe_dump(STUDY)  # the file given as storage is untouched

@@ -52,6 +52,7 @@ from runner.tune.optuna_adapter import (
     JOURNAL_NAME,
     State,
     Study,
+    StudyStorage,
     TrialInfo,
     load_plans,
     open_storage,
@@ -74,13 +75,12 @@ class StudyDriver:
         self,
         p: StudyPlan,
         store: ResultStore,
-        storage: str | None,
+        opened: StudyStorage,
         executor: Executor,
         options: ExecutionOptions,
         retry_failed: bool,
     ) -> None:
         self.p, self.store, self.retry_failed, self.options = p, store, retry_failed, options
-        opened = open_storage(storage, store)
         self.label = opened.label
         self.study = Study.open(p, opened)
         self.report = TuneReport(p.name, self.label, p.n_trials, recovered=self.study.recover())
@@ -287,8 +287,9 @@ def run_study(
     quiet()
     t0 = time.monotonic()
     store = ResultStore(results)
+    opened = open_storage(storage, store)  # a storage that cannot be opened is refused before the lease is taken
     with study_lease(store, p.name, storage) as lease:
-        driver = StudyDriver(p, store, storage, executor, options, retry_failed)
+        driver = StudyDriver(p, store, opened, executor, options, retry_failed)
         if lease is not None:
             driver.guard = lease.check
         write_trials(store, missing_rows(store, p, driver.label, driver.study.trials()))

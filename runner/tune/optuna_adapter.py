@@ -257,8 +257,21 @@ def open_storage(storage: str | None, store: ResultStore) -> StudyStorage:
             "an object-store results root needs --storage (an RDB URL or a journal file path)", key="--storage"
         )
     path = Path(storage) if storage is not None else Path(store.base) / JOURNAL_NAME
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder: give a journal file's path or an RDB URL", key="--storage")
     path.parent.mkdir(parents=True, exist_ok=True)
-    return StudyStorage(storage_label(storage, store), JournalStorage(_journal_backend(path)), str(path))
+    try:
+        journal = JournalStorage(_journal_backend(path))  # reads the whole journal once
+    except (ValueError, KeyError) as exc:  # JSONDecodeError, UnicodeDecodeError: not an Optuna journal
+        # a line before the last is damaged (a journal appended to after a torn line, before the tail was
+        # checked: the records after it cannot be trusted to be whole), or the file is no journal at all
+        raise ConfigError(
+            f"{path} cannot be read as an Optuna journal ({type(exc).__name__}: {str(exc).splitlines()[0]}): "
+            "a journal with a damaged line can be moved aside (its studies start again) or have the line cut "
+            "by hand; else give a journal file's path (a new one is created) or an RDB URL",
+            key="--storage",
+        ) from None
+    return StudyStorage(storage_label(storage, store), journal, str(path))
 
 
 def _reopen(where: str) -> Any:
@@ -329,23 +342,14 @@ class Study:
         """Create the study, or load it; a name reused for another task or direction is an error."""
         import optuna
 
-        try:
-            study = optuna.create_study(
-                storage=storage._storage,
-                sampler=_make_sampler(p),
-                pruner=_make_pruner(p),
-                study_name=p.name,
-                directions=p.directions,
-                load_if_exists=True,
-            )
-        except json.JSONDecodeError as exc:
-            # a line before the last is damaged (a journal appended to after a torn line, before the tail
-            # was checked): the records after it cannot be trusted to be whole
-            raise ConfigError(
-                f"the journal of {storage.label} cannot be read: {exc}; move it aside (its studies start "
-                "again) or cut the damaged line by hand",
-                key="--storage",
-            ) from None
+        study = optuna.create_study(
+            storage=storage._storage,
+            sampler=_make_sampler(p),
+            pruner=_make_pruner(p),
+            study_name=p.name,
+            directions=p.directions,
+            load_if_exists=True,
+        )
         have = [d.name.lower() for d in study.directions]
         if have != p.directions:
             raise ConfigError(
