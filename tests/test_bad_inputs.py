@@ -146,6 +146,26 @@ def test_results_root_that_cannot_be_written(tmp_path: Path, capsys: pytest.Capt
     assert not Path("/sys/convgrid-results").exists()
 
 
+def test_a_report_folder_that_is_a_file_or_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`report --out` at a file, or where nothing may be written: exit 2 naming --out (a traceback from
+    the figures' mkdir before), and the file is untouched."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID_OK)
+    root = tmp_path / "results"
+    assert _call(["run", str(grid), "--results", str(root), "--executor", "local", "--no-progress"], capsys)[0] == 0
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    code, err = _call(["report", str(root), "--out", str(afile)], capsys)
+    assert code == 2 and "key '--out'" in err and "the report folder is a file, not a folder" in err, err
+    assert afile.read_text() == "mine"
+    code, err = _call(["report", str(root), "--out", "/sys/convgrid-report"], capsys)
+    assert code == 2 and "cannot write the report folder" in err and "Traceback" not in err, err
+    code, err = _call(["report", "s3://bucket/prefix"], capsys)
+    assert code == 2 and "needs --out" in err, err
+
+
 def test_a_grid_file_beyond_the_size_bound_is_refused_unread(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

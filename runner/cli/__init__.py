@@ -21,6 +21,7 @@ from runner import errors
 from runner.cli.options import (
     add_execution_options,
     check_results_root,
+    check_writable_folder,
     execution_options,
     join_cluster,
     outcome,
@@ -207,8 +208,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.report import build_report
 
+    if "://" in args.results and not args.out:
+        raise ConfigError("the report of an object-store results root needs --out (a local folder)", key="--out")
     store = _existing_store(args.results)
     out = Path(args.out or Path(args.results) / "report")
+    check_writable_folder(out, "--out", "the report folder")
     report = build_report(store.root, out)
     n_images = sum(len(s.images) for s in report.sections)
     print(f"report: {out / 'report.html'} and {out / 'report.md'} ({report.contents()}, {n_images} figures)")

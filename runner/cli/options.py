@@ -93,24 +93,27 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
 def check_results_root(results: str) -> None:
     """A local results root must be a folder this process can write (or one it can create): checked
     before anything runs, so a typo costs a message, not a traceback after the first batch."""
-    if "://" in results:
-        return  # an object store answers for itself
-    path = Path(results)
+    if "://" not in results:  # an object store answers for itself
+        check_writable_folder(Path(results), "--results", "the results root")
+
+
+def check_writable_folder(path: Path, key: str, what: str) -> None:
+    """`path` is a folder this process can write, created if absent; else a ConfigError naming `key`."""
     if path.is_symlink() and not path.exists():
         raise ConfigError(
-            f"the results root is a symbolic link to {os.readlink(path)}, which does not exist; create that folder "
-            "or give --results another path",
-            key="--results",
+            f"{what} is a symbolic link to {os.readlink(path)}, which does not exist; create that folder "
+            f"or give {key} another path",
+            key=key,
         )
     if path.exists() and not path.is_dir():
-        raise ConfigError("the results root is a file, not a folder", key="--results")
+        raise ConfigError(f"{what} is a file, not a folder", key=key)
     try:
         path.mkdir(parents=True, exist_ok=True)
         # os.access says yes to root everywhere; a real file says what the filesystem allows.
         with tempfile.TemporaryFile(dir=path, prefix=".convgrid-probe-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot write the results root: {exc.strerror or exc}", key="--results") from None
+        raise ConfigError(f"cannot write {what}: {exc.strerror or exc}", key=key) from None
 
 
 def execution_options(args: argparse.Namespace) -> ExecutionOptions:
