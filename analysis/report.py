@@ -16,6 +16,7 @@ import json
 import os
 import struct
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from analysis.load import curves, finished, load, members
 from analysis.markdown import code_md, escape_md, header, row, table
 from analysis.studies import StudyFigures, study_figures, trials_frame
 from analysis.style import DPI
-from analysis.summary import NO_DATA, claim_rows, failure_groups, status_totals
+from analysis.summary import NO_DATA, claim_rows, failure_groups
 from runner.errors import redact
 from runner.store import ResultStore
 from runner.store.status import store_status
@@ -98,6 +99,9 @@ class Report:
     failures: list[tuple[str, str, str]]
     provenance: dict[str, list[str]]
     claims: ClaimsTable = field(default_factory=ClaimsTable)
+    # the status of every distinct run the grids and studies asked for (a run two grids share, such as one
+    # rerun with --only, counted once; the table below counts it once per grid)
+    totals: dict[str, int] = field(default_factory=dict)
 
     def markdown(self, out: Path, image: Callable[[Path], str] | None = None) -> str:
         """The report as Markdown; a figure is `image(path)` (default: a Markdown image of the path
@@ -119,12 +123,12 @@ class Report:
         return f"{_plural(grids, 'grid')} and {_plural(studies, 'study', 'studies')}"
 
     def _what_ran(self) -> list[str]:
-        total = status_totals(s.counts for s in self.sections)
-        counts = ", ".join(f"{k} {total[k]}" for k in STATUS_COLUMNS if total.get(k))
+        counts = ", ".join(f"{k} {self.totals[k]}" for k in STATUS_COLUMNS if self.totals.get(k))
+        runs, rows = sum(self.totals.values()), sum(s.cells for s in self.sections)
+        shared = f" (the table counts a run once per grid that asked for it: {rows} rows)" if rows != runs else ""
         lines = ["## What ran", ""]
         lines.append(
-            f"{self.contents()}, {_plural(sum(s.cells for s in self.sections), 'run')} asked for"
-            + (f": {counts}." if counts else ".")
+            f"{self.contents()}, {_plural(runs, 'run')} asked for" + (f": {counts}" if counts else "") + f"{shared}."
         )
         lines += ["", *header(["grid", "task", "cells", *STATUS_COLUMNS, "kind"])]
         for s in self.sections:
@@ -232,11 +236,13 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
     trials = trials_frame(root)
     sections: list[GridSection] = []
     provenance: dict[str, set[str]] = {"code_version": set(), "host": set(), "packages": set()}
+    stored: dict[tuple[str, str], str] = {}  # (task, run_id) -> status, of every run a grid asked for
     for (grid, task), group in member_frame.groupby(["grid", "task"], sort=True):
         try:
             runs = load(root, task, grid=grid)
         except FileNotFoundError:
             runs = pd.DataFrame(columns=["run_id", "status"])
+        stored.update(((task, r), st) for r, st in zip(runs["run_id"], runs["status"], strict=True))
         counts = dict(status.by_grid_task.get((grid, task), {}))
         kind = "study" if (group["kind"] == "study").any() else "grid"
         section = GridSection(grid, task, len(group), counts, is_reduced(grid), kind=kind)
@@ -257,7 +263,9 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
             title = f"{r.claim.id} ({r.verdict.verdict}, on {r.sources}): {r.claim.statement}"
             home.tables.append((title, r.verdict.table))
     # the root as shown: a results URI's credentials never reach the page
-    report = Report(redact(str(root)), sections, list(status.errors), prov, claims)
+    asked = set(zip(member_frame["task"], member_frame["run_id"], strict=True))
+    totals = dict(Counter(stored.get(key, "missing") for key in asked))
+    report = Report(redact(str(root)), sections, list(status.errors), prov, claims, totals)
     (out_dir / "report.md").write_text(report.markdown(out_dir))
     (out_dir / "report.html").write_text(report.html(out_dir))
     return report

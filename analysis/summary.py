@@ -40,15 +40,6 @@ def failure_groups(errors: Iterable[tuple[str, str, str]]) -> list[FailureGroup]
     return sorted(groups.values(), key=lambda g: (-len(g.run_ids), g.task, g.reason))
 
 
-def status_totals(counts: Iterable[dict[str, int]]) -> dict[str, int]:
-    """The status counts of several grids added up."""
-    total: dict[str, int] = {}
-    for one in counts:
-        for status, n in one.items():
-            total[status] = total.get(status, 0) + int(n)
-    return total
-
-
 def claim_rows(claims: ClaimsTable) -> pd.DataFrame:
     """The claims decided on (or undecided for) a grid in the store, one row each: claim, grid, size,
     verdict, expected, ours, paper, spec (the spec's independent reference). A claim without enough data

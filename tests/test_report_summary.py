@@ -75,6 +75,25 @@ def test_the_page_opens_with_what_ran(report: tuple[Path, Path]) -> None:
     assert rows["least_squares_gd_step"][-1] == "Optuna study"
 
 
+def test_a_run_two_grids_share_is_counted_once_in_the_headline(tmp_path: Path) -> None:
+    """Two grids asking for one cell (and a run rerun with --only belongs to its grid and to `rerun`): the
+    headline counts distinct runs and their statuses (it added up the grids' rows: 3 runs, ok 2), the table
+    counts the run under each grid, and the line says why the two differ."""
+    shared = {
+        "name": "shared",
+        "blocks": [{"task": "least_squares", "params": {"d_in": 4, "m": 12, "n_iters": 200, "lr": 0.05}}],
+    }
+    run_grid(LSQ, tmp_path / "store", opts())
+    run_grid(shared, tmp_path / "store", opts())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("analysis.claims.registry", list)
+        report = build_report(str(tmp_path / "store"), tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert report.totals == {"ok": 1, "diverged": 1}
+    assert "2 grids and 0 studies, 2 runs asked for: ok 1, diverged 1 (the table counts a run once per grid" in md
+    assert "3 rows)" in md
+
+
 def test_the_command_counts_grids_and_studies_as_the_page_does(
     report: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
