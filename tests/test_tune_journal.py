@@ -102,3 +102,20 @@ def test_a_storage_that_is_no_journal_is_refused_and_nothing_is_written(
         assert "--storage" in out.stderr and message in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))  # no lease, no journal
     assert study.read_text() == yaml.safe_dump(STUDY)  # the file given as storage is untouched
+
+
+def test_a_study_that_stops_at_max_failed_says_why_and_exits_1(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    """Every run ok, every trial FAIL (its objective, iterations to a tolerance never reached, is NaN):
+    the summary groups the FAIL trials by reason and the command exits 1, so `convgrid tune && ...` stops
+    (it printed only `stopped early` and exited 0)."""
+    import yaml
+
+    raw = {**STUDY, "name": "never", "objective": {"metric": "iters_to_tol"}, "n_trials": 4, "max_failed": 2}
+    raw["params"] = {**STUDY["params"], "tol": 1e-300}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(raw))
+    out = cli("tune", str(study), "--results", str(tmp_path / "r"), "--executor", "local", "--no-progress")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "stopped early: max_failed (2) reached" in out.stdout
+    assert "FAIL trials by reason: objective metric is NaN (2)" in out.stdout, out.stdout
+    assert "study never stopped at max_failed: its FAIL trials: objective metric is NaN" in out.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,7 +68,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
     names = ", ".join(r.study for r in reports)
     counts = sum((r.counts for r in reports), Counter[str]())
-    return outcome(names, counts, sum(r.skipped_failed for r in reports), args.results)
+    code = outcome(names, counts, sum(r.skipped_failed for r in reports), args.results)
+    for r in reports:
+        if r.gave_up:  # a study that stopped at max_failed did not get its trials: a script must not go on
+            reasons = ", ".join(r.fail_reasons) or "see its trials"
+            print(f"convgrid: study {r.study} stopped at max_failed: its FAIL trials: {reasons}", file=sys.stderr)
+            code = 1
+    return code
 
 
 def _dashboard_target(args: argparse.Namespace) -> str:

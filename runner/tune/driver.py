@@ -61,7 +61,7 @@ from runner.tune.optuna_adapter import (
 from runner.tune.pruning import PruningHub
 from runner.tune.schedule import TrialSchedule
 from runner.tune.spec import StudyPlan, with_overrides
-from runner.tune.trials import TuneReport, missing_rows, run_status, trial_row, trial_run_id
+from runner.tune.trials import TuneReport, fail_reason, missing_rows, run_status, trial_row, trial_run_id
 from tasks.status import FAILED, PRUNED, RETRY_ON_REQUEST, is_settled
 
 __all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "study_lease", "tune", "with_overrides"]
@@ -222,7 +222,7 @@ class StudyDriver:
         finally:
             schedule.close()
             self.bar.close()
-            self.report.stopped_early = schedule.stopped_early
+            self.report.stopped_early, self.report.gave_up = schedule.stopped_early, schedule.gave_up
 
     def close(self) -> None:
         """Write what is buffered (plus any finished trial trials/ lacks); release the channel."""
@@ -236,6 +236,7 @@ class StudyDriver:
     def summarise(self) -> None:
         p, trials, metrics = self.p, self.study.trials(), self.metrics
         self.report.states = Counter(t.state.value for t in trials if t.state != State.WAITING)
+        self.report.fail_reasons = Counter(fail_reason(t) for t in trials if t.state == State.FAIL)
         best: dict[str, TrialInfo] = {}  # one line per distinct run (a Pareto front repeats integer points)
         for t in sorted(self.study.best(), key=lambda t: t.number):
             best.setdefault(trial_run_id(p, t) or "", t)

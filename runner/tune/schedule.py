@@ -97,6 +97,7 @@ class TrialSchedule:
         self.failed = 0
         self.running = 0  # trials asked (or being asked) and not told yet
         self.stopped_early: str | None = None
+        self.gave_up = False  # stopped at max_failed: the study did not get its trials
         self.waiting: dict[str, list[tuple[Asked, Cell]]] = {}  # run in flight -> the trials it will tell
         self.batch: list[tuple[Asked, Cell]] = []  # deterministic: this batch's trials, in number order
         self.rows: dict[str, dict[str, Any]] = {}  # deterministic: this batch's finished runs
@@ -378,6 +379,7 @@ class TrialSchedule:
             if self.stopped_early is None:  # said once, when reached: trials in flight may still fail after it
                 flying = f"; {self.running} trials in flight then ran to their end" if self.running else ""
                 self.stopped_early = f"max_failed ({p.max_failed}) reached{flying}"
+                self.gave_up = True
             # asks still under way were made before the limit was reached: their trials run, as those in flight
             # do, rather than stay RUNNING in the storage after the study has ended
             return 0 if self._asks or self._asking_here else None

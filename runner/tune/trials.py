@@ -54,6 +54,17 @@ def run_status(trial: TrialInfo) -> str | None:
     return OK if trial.state == State.COMPLETE else None
 
 
+def fail_reason(trial: TrialInfo) -> str:
+    """Why a FAIL trial failed, as the summary groups it: its note (a NaN objective, params the task
+    rejected), else its run's status, else that nothing was recorded (a trial left RUNNING by a stopped
+    driver, told FAIL at the next start)."""
+    note = trial.user_attrs.get("note")
+    if note:
+        return str(note)
+    status = run_status(trial)
+    return f"run {status}" if status else "no run recorded (its driver stopped)"
+
+
 def trial_row(p: StudyPlan, storage: str, trial: TrialInfo, run_id: str | None) -> dict[str, Any]:
     """A trials/ row from a told trial and its run id."""
     values = trial.values
@@ -93,6 +104,8 @@ class TuneReport:
     repaired: int = 0  # runs of told trials that a killed driver had not written, run again at start
     recovered: list[int] = field(default_factory=list)
     stopped_early: str | None = None
+    gave_up: bool = False  # stopped at max_failed (the command exits 1)
+    fail_reasons: Counter[str] = field(default_factory=Counter)  # FAIL trials by `fail_reason`
     best: list[dict[str, Any]] = field(default_factory=list)
     baselines: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
@@ -114,6 +127,9 @@ class TuneReport:
             out.append(f"  runs of told trials missing from the store (a killed driver), run again: {self.repaired}")
         if self.stopped_early:
             out.append(f"  stopped early: {self.stopped_early}")
+        if self.fail_reasons:
+            reasons = "; ".join(f"{reason} ({n})" for reason, n in self.fail_reasons.most_common())
+            out.append(f"  FAIL trials by reason: {reasons}")
         for b in self.best:
             out.append(
                 f"  best trial {b['number']}: values {_fmt(b['values'])} params {json.dumps(b['params'])} "
