@@ -148,7 +148,11 @@ def test_a_dry_run_writes_nothing_and_reads_what_the_storage_holds(
     assert main(["tune", str(path), "--results", str(root), "--executor", "local", "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["tune", str(path), "--results", str(root), "--dry-run"]) == 0
-    assert "2 trials already" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 trials already (" in out and "2 of 2 finished: nothing to run" in out, out
+    # what is left to run, by state: a FAIL trial is not a finished one and is asked again
+    assert main(["tune", str(path), "--results", str(root), "--dry-run", "--n-trials", "5"]) == 0
+    assert "2 of 5 finished: 3 more to run" in capsys.readouterr().out
 
 
 def test_sweep_makes_one_study_per_value_and_baselines_merge() -> None:
@@ -214,3 +218,13 @@ def test_bools_stay_valid_where_they_belong() -> None:
         )
     )
     assert plan.objectives[0].log is True and plan.sampler.options["multivariate"] is True
+
+
+def test_a_dry_run_counts_failed_trials_apart_from_finished_ones() -> None:
+    """`22 trials already` counted FAIL trials (and a killed driver's WAITING ones) as if done."""
+    from collections import Counter
+
+    from runner.cli.tune import _progress
+
+    line = _progress(Counter({"COMPLETE": 12, "PRUNED": 4, "FAIL": 5, "WAITING": 1}), 20)
+    assert line == "22 trials already (COMPLETE 12, FAIL 5, PRUNED 4, WAITING 1); 16 of 20 finished: 4 more to run"

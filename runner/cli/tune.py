@@ -89,9 +89,18 @@ def _dashboard_target(args: argparse.Namespace) -> str:
     return str(Path(args.results) / JOURNAL_NAME)
 
 
+def _progress(states: Counter[str], wanted: int) -> str:
+    """'22 trials already (COMPLETE 12, FAIL 6, PRUNED 4); 16 of 20 finished: 4 more to run'. Finished
+    trials (COMPLETE and PRUNED) are what n_trials counts; FAIL ones are asked again."""
+    finished = states["COMPLETE"] + states["PRUNED"]
+    by_state = ", ".join(f"{state} {n}" for state, n in sorted(states.items()))
+    left = f"{max(wanted - finished, 0)} more to run" if finished < wanted else "nothing to run"
+    return f"{sum(states.values())} trials already ({by_state}); {finished} of {wanted} finished: {left}"
+
+
 def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
     from runner.store import ResultStore
-    from runner.tune.optuna_adapter import JOURNAL_NAME, open_storage, storage_label, trial_counts
+    from runner.tune.optuna_adapter import JOURNAL_NAME, open_storage, storage_label, trial_states
 
     store = ResultStore(args.results)
     label, existing = storage_label(args.storage, store), {}
@@ -103,7 +112,7 @@ def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
         journal = Path(store.base) / JOURNAL_NAME if store.local else None
     if journal is None or journal.exists():  # a journal not there yet is not made: a dry run writes nothing
         storage = open_storage(args.storage, store)
-        label, existing = storage.label, trial_counts(storage)
+        label, existing = storage.label, trial_states(storage)
     for p in plans:
         space = {
             k: v.model_dump(exclude_defaults=True, exclude={"type"}) | {"type": v.type} for k, v in p.space.items()
@@ -123,6 +132,6 @@ def _dry_run(plans: list[StudyPlan], args: argparse.Namespace) -> int:
         print(f"  space: {json.dumps(space, sort_keys=True)}")
         if p.baselines:
             print(f"  baselines: {len(p.baselines)} runs")
-        print(f"  storage {label}: " + (f"{have} trials already" if have is not None else "new study"))
+        print(f"  storage {label}: " + (_progress(have, p.n_trials) if have is not None else "new study"))
     print(f"dashboard: optuna-dashboard {_dashboard_target(args)}")
     return 0

@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -313,12 +314,13 @@ def storage_label(storage: str | None, store: ResultStore) -> str:
     return "journal:" + (JOURNAL_NAME if storage is None else str(Path(storage).resolve()))
 
 
-def trial_counts(storage: StudyStorage) -> dict[str, int]:
-    """Study name -> how many trials the storage holds for it."""
-    import optuna
-
-    summaries = optuna.get_all_study_summaries(storage._storage, include_best_trial=False)
-    return {s.study_name: s.n_trials for s in summaries}
+def trial_states(storage: StudyStorage) -> dict[str, Counter[str]]:
+    """Study name -> its trials in the storage, counted by state (COMPLETE, PRUNED, FAIL, ...)."""
+    optuna_storage = storage._storage
+    return {
+        study.study_name: Counter(t.state.name for t in optuna_storage.get_all_trials(study._study_id, deepcopy=False))
+        for study in optuna_storage.get_all_studies()
+    }
 
 
 def quiet() -> None:
