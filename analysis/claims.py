@@ -32,8 +32,7 @@ from analysis.figures import is_reduced
 from analysis.learners import learners
 from analysis.learners import module as learner_module
 from analysis.load import curves as load_curves
-from analysis.load import load, members
-from tasks.status import FINAL_STATUSES
+from analysis.load import finished_runs, members
 
 __all__ = [
     "FAILS",
@@ -277,20 +276,6 @@ def named(source: str, names: Sequence[str]) -> bool:
 def extra_sources(claim: Claim, present: set[str]) -> list[str]:
     """The stored grids and studies that `claim.extra` names."""
     return sorted(g for g in present if named(g, claim.extra))
-
-
-def finished_runs(root: str, task: str, sources: Sequence[str]) -> pd.DataFrame:
-    """The runs of `task` with a final status that any of `sources` asked for, one row per (run, source),
-    with a `grid` column naming the source."""
-    frames = []
-    for source in sources:
-        try:
-            runs = load(root, task, grid=source)
-        except FileNotFoundError:
-            runs = pd.DataFrame(columns=["run_id", "status"])
-        frames.append(runs[runs["status"].isin(sorted(FINAL_STATUSES))].assign(grid=source))
-    nonempty = [f for f in frames if not f.empty]  # concat of an empty frame would turn typed columns to object
-    return pd.concat(nonempty, ignore_index=True) if nonempty else frames[0].reset_index(drop=True)
 
 
 def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:

@@ -135,11 +135,16 @@ def finished_runs(root: str | os.PathLike[str], task: str, sources: Sequence[str
     """The finished runs of `task` that any of the grids or studies `sources` asked for, one row per
     (run, source), with a `grid` column naming the source (a source not in the store gives no rows)."""
     frames = []
+    present = set(members(root)["grid"])
+    empty = pd.DataFrame(columns=["run_id", "status", "grid"])
     for source in sources:
+        if source not in present:  # `load` would refuse it, naming the sources there are: here, no rows
+            frames.append(empty)
+            continue
         try:
             frames.append(finished(load(root, task, grid=source)).assign(grid=source))
         except FileNotFoundError:  # no run of the task at all
-            frames.append(pd.DataFrame(columns=["run_id", "status", "grid"]))
+            frames.append(empty)
     nonempty = [f for f in frames if not f.empty]  # concat with an empty frame would turn typed columns to object
     if nonempty:
         return pd.concat(nonempty, ignore_index=True)

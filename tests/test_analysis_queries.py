@@ -127,3 +127,11 @@ def test_over_seeds_counts_an_unreached_threshold_as_inf_when_asked() -> None:
     assert counted.loc[10, "n"] == 3 and counted.loc[10, "median"] == 70.0 and counted.loc[10, "q75"] == np.inf
     assert counted["median"].tolist() == medians(runs, ["L"], "iters_to_tol").tolist()
     assert counted.loc[5].equals(skipped.loc[5])  # nothing unreached there: the same numbers
+
+
+def test_finished_runs_of_a_source_not_in_the_store_are_no_rows(root: Path) -> None:
+    """The claims ask for every grid a claim names; one that never ran gives no rows, not the error
+    `load` gives a misspelt grid."""
+    runs = analysis.finished_runs(root, "least_squares", ["absent", "queries"])
+    assert len(runs) == 5 and set(runs["grid"]) == {"queries"}
+    assert analysis.finished_runs(root, "least_squares", ["absent"]).empty
