@@ -69,12 +69,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     names = ", ".join(r.study for r in reports)
     counts = sum((r.counts for r in reports), Counter[str]())
     code = outcome(names, counts, sum(r.skipped_failed for r in reports), args.results)
-    for r in reports:
-        if r.gave_up:  # a study that stopped at max_failed did not get its trials: a script must not go on
-            reasons = ", ".join(r.fail_reasons) or "see its trials"
-            print(f"convgrid: study {r.study} stopped at max_failed: its FAIL trials: {reasons}", file=sys.stderr)
-            code = 1
-    return code
+    # a study that stopped at max_failed did not get its trials: a script must not go on (where runs failed,
+    # the line above says so already; here the trials failed with their runs ok)
+    gave_up = [r for r in reports if r.gave_up] if code == 0 else []
+    for r in gave_up:
+        reasons = ", ".join(r.fail_reasons) or "see its trials"
+        print(f"convgrid: study {r.study} stopped at max_failed: its FAIL trials: {reasons}", file=sys.stderr)
+    return 1 if gave_up else code
 
 
 def _dashboard_target(args: argparse.Namespace) -> str:

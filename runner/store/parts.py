@@ -207,9 +207,8 @@ class PartReader:
                 tables.append(self._scan([rel], schema, columns, filter))
             except FileNotFoundError:
                 raise
-            except (OSError, pa.ArrowException, ValueError) as exc:
-                if self.verify(rel):  # every page reads: the query failed on this part, not its bytes
-                    raise QueryError(f"reading {self.root.abs(rel)}: {type(exc).__name__}: {exc}") from exc
+            except (OSError, pa.ArrowException, ValueError) as exc:  # the query applies (checked): the bytes fail
+                self.mark_damaged(rel, exc)
         if not tables:
             table = schema.empty_table()
             return table.select(columns) if columns is not None else table
