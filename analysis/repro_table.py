@@ -107,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("results")
     verify.add_argument("task")
     args = parser.parse_args(argv)
+    # a task without a reproduction page (least_squares, the calibration learner) or CSV yet: say which have
+    needed = {"docs": [doc_path(args.task), csv_path(args.task)], "verify": [csv_path(args.task)]}.get(args.cmd, [])
+    for path in needed:
+        if not path.exists():
+            have = sorted(p.stem for p in CSV_DIR.glob("*.csv") if doc_path(p.stem).exists())
+            parser.error(f"task {args.task!r}: no {path.relative_to(REPO)}; tasks with a table: {', '.join(have)}")
     if args.cmd == "csv":
         CSV_DIR.mkdir(parents=True, exist_ok=True)
         claims_frame(args.results, args.task).to_csv(csv_path(args.task), index=False)

@@ -146,3 +146,12 @@ def test_the_cli_writes_and_checks_a_docs_table(
     capsys.readouterr()
     assert repro_table.main(["verify", store, "least_squares"]) == 1
     assert "x.decided: CSV does not hold, store holds" in capsys.readouterr().out
+
+
+def test_a_task_without_a_reproduction_page_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`docs least_squares --check` crashed with a FileNotFoundError traceback: the calibration learner
+    has claims but no reproduction page. It is exit 2 naming the missing file and the tasks that have one."""
+    with pytest.raises(SystemExit) as stop:
+        repro_table.main(["docs", "least_squares", "--check"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no docs/least_squares.md" in err and "deep_linear" in err, err

@@ -1,4 +1,4 @@
-"""l2o_gd: every grid file loads through runner.spec.load_grid and has a small twin and a figure; the main
+"""l2o_gd: every grid file loads through runner.grid.spec.load_grid and has a small twin and a figure; the main
 run's grid validates and runs 1 epoch of a shrunken copy; the small grids run and draw from frames built from
 real runs; and one small grid goes end to end through `convgrid run`, `report` and `check`."""
 
