@@ -316,11 +316,13 @@ def storage_label(storage: str | None, store: ResultStore) -> str:
 
 def trial_states(storage: StudyStorage) -> dict[str, Counter[str]]:
     """Study name -> its trials in the storage, counted by state (COMPLETE, PRUNED, FAIL, ...)."""
-    optuna_storage = storage._storage
-    return {
-        study.study_name: Counter(t.state.name for t in optuna_storage.get_all_trials(study._study_id, deepcopy=False))
-        for study in optuna_storage.get_all_studies()
-    }
+    import optuna
+
+    out: dict[str, Counter[str]] = {}
+    for summary in optuna.get_all_study_summaries(storage._storage, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage._storage)
+        out[summary.study_name] = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    return out
 
 
 def quiet() -> None:
