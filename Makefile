@@ -29,10 +29,10 @@ TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(XDIST) -m "not ray and not faults and not services"
+	$(PY) -m pytest -q $(XDIST) -m "not ray and not faults and not services and not soak"
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q $(XDIST) -m "not soak"
 
 # ruff (lint + format check) and mypy, configured in pyproject.toml; zero findings is the bar.
 lint: $(STAMP)
@@ -45,7 +45,7 @@ lint: $(STAMP)
 faults: $(STAMP)
 	$(PY) -m tests.fault_matrix --moments 20
 	$(PY) -m tests.fuzz_parts
-	$(PY) -m pytest -q -m faults
+	$(PY) -m pytest -q -m "faults or soak"
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

@@ -9,6 +9,7 @@ from __future__ import annotations
 from tasks.lazy import lazy_exports
 
 _EXPORTS = {
+    "Checkpoint": "tasks.base",
     "Result": "tasks.base",
     "RunContext": "tasks.base",
     "Task": "tasks.base",

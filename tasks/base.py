@@ -10,6 +10,7 @@ a `Result`.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any, ClassVar, Literal, Protocol, TypeGuard, runtime_checkabl
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.status import ALL_STATUSES, DIVERGED, PRUNED, TIMEOUT, Status
+from tasks.status import ALL_STATUSES, DIVERGED, PREEMPTED, PRUNED, TIMEOUT, Status
 
 # Column types a task may declare for its summary metrics and curve columns. Declared up front so
 # the store writes an explicit schema (a metric that first appears in a late run is never dropped).
@@ -42,6 +43,24 @@ class TaskParams(BaseModel):
 
 
 @dataclass
+class Checkpoint:
+    """A run's state at the end of `step`: everything its learner needs to go on from there and give,
+    bit for bit, what the run uninterrupted gives.
+
+    `tensors`: torch tensors by name (weights, optimiser moments, each `torch.Generator`'s
+    `get_state()`, the problem's data where re-deriving it is costly). `state`: plain data (int, float,
+    bool, str, None, and lists, tuples and str-keyed dicts of them): the curve rows logged so far, the
+    summary's running parts (`iters_to_tol` once reached), counters. The runner stores both without
+    pickle (`torch.load(weights_only=True)` executes no code) and checks a checksum before handing a
+    checkpoint back through `RunContext.resume`; tasks never see files.
+    """
+
+    step: int
+    tensors: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RunContext:
     """What a run may know that cannot change its result.
 
@@ -55,6 +74,40 @@ class RunContext:
     deadline: float | None = None  # time.time() after which the run must stop
     reporter: Callable[[int, Mapping[str, float]], bool] | None = None
     stop_reason: str | None = field(default=None, init=False)
+    # Checkpoints (a learner that implements them: see `checkpoint` and `Checkpointable`).
+    # `resume`: the state to start from instead of step 0: this run's own last checkpoint, or the final
+    # state of a stored run of the same config with a smaller budget (`Checkpointable.growable_budget`).
+    resume: Checkpoint | None = None
+    # `checkpointer`: where a due checkpoint goes (the runner's store); None: the run is never saved.
+    checkpointer: Callable[[Checkpoint], None] | None = None
+    # `checkpoint_every`: seconds between saves (0: after every step, for tests); None: only on preemption.
+    checkpoint_every: float | None = None
+    # `preempt`: set by the runner on SIGTERM; the run saves at its next step and stops (status preempted).
+    preempt: threading.Event | None = None
+    # `keep_final`: save the state of the run's last step too (its budget may grow later).
+    keep_final: bool = False
+    _last_save: float = field(default_factory=time.monotonic, init=False, repr=False)
+
+    def checkpoint(self, step: int, build: Callable[[], Checkpoint], last: bool = False) -> bool:
+        """Called by a learner once per step, when the state after `step` is complete (`last`: the run
+        ends after this step, by its budget or its stop rule). Saves `build()` when a save is due (the
+        cadence has passed, the run is being preempted, or `last` where `keep_final`), so a learner pays
+        for building its state only then. Answers False when the run must stop now: it was preempted, and its
+        state is saved; the learner then returns `Result(status=PREEMPTED)` at once (`stop_status`), and
+        the runner does not store it. Without a checkpointer it answers True and costs a few attribute
+        reads."""
+        if self.checkpointer is None:
+            return True
+        preempted = self.preempt is not None and self.preempt.is_set()
+        now = time.monotonic()
+        due = self.checkpoint_every is not None and now - self._last_save >= self.checkpoint_every
+        if preempted or due or (last and self.keep_final):
+            self.checkpointer(build())
+            self._last_save = time.monotonic()
+        if self.preempt is not None and self.preempt.is_set():
+            self.stop_reason = PREEMPTED
+            return False
+        return True
 
     def report(self, step: int, **metrics: float) -> bool:
         if self.deadline is not None and time.time() > self.deadline:
@@ -66,8 +119,10 @@ class RunContext:
         return True
 
     def stop_status(self) -> Status:
-        """Status a run returns after `report` answered False."""
-        return PRUNED if self.stop_reason == PRUNED else TIMEOUT
+        """Status a run returns after `report` or `checkpoint` answered False."""
+        if self.stop_reason in (PRUNED, PREEMPTED):
+            return self.stop_reason  # type: ignore[return-value]
+        return TIMEOUT
 
 
 @dataclass
@@ -91,7 +146,7 @@ class Result:
     def validate(self, task: Task) -> None:
         """Raise ValueError if this result breaks the protocol for `task` (used by the runner and
         the conformance suite)."""
-        if self.status not in ALL_STATUSES:
+        if self.status not in ALL_STATUSES and self.status != PREEMPTED:
             raise ValueError(f"status {self.status!r} not in {ALL_STATUSES}")
         unknown = set(self.summary) - set(task.summary_fields)
         if unknown:
@@ -157,6 +212,35 @@ class Task(Hashable, Protocol):
     diverging_example: ClassVar[dict[str, Any] | None]
 
     def run(self, p: Any, ctx: RunContext) -> Result: ...
+
+
+@runtime_checkable
+class Checkpointable(Task, Protocol):
+    """A task whose runs can be saved and resumed, and whose budget can grow.
+
+    Its `run` (and `run_batch`, where batchable) starts from `ctx.resume` when that is set (the state
+    after step `ctx.resume.step`), calls `ctx.checkpoint(step, build)` once per step, and returns
+    `Result(status=ctx.stop_status())` at once when that answers False. A run resumed from any of its
+    checkpoints gives a Result equal bit for bit to the run uninterrupted: summary, curve, flops,
+    n_steps, status (tests/test_checkpoint_conformance.py checks every example of every learner that
+    declares it). So every random draw after the resumed step comes from generators restored from the
+    checkpoint, and the curve rows logged before it come back from `state`.
+
+    `growable_budget(p)`: the name of p's budget param (`n_iters`, `epochs`, ...) when a run of the same
+    config with a larger budget follows exactly the trajectory of this one and then goes on (no schedule,
+    cadence or stop rule that depends on the total), so the runner may start it from this run's final
+    state; None where the trajectory depends on the budget. The learner passes `last=True` to the
+    `ctx.checkpoint` call of its run's last step; where the runner keeps final states
+    (`ctx.keep_final`), that call saves whatever the cadence says.
+    """
+
+    def growable_budget(self, p: Any) -> str | None: ...
+
+
+def is_checkpointable(task: object) -> TypeGuard[Checkpointable]:
+    """Whether `task` declares checkpoints (a `growable_budget` method; its `run` honours `ctx.resume`
+    and `ctx.checkpoint`). A task without it still runs as before: from step 0, never saved."""
+    return callable(getattr(task, "growable_budget", None))
 
 
 @runtime_checkable

@@ -19,6 +19,9 @@ DIVERGED: Status = "diverged"
 FAILED: Status = "failed"
 TIMEOUT: Status = "timeout"
 PRUNED: Status = "pruned"
+# Not a stored status: a run stopped by preemption (SIGTERM) after saving its checkpoint. The runner
+# never stores it; the run resumes from that checkpoint on its next attempt.
+PREEMPTED = "preempted"
 
 ALL_STATUSES: tuple[Status, ...] = (OK, DIVERGED, FAILED, TIMEOUT, PRUNED)
 FINAL_STATUSES: frozenset[str] = frozenset({OK, DIVERGED})
