@@ -5,7 +5,7 @@
     python -m analysis.repro_table verify RESULTS TASK   # the CSV's verdicts are what `evaluate` says on RESULTS
 
 The CSV is the checked-in record of `convgrid check` on the full-grid stores (which are too large and too slow
-for CI); the docs table is written from it between two markers, and tests/test_repro_table.py regenerates it
+for CI); the docs table is written from it between two markers, and tests/test_claims_table.py regenerates it
 and fails on drift, and fails when a claim's statement or expected verdict changed without a new CSV.
 """
 

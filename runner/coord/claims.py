@@ -10,7 +10,7 @@ Claims are coarse: the grid's cells, in the grid's order, are cut into blocks of
 is a range of positions in that order (`Blocks`), and the cells it yields are positions too: the driver
 holds no run id, string or set per cell for the claims (a million cells' ids as Python strings and sets
 were ~250 MB).
-A claim is made by creating its file with the root's create-if-absent (runner.store.exclusive): of
+A claim is made by creating its file with the root's create-if-absent (runner.fs.exclusive): of
 drivers racing for `b7-g0`, one wins. The block belongs to the newest generation's driver.
 
 Heartbeats are cheap: one small overwrite per driver every lease/4 seconds, whatever it holds. A

@@ -4,7 +4,7 @@ thread (runner.store.group_commit), so the fsyncs of one commit overlap the next
 wait share a commit. A crash loses at most one flush window plus the commit under way; Ctrl-C keeps
 what finished. A record the store refuses is stored as `failed` with the reason
 (runner.execute.unwritable) and recounted. When the store itself cannot be written (a full disk, a
-read-only root: runner.store.errors.StoreIOError), no run is stored as failed: the commit is tried again
+read-only root: runner.errors.StoreIOError), no run is stored as failed: the commit is tried again
 after a pause (`STORE_RETRY_S`: a disk freed meanwhile loses nothing), then the command stops with one
 message, and the runs it could not store run again with the next command.
 

@@ -101,7 +101,7 @@ class PartReader:
     def schema(self, rel: str) -> pa.Schema | None:
         """The part's schema from its footer, checked: against the size and footer checksum its name
         records (runner.store.part_names), and against the columns its folder's rows must have
-        (runner.store.columns.required). None (and a warning naming the file and the fix) when the part
+        (runner.store.columns.foreign_columns). None (and a warning naming the file and the fix) when the part
         is damaged, foreign, or was found damaged before (a page of it failed after its footer was read)."""
         if rel in self.damaged:
             return None
