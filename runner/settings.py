@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runner.errors import ConfigError
+from tasks.registry import parse_learners
 
 PREFIX = "CONVGRID_"
 
@@ -75,16 +76,12 @@ class Settings(BaseSettings):
     @field_validator("learners")
     @classmethod
     def _entries(cls, value: str) -> str:
-        for entry in filter(None, (e.strip() for e in value.split(","))):
-            name, sep, package = entry.partition("=")
-            if not sep or not name.strip() or not package.strip():
-                raise ValueError(f"entry {entry!r} is not of the form name=package")
+        parse_learners(value)
         return value
 
     def learner_packages(self) -> dict[str, str]:
         """name -> package of the learners named in CONVGRID_LEARNERS."""
-        pairs = (e.strip().partition("=") for e in self.learners.split(",") if e.strip())
-        return {name.strip(): package.strip() for name, _, package in pairs}
+        return parse_learners(self.learners)
 
 
 def env_name(field: str) -> str:

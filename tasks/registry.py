@@ -13,11 +13,16 @@ which needs pydantic only, so the driver validates and counts a grid without tor
 from __future__ import annotations
 
 import importlib
-from functools import cache
+import os
+from functools import cache, lru_cache
 from pathlib import Path
 
-from runner.settings import settings
 from tasks.base import Task, TaskIdentity, TaskSpec
+
+# The learners' own variable, read here and not through runner.settings: learners import nothing of the
+# runner. runner.settings still declares it (its `learners` field: `convgrid --help` lists it, and a
+# malformed value is refused at start with the same parse_learners).
+LEARNERS_VARIABLE = "CONVGRID_LEARNERS"
 
 _HERE = Path(__file__).resolve().parent
 
@@ -34,9 +39,26 @@ def _builtin_names() -> tuple[str, ...]:
     return tuple(sorted(d.name for d in _HERE.iterdir() if (d / "task.py").is_file()))
 
 
+def parse_learners(value: str) -> dict[str, str]:
+    """`name=package[,name=package...]` -> {name: package}; ValueError naming an entry of another form."""
+    found = {}
+    for entry in filter(None, (e.strip() for e in value.split(","))):
+        name, sep, package = entry.partition("=")
+        if not sep or not name.strip() or not package.strip():
+            raise ValueError(f"entry {entry!r} is not of the form name=package")
+        found[name.strip()] = package.strip()
+    return found
+
+
 def external_learners() -> dict[str, str]:
-    """name -> package of the learners named in CONVGRID_LEARNERS (runner.settings parses it)."""
-    return settings().learner_packages()
+    """name -> package of the learners named in CONVGRID_LEARNERS."""
+    return dict(_parsed(os.environ.get(LEARNERS_VARIABLE, "")))
+
+
+@lru_cache(maxsize=8)
+def _parsed(value: str) -> dict[str, str]:
+    # asked for every cell a worker runs; the value rarely changes within a process
+    return parse_learners(value)
 
 
 def learner_package(name: str) -> str:

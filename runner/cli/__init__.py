@@ -40,6 +40,7 @@ from runner.errors import (
     raise_terminated,
     redact,
 )
+from runner.settings import settings
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -296,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, raise_terminated)
     try:
+        settings()  # every CONVGRID_ knob checked before anything starts (a malformed one is exit 2, naming it)
         code = COMMANDS[args.command](args)
         # Everything is committed: stop the embedded Ray now rather than in Ray's exit hook, which first
         # sleeps half a second for workers' last log lines (docs/architecture.md, "Start-up and teardown").
