@@ -22,17 +22,35 @@ import contextlib
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import NoReturn
+
+
+def interpreter_exit_steps() -> tuple[Callable[[], None], Callable[[], None]] | None:
+    """CPython's own two steps of a normal exit, in its order (Py_FinalizeEx): the threading module's exit
+    hooks and the join of every thread that is not a daemon (`threading._shutdown`, which also tells idle
+    concurrent.futures pools to end), then the atexit hooks, newest first (`atexit._run_exitfuncs`).
+
+    Both are private to the interpreter, and nothing public does either: atexit has no public way to run its
+    hooks, and the pools' exit hooks are registered with `threading._register_atexit`. So they are reached
+    here and nowhere else, and None where an interpreter lacks them: the command then exits as `sys.exit`
+    does, slower by the teardown and otherwise the same. tests/test_process_exit.py fails on the pinned
+    Python where either is gone, so an upgrade says so instead of quietly losing the half second."""
+    shutdown = getattr(threading, "_shutdown", None)
+    run_exit_hooks = getattr(atexit, "_run_exitfuncs", None)
+    if callable(shutdown) and callable(run_exit_hooks):
+        return shutdown, run_exit_hooks
+    return None
 
 
 def exit_process(code: int) -> NoReturn:
     """End this process with `code` after what a normal exit does for the user: joined threads, exit hooks,
     flushed streams."""
-    # The interpreter's own two calls, in its order (Py_FinalizeEx): the threading module's exit hooks (which
-    # tell idle thread pools, concurrent.futures', to end) and the join of every thread that is not a daemon;
-    # then the exit hooks (atexit), newest first
-    threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
+    steps = interpreter_exit_steps()
+    if steps is None:
+        sys.exit(code)
+    for step in steps:
+        step()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed stream, a reader that left (`... | head`)
             stream.flush()
