@@ -247,22 +247,32 @@ def test_asks_under_way_when_max_failed_is_reached_run_and_leave_nothing_running
     """Two trials asked at once; the one whose params the task rejects is answered first and reaches
     max_failed, while the other's ask is still under way: that trial runs and is told, as a trial in flight
     would be, instead of staying RUNNING in the storage once the study has ended."""
-    import time
+    import threading
 
     import optuna
 
-    from runner.tune.optuna_adapter import Study, open_storage
+    from runner.tune.optuna_adapter import State, Study, open_storage
     from tests.test_tune import enqueue
 
-    ask = Study.ask
+    ask, tell = Study.ask, Study.tell
+    rejected_told = threading.Event()
 
-    def slow_when_valid(self: Study) -> object:
+    def after_the_rejection_when_valid(self: Study) -> object:
         asked = ask(self)
-        if asked.params["lr"] > 0:
-            time.sleep(0.3)  # the rejected trial's answer comes first
+        if asked.params["lr"] > 0:  # the rejected trial's answer comes first, however the threads are scheduled
+            assert rejected_told.wait(timeout=60), "the rejected trial was never told"
         return asked
 
-    monkeypatch.setattr(Study, "ask", slow_when_valid)
+    def tell_noting_a_failure(
+        self: Study, trial: object, values: object = None, state: State = State.COMPLETE
+    ) -> object:
+        told = tell(self, trial, values, state)  # type: ignore[arg-type]
+        if state == State.FAIL:
+            rejected_told.set()
+        return told
+
+    monkeypatch.setattr(Study, "ask", after_the_rejection_when_valid)
+    monkeypatch.setattr(Study, "tell", tell_noting_a_failure)
     raw = ls_study("limit", n_trials=6, parallel=2, max_failed=1, sampler={"name": "random", "seed": 0})
     raw["space"] = {"lr": {"type": "float", "low": 0.05, "high": 0.6}}
     enqueue(tmp_path, raw, [{"lr": -1.0}, {"lr": 0.1}])  # lr <= 0, outside the space: the task rejects it
