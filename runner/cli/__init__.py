@@ -106,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
 
+    from runner.cli.logs import add_parser as add_logs_parser
     from runner.cli.tune import add_parser as add_tune_parser
 
+    add_logs_parser(sub)
     add_tune_parser(sub)
     return parser
 
@@ -238,6 +240,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    from runner.cli.logs import run_logs
+
+    print(run_logs(_existing_store(args.results), args.run_id, args.all), end="")
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from runner.cli.tune import cmd_tune as tune
     from runner.store import ResultStore
@@ -254,6 +263,7 @@ COMMANDS = {
     "report": cmd_report,
     "check": cmd_check,
     "tune": cmd_tune,
+    "logs": cmd_logs,
 }
 
 

@@ -18,7 +18,7 @@ from runner.errors import printable
 from runner.settings import settings
 from runner.store.index import lookup, newest_of, order_values, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
-from runner.store.layout import RUNS, TASK_KINDS, task_dir
+from runner.store.layout import LOGS, RUNS, TASK_KINDS, task_dir
 from runner.store.parts import DamagedPartWarning
 from runner.store.spill import KeySpill, matched
 from runner.store.store import ResultStore
@@ -74,7 +74,7 @@ def damaged_parts(store: ResultStore) -> dict[str, str]:
     """Every visible part that cannot be read to its last page (checksums verified): path -> error."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedPartWarning)  # listed in the report instead
-        for directory in [*(task_dir(k, t) for t in store.tasks() for k in TASK_KINDS), "members", "trials"]:
+        for directory in [*(task_dir(k, t) for t in store.tasks() for k in TASK_KINDS), "members", "trials", LOGS]:
             for part in store.parts(directory):
                 try:
                     store.reader.verify(part)
