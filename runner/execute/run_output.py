@@ -17,9 +17,10 @@ shown once per process, as before. Logging: a handler on the root logger takes t
 let through (WARNING and up unless configured otherwise); where no other handler is configured, records
 outside runs are handed to `logging.lastResort` as before.
 
-Nothing a run printed is lost when its worker dies: `live(sink)` makes every capture of this process
-hand its text to `sink(run_ids, text)` at most every `LIVE_EVERY_S` seconds while it changes (a Ray
-actor writes it under the store's incoming area: runner.execute.live_output), and once at its end.
+Nothing a run printed is lost when its worker dies: `live(sink, ended)` makes every capture of this
+process hand its text to `sink(run_ids, text)` at most every `LIVE_EVERY_S` seconds while it changes (a
+Ray actor writes it under the store's incoming area: runner.execute.live_output), and `ended(run_ids)`
+once the run is over (its record carries the output then). `snapshot` reads a capture in progress.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ from typing import Any, TextIO
 LIMIT = 64 * 1024  # characters kept per run: the tail, after a marker line
 LIVE_EVERY_S = 0.5  # how often a live sink is handed a changed capture
 LiveSink = Callable[[Sequence[str], str], None]
+Ended = Callable[[Sequence[str]], None]
 
 _local = threading.local()
 _lock = threading.Lock()
 _live: dict[int, OutputTail] = {}  # id -> the captures in progress, for the live thread
-_sink: LiveSink | None = None
+_sink: tuple[LiveSink, Ended] | None = None
 _shown: set[tuple[Any, ...]] = set()  # warnings shown outside runs (the "default" action, process-wide)
 _ALWAYS = ("always", None, Warning, None, 0)
 
@@ -120,18 +122,26 @@ def capture(run_ids: Sequence[str], limit: int = LIMIT) -> Iterator[OutputTail]:
             _live.pop(id(tail), None)
             sink = _sink
         if sink is not None and tail.version:
-            _hand_on(sink, tail)
+            with contextlib.suppress(Exception):  # its record carries the output from here on
+                sink[1](tail.run_ids)
+
+
+def snapshot(run_id: str) -> str | None:
+    """The output so far of the run `run_id` computing in this process (any thread), or None."""
+    with _lock:
+        tails = [t for t in _live.values() if run_id in t.run_ids]
+    return tails[0].text() if tails else None
 
 
 @contextlib.contextmanager
-def live(sink: LiveSink) -> Iterator[None]:
+def live(sink: LiveSink, ended: Ended) -> Iterator[None]:
     """While the block runs, hand every capture of this process to `sink` as it changes (at most every
-    LIVE_EVERY_S seconds, from a daemon thread) and once more when it ends. A sink that raises is
-    dropped for that hand-over only: a run never fails for its log."""
+    LIVE_EVERY_S seconds, from a daemon thread), and tell `ended` when a capture that wrote anything is
+    over. A sink that raises is skipped for that hand-over only: a run never fails for its log."""
     global _sink
     stop = threading.Event()
     with _lock:
-        _sink = sink
+        _sink = (sink, ended)
     thread = threading.Thread(target=_live_loop, args=(sink, stop), name="convgrid-live-output", daemon=True)
     thread.start()
     try:
@@ -140,8 +150,7 @@ def live(sink: LiveSink) -> Iterator[None]:
         stop.set()
         thread.join()
         with _lock:
-            if _sink is sink:
-                _sink = None
+            _sink = None
 
 
 def _live_loop(sink: LiveSink, stop: threading.Event) -> None:
