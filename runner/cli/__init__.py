@@ -27,6 +27,7 @@ from runner.cli.options import (
     outcome,
     positive_float,
     positive_int,
+    submit_to_slurm,
 )
 from runner.cli.process_exit import exit_process
 from runner.errors import (
@@ -143,6 +144,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid = Grid("rerun", redact(str(args.results)), "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
         return _dry_run(grid, ResultStore(args.results), args.retry_failed, args.only)
+    if args.slurm is not None:
+        return submit_to_slurm(args, grid.name, f"convgrid run of grid {grid.name} ({len(grid)} cells)")
     join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
     report = run_grid(
@@ -299,7 +302,9 @@ def console() -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # --slurm writes the command line before it into the job's script
     if args.command != "tasks":
         driver_allocators()
     # SIGTERM (schedulers, `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C: flush, stop workers.
