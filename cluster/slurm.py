@@ -98,8 +98,16 @@ def submit(driver_args: list[str], options: list[str], name: str, what: str, res
     folder = script_folder(results)
     folder.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-    script = folder / f"{safe}-{now.strftime('%Y%m%dT%H%M%S')}.sbatch"
-    script.write_text(render(driver_args, options, safe, what, folder, ray, now))
+    text = render(driver_args, options, safe, what, folder, ray, now)
+    stamp = now.strftime("%Y%m%dT%H%M%S")
+    for n in range(1, 1000):  # two submissions in one second keep two scripts
+        script = folder / (f"{safe}-{stamp}.sbatch" if n == 1 else f"{safe}-{stamp}-{n}.sbatch")
+        try:
+            with open(script, "x") as out:
+                out.write(text)
+            break
+        except FileExistsError:
+            continue
     script.chmod(0o755)
     done = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
     if done.returncode != 0:

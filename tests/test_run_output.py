@@ -90,6 +90,13 @@ def test_a_failing_run_keeps_its_output_warning_logging_and_error_and_convgrid_l
     assert len(body) == LIMIT and "stdout 8999: long" in body and "stdout 0: long\n" not in body
     assert body.endswith("WARNING tests.toy_learner: logging: long\n")
 
+    # a second attempt: `logs` shows the newest, `--all` both, oldest first
+    assert cli("run", str(grid), "--results", str(root), "--executor", "local", "--retry-failed").returncode == 1
+    both = cli("logs", failed[:8], str(root), "--all").stdout
+    assert both.count("stdout 0: boom") == 2
+    assert both.index("attempt 1 of 2") < both.index("attempt 2 of 2")
+    assert "attempt 1 of 2" not in cli("logs", failed[:8], str(root)).stdout
+
     status = cli("status", str(root)).stdout
     assert f"faulty {failed[:12]}: RuntimeError: asked to fail with x=9.0  [convgrid logs {failed[:12]}]" in status
     assert cli("report", str(root), "--out", str(tmp_path / "report")).returncode == 0
@@ -192,3 +199,19 @@ def test_a_run_on_the_second_node_prints_warns_fails_and_a_killed_workers_output
     _assert_all_three(lost, "before dying")
     _assert_all_three(own, "before dying")  # the rerun talked too, and lived
     assert not list((root / "_store" / "incoming").rglob("*.log"))  # the live copies went with the session
+
+
+@pytest.mark.ray
+def test_the_slurm_jobs_wait_for_its_nodes_answers_once_they_joined_and_gives_up_after_its_timeout(
+    two_nodes: Any,
+) -> None:
+    """`python -m cluster.slurm wait` (cluster/slurm.sbatch, a job of several nodes): exit 0 once the
+    cluster has the nodes, 3 with a message when they do not come."""
+
+    def wait(nodes: int, timeout_s: float) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cluster.slurm", "wait", two_nodes.address, str(nodes), str(timeout_s)]
+        return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    assert wait(2, 60).returncode == 0
+    short = wait(3, 2)
+    assert short.returncode == 3 and "fewer than 3 Ray nodes joined" in short.stderr

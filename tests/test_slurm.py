@@ -75,6 +75,37 @@ def test_slurm_with_address_or_without_sbatch_is_a_clear_error(
     assert not (results / "slurm").exists() or not list((results / "slurm").iterdir())
 
 
+def test_tune_with_slurm_writes_the_study_command_and_prints_the_job_id(
+    tmp_path: Path, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `convgrid tune --slurm` hands sbatch, seen by a stand-in `sbatch` that records its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/sbatch-args\necho "4242;cluster"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    from tests.test_tune_resume import STUDY
+
+    study = tmp_path / "x_study.yaml"
+    study.write_text(yaml.safe_dump(STUDY))
+    results = tmp_path / "results"
+    args = ("tune", str(study), "--results", str(results), "--n-trials", "3", "--slurm", "--partition", "cpu")
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    (script,) = (results / "slurm").glob("x_study-*.sbatch")
+    assert done.stdout.startswith(f"submitted SLURM job 4242: script {script}")
+    assert (tmp_path / "sbatch-args").read_text().split() == ["--parsable", str(script)]
+    text = script.read_text()
+    assert f"python -m runner.cli tune {study} --results {results} --n-trials 3" in text
+    assert "#SBATCH --partition cpu" in text and "convgrid tune of" in text
+    refused = bin_dir / "sbatch"
+    refused.write_text("#!/bin/sh\necho 'sbatch: error: invalid partition' >&2\nexit 1\n")
+    failed = cli(*args)
+    assert failed.returncode == 2 and "invalid partition" in failed.stderr
+    assert len(list((results / "slurm").glob("*.sbatch"))) == 1  # the refused job's script is gone
+
+
 # ---- on a real SLURM ----------------------------------------------------------------------------------
 
 
