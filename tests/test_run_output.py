@@ -180,11 +180,13 @@ def test_a_run_on_the_second_node_prints_warns_fails_and_a_killed_workers_output
         "blocks": [
             {"task": "faulty", "params": {"talk": "remote boom", "fail": True, "x": 7.0}},
             {"task": "faulty", "params": {"talk": "before dying", "die_after_talk": str(witness), "x": 8.0}},
+            {"task": "faulty", "params": {"talk": "hung", "hang_s": 60.0, "x": 6.0}},
         ],
     }
     root = tmp_path / "results"
-    report = run_grid(grid, root, opts("ray", address=two_nodes.address, workers=1))
-    assert report.counts == {"failed": 1, "ok": 1}
+    options = opts("ray", address=two_nodes.address, workers=1, timeout_s=4.0, grace_s=0.5)
+    report = run_grid(grid, root, options)
+    assert report.counts == {"failed": 1, "ok": 1, "timeout": 1}
     assert witness.exists()  # the first attempt of x=8 did kill its worker
 
     failed = cli("logs", _run_id(root, x=7.0), str(root))
@@ -198,6 +200,9 @@ def test_a_run_on_the_second_node_prints_warns_fails_and_a_killed_workers_output
     assert lost.startswith("[convgrid: an earlier attempt of this run, whose worker died before it finished")
     _assert_all_three(lost, "before dying")
     _assert_all_three(own, "before dying")  # the rerun talked too, and lived
+    hung = cli("logs", _run_id(root, x=6.0), str(root)).stdout  # asked of the actor before the hard kill
+    _assert_all_three(hung, "hung")
+    assert "(faulty, timeout," in hung and "hard timeout: the run ignored its 4s deadline" in hung
     assert not list((root / "_store" / "incoming").rglob("*.log"))  # the live copies went with the session
 
 
