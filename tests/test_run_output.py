@@ -126,6 +126,32 @@ def test_runs_in_threads_each_keep_their_own_output_not_an_interleaved_stream() 
         assert f"thread {other:g}" not in log
 
 
+def test_the_in_process_executors_threads_store_each_runs_own_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--executor local --workers 2` for a thread-safe learner (the toy one declared so here): two runs
+    computing at the same time in the pool's threads, each printing 300 lines, each stored with its own."""
+    from runner import run_grid
+    from tests.options import opts
+    from tests.toy_learner.task import FaultyTask
+
+    monkeypatch.setattr(FaultyTask, "thread_safe", True, raising=False)
+    cells = [
+        {"task": "faulty", "params": {"x": x, "talk": f"pool {x:g}", "talk_times": 300, "sleep_s": 0.5}}
+        for x in (1.0, 2.0)
+    ]
+    root = tmp_path / "results"
+    run_grid({"name": "pool_talk", "blocks": cells}, root, opts(workers=2))
+    runs = ResultStore(root).read_runs("faulty", columns=["x", "started", "finished"]).to_pylist()
+    a, b = sorted(runs, key=lambda r: r["x"])
+    assert a["started"] < b["finished"] and b["started"] < a["finished"]  # they did compute at once
+    for row, other in ((a, b), (b, a)):
+        (attempt,) = read_logs(ResultStore(root), [row["run_id"]])
+        _assert_all_three(attempt.log, f"pool {row['x']:g}")
+        assert attempt.log.count(f": pool {row['x']:g}\n") == 300 + 3
+        assert f"pool {other['x']:g}" not in attempt.log
+
+
 def test_outside_runs_warnings_and_logging_behave_as_before() -> None:
     """The hooks stay installed after a run: the driver's own warnings still show once per place, and its
     logging records still reach stderr through Python's last resort; none is kept by a run. A fresh
