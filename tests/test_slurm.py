@@ -111,9 +111,13 @@ def test_tune_with_slurm_writes_the_study_command_and_prints_the_job_id(
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[str]:
-    """SLURM_CONF of a running test cluster: CI's, or one this module starts with .ci/slurm.sh."""
-    if os.environ.get("SLURM_CONF") and shutil.which("sbatch"):
-        yield os.environ["SLURM_CONF"]
+    """SLURM_CONF of a running test cluster: CI's, or one this module starts with .ci/slurm.sh. Jobs go
+    to .ci/slurm.sh's cluster only, never to a real one the environment names."""
+    given = os.environ.get("SLURM_CONF")
+    if given and shutil.which("sbatch"):
+        if "ClusterName=convgrid-test" not in Path(given).read_text(errors="replace"):
+            pytest.skip(f"SLURM_CONF ({given}) is not .ci/slurm.sh's test cluster: these tests submit jobs only there")
+        yield given
         return
     if os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("munged"):
         pytest.skip('no SLURM: `eval "$(bash .ci/slurm.sh)"` installs and starts one (root, Debian)')
