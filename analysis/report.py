@@ -102,6 +102,8 @@ class Report:
     # the status of every distinct run the grids and studies asked for (a run two grids share, such as one
     # rerun with --only, counted once; the table below counts it once per grid)
     totals: dict[str, int] = field(default_factory=dict)
+    logged: set[str] = field(default_factory=set)  # run ids with a stored log (runner.store.logs)
+    diverged_logged: list[tuple[str, str]] = field(default_factory=list)  # (task, run id)
 
     def markdown(self, out: Path, image: Callable[[Path], str] | None = None) -> str:
         """The report as Markdown; a figure is `image(path)` (default: a Markdown image of the path
@@ -137,7 +139,7 @@ class Report:
 
     def _failures(self) -> list[str]:
         if not self.failures:
-            return []
+            return self._logs()
         groups = failure_groups(self.failures)
         lines = ["", "### Failures by reason", ""]
         lines.append(f"{_plural(len(self.failures), 'run')} failed or timed out, for {len(groups)} reasons:")
@@ -149,6 +151,24 @@ class Report:
                 f"- {code_md(g.task)}, {_plural(len(g.run_ids), 'run')}: {escape_md(g.reason)}. Run ids: {ids}{more}"
             )
         lines += ["", "`convgrid run --only RUN_ID --executor local` reruns one in process, with its traceback."]
+        return lines + self._logs()
+
+    def _logs(self) -> list[str]:
+        """Where to read what the failed and diverged runs printed, warned and logged."""
+        failed = [rid for _, rid, _ in self.failures if rid in self.logged]
+        if not failed and not self.diverged_logged:
+            return []
+        lines = ["", "`convgrid logs RUN_ID` prints what a run printed, warned and logged, with its error:"]
+        if failed:
+            ids = ", ".join(code_md(rid[:12]) for rid in failed[:MAX_IDS])
+            more = f" and {len(failed) - MAX_IDS} more" if len(failed) > MAX_IDS else ""
+            lines.append(f"kept for {_plural(len(failed), 'failed run')} ({ids}{more})")
+        if self.diverged_logged:
+            ids = ", ".join(code_md(rid[:12]) for _, rid in self.diverged_logged[:MAX_IDS])
+            more = f" and {len(self.diverged_logged) - MAX_IDS} more" if len(self.diverged_logged) > MAX_IDS else ""
+            lines.append(
+                f"{'and' if failed else 'kept'} for {_plural(len(self.diverged_logged), 'diverged run')} ({ids}{more})."
+            )
         return lines
 
     def _claims(self) -> list[str]:
@@ -265,7 +285,16 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
     # the root as shown: a results URI's credentials never reach the page
     asked = set(zip(member_frame["task"], member_frame["run_id"], strict=True))
     totals = dict(Counter(stored.get(key, "missing") for key in asked))
-    report = Report(redact(str(root)), sections, list(status.errors), prov, claims, totals)
+    report = Report(
+        redact(str(root)),
+        sections,
+        list(status.errors),
+        prov,
+        claims,
+        totals,
+        logged=status.logged,
+        diverged_logged=status.diverged_logged,
+    )
     (out_dir / "report.md").write_text(report.markdown(out_dir))
     (out_dir / "report.html").write_text(report.html(out_dir))
     return report

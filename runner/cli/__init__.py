@@ -27,6 +27,7 @@ from runner.cli.options import (
     outcome,
     positive_float,
     positive_int,
+    submit_to_slurm,
 )
 from runner.cli.process_exit import exit_process
 from runner.errors import (
@@ -107,8 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
     status.add_argument("results", nargs="?", default="results")
 
+    from runner.cli.logs import add_parser as add_logs_parser
     from runner.cli.tune import add_parser as add_tune_parser
 
+    add_logs_parser(sub)
     add_tune_parser(sub)
     return parser
 
@@ -142,6 +145,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid = Grid("rerun", redact(str(args.results)), "", cells_from_store(ResultStore(args.results), args.only))
     if args.dry_run:
         return _dry_run(grid, ResultStore(args.results), args.retry_failed, args.only)
+    if args.slurm is not None:
+        return submit_to_slurm(args, grid.name, f"convgrid run of grid {grid.name} ({len(grid)} cells)")
     join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
     report = run_grid(
@@ -239,6 +244,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    from runner.cli.logs import run_logs
+
+    print(run_logs(_existing_store(args.results), args.run_id, args.all), end="")
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from runner.cli.tune import cmd_tune as tune
     from runner.store import ResultStore
@@ -255,6 +267,7 @@ COMMANDS = {
     "report": cmd_report,
     "check": cmd_check,
     "tune": cmd_tune,
+    "logs": cmd_logs,
 }
 
 
@@ -290,7 +303,9 @@ def console() -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # --slurm writes the command line before it into the job's script
     if args.command != "tasks":
         driver_allocators()
     # SIGTERM (schedulers, `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C: flush, stop workers.

@@ -84,6 +84,15 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.add_argument(
+        "--slurm",
+        nargs=argparse.REMAINDER,
+        metavar="SBATCH_OPTION",
+        default=None,
+        help="submit this command as a SLURM batch job instead (cluster/slurm.sbatch: a Ray head and workers on the "
+        "job's nodes, this driver on the first); every argument after --slurm is an sbatch option "
+        "(--nodes=2 --gpus-per-task=1 --time=4:00:00 ...). The script is written to RESULTS/slurm/",
+    )
+    p.add_argument(
         "--no-batch",
         action="store_true",
         help="run every cell alone, never as a batched call of cells with equal batch keys (comparisons, debugging)",
@@ -130,6 +139,22 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         flush=FlushPolicy(args.flush_every, args.flush_seconds),
         progress=not args.no_progress,
     )
+
+
+def submit_to_slurm(args: argparse.Namespace, name: str, what: str) -> int:
+    """`--slurm`: this command, without --slurm and what follows it, as a SLURM job (cluster.slurm);
+    prints the job id, the script and the job's output file."""
+    from cluster import slurm
+
+    if args.address is not None:
+        raise ConfigError("--slurm starts its own Ray cluster in the job: leave --address out", key="--address")
+    if getattr(args, "dry_run", False):
+        raise ConfigError("--dry-run runs nothing: run it without --slurm", key="--slurm")
+    argv: list[str] = args.argv
+    driver_args = argv[: len(argv) - len(args.slurm) - 1]  # the command line before --slurm
+    job = slurm.submit(driver_args, args.slurm, name, what, args.results, ray=args.executor != "local")
+    print(f"submitted SLURM job {job.job_id}: script {job.script}, output {job.output}")
+    return 0
 
 
 def join_cluster(args: argparse.Namespace) -> None:

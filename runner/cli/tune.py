@@ -16,6 +16,7 @@ from runner.cli.options import (
     join_cluster,
     outcome,
     positive_int,
+    submit_to_slurm,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plans = [with_overrides(p, args.n_trials, args.parallel, args.deterministic) for p in load_plans(args.study)]
     if args.dry_run:
         return _dry_run(plans, args)
+    if args.slurm is not None:
+        name = Path(args.study).stem
+        return submit_to_slurm(args, name, f"convgrid tune of {', '.join(p.name for p in plans)}")
     join_cluster(args)  # first: --threads and --workers are checked against the cluster before anything is written
     check_results_root(args.results)
     reports = tune(plans, args.results, execution_options(args), storage=args.storage, retry_failed=args.retry_failed)

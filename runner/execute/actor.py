@@ -14,6 +14,7 @@ namespace (two pools of one grid in one driver would collide) and is not needed 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -22,8 +23,9 @@ from typing import Any
 
 import ray
 
-from runner.execute import provenance
+from runner.execute import provenance, run_output
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
+from runner.execute.live_output import LiveFiles
 from runner.execute.staging import Stager, StagingTarget, answer_probe, open_target
 from runner.execute.worker import claim_device, configure_threads, run_items
 from runner.fs.root import Root
@@ -66,18 +68,21 @@ class _ChunkActor:
         the results root here and the records sent carry the staged part's name instead
         (runner.execute.staging: a record may then be held a moment, to share a part)."""
         stager = self._stager(staging)
-        for record in run_items(
-            items,
-            device=self.device,
-            threads=self.threads,
-            timeout_s=timeout_s,
-            reporters=reporters,
-            policy=policy,
-            on_start=self._started,
-        ):
-            ready = [record] if stager is None else stager.offer(record)
-            if ready:
-                yield ready
+        # where it stages, a run's output is also written there as it grows: a death keeps it (live_output)
+        files = LiveFiles(stager.files, stager.target.folder) if stager is not None else None
+        with run_output.live(files, files.ended) if files is not None else contextlib.nullcontext():
+            for record in run_items(
+                items,
+                device=self.device,
+                threads=self.threads,
+                timeout_s=timeout_s,
+                reporters=reporters,
+                policy=policy,
+                on_start=self._started,
+            ):
+                ready = [record] if stager is None else stager.offer(record)
+                if ready:
+                    yield ready
         if stager is not None and (rest := stager.drain()):
             yield rest
         with self._lock:
@@ -103,6 +108,11 @@ class _ChunkActor:
                 return None
             run_ids, t0 = self._current
             return run_ids, time.monotonic() - t0
+
+    @ray.method(concurrency_group="control")
+    def output(self, run_ids: list[str]) -> dict[str, str]:
+        """The output so far of those of `run_ids` computing here (the hard timeout asks before it kills)."""
+        return {r: text for r in run_ids if (text := run_output.snapshot(r)) is not None}
 
     @ray.method(concurrency_group="control")
     def pid(self) -> int:

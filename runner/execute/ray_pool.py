@@ -90,6 +90,8 @@ class RayExecutor:
     chunks_submitted: int = field(default=0, init=False)
     chunks_resubmitted: int = field(default=0, init=False)
     hard_kills: int = field(default=0, init=False)
+    # run id -> what an attempt lost with its actor had written (runner.execute.live_output)
+    lost_output: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     def start(self) -> None:
         if self.actors:
@@ -207,17 +209,40 @@ class RayExecutor:
                     mine += [pending.pop(other) for other in [g for g, c in pending.items() if c.actor == idx]]
                     load[idx] = 0
                     for lost_chunk in reversed(mine):
-                        feed.give_back(i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed)
+                        again = [i for i in lost_chunk.items if i.run_id not in lost_chunk.finished | killed]
+                        self._keep_lost_output([i.run_id for i in again])
+                        feed.give_back(again)
                     self.chunks_resubmitted += len(mine)
                     self.down.setdefault(idx, self.actors[idx].pid.remote())
                     continue
                 chunk.finished.update(r.run_id for r in records)
                 sizer.observe(records)
+                self._with_lost_output(records)
                 yield records
             poll = self._poll_s()
             if self.timeout_s is not None and time.monotonic() - last_check >= poll:
                 last_check = time.monotonic()
                 yield from self._enforce_hard_timeout(pending, killed)
+
+    def _keep_lost_output(self, run_ids: list[str]) -> None:
+        """What the runs of a chunk lost with its actor had written (runner.execute.live_output), for the
+        records of the attempts that run them again."""
+        if self.staging is None or not run_ids:
+            return
+        from runner.execute.live_output import read_live
+        from runner.execute.staging import open_target
+
+        found = read_live(open_target(self.staging.root), self.staging.folder, run_ids)
+        self.lost_output.update(found)
+
+    def _with_lost_output(self, records: Sequence[RunRecord]) -> None:
+        if not self.lost_output:
+            return
+        from runner.execute.live_output import with_earlier
+
+        for record in records:
+            if (earlier := self.lost_output.pop(record.run_id, None)) is not None:
+                with_earlier(record, earlier, "whose worker died before it finished")
 
     def _check_idle_actors(self, lost: tuple[type[Exception], ...]) -> None:
         """Between two `execute` calls (a shared grid's claim waves, a tuner's studies) no call waits on
@@ -345,9 +370,16 @@ class RayExecutor:
                 continue
             run_ids, elapsed = state
             killed.update(run_ids)
+            try:  # what the runs wrote until now, from the actor's control group (it answers while they hang)
+                output: dict[str, str] = ray.get(self.actors[idx].output.remote(list(run_ids)), timeout=5)
+            except Exception:  # noqa: BLE001 - a record without its output rather than none
+                output = {}
             ray.kill(self.actors[idx], no_restart=False)
             self.hard_kills += 1
-            yield [timeout_record(items[run_id], elapsed, self.timeout_s) for run_id in run_ids]
+            records = [timeout_record(items[run_id], elapsed, self.timeout_s) for run_id in run_ids]
+            for record in records:
+                record.log = output.get(record.run_id, "")
+            yield records
 
     def worker_pids(self) -> list[int]:
         import ray

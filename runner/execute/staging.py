@@ -193,7 +193,7 @@ class Stager:
         if not self._held:
             self._since = now
         self._held[record.task] = held
-        held.records.append(RunRecord(record.run_id, record.task, record.row))
+        held.records.append(RunRecord(record.run_id, record.task, record.row, log=record.log))
         held.pieces.append(piece)
         held.rows += piece.num_rows
         self._rows += piece.num_rows
@@ -217,7 +217,9 @@ class Stager:
             return [_inline(r, piece) for r, piece in zip(held.records, held.pieces, strict=True)]
         part = StagedPart(path, task, held.batch_id, len(held.records), table.num_rows, table.schema)
         return [
-            RunRecord(r.run_id, r.task, {**r.row, "batch_id": held.batch_id, "curve_rows": piece.num_rows}, {}, part)
+            RunRecord(
+                r.run_id, r.task, {**r.row, "batch_id": held.batch_id, "curve_rows": piece.num_rows}, {}, part, r.log
+            )
             for r, piece in zip(held.records, held.pieces, strict=True)
         ]
 
@@ -231,4 +233,4 @@ class Stager:
 
 def _inline(record: RunRecord, piece: pa.Table) -> RunRecord:
     """The record with its curve rows back in it, as the driver takes them without staging."""
-    return RunRecord(record.run_id, record.task, record.row, piece.drop_columns(["run_id"]).to_pydict())
+    return RunRecord(record.run_id, record.task, record.row, piece.drop_columns(["run_id"]).to_pydict(), log=record.log)

@@ -39,7 +39,7 @@ def as_unwritable(record: RunRecord, reason: str) -> RunRecord:
     row = {k: record.row.get(k) for k in _KEPT}
     row.update(status=FAILED, error=f"the store could not take this run's results: {reason}")
     params = json.loads(str(record.row["params_json"]))  # the params, without the summary that failed
-    return RunRecord(record.run_id, record.task, {**params, **row}, {})
+    return RunRecord(record.run_id, record.task, {**params, **row}, {}, log=record.log)
 
 
 def write_isolated(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> list[RunRecord]:
@@ -66,4 +66,6 @@ def _params_only(record: RunRecord, schemas: SchemaFor) -> RunRecord:
     """Drop any column the task's schema does not know, so that the failed row itself is writable."""
     runs_schema, _ = schemas(record.task)
     known = set(runs_schema.names)
-    return RunRecord(record.run_id, record.task, {k: v for k, v in record.row.items() if k in known}, {})
+    return RunRecord(
+        record.run_id, record.task, {k: v for k, v in record.row.items() if k in known}, {}, log=record.log
+    )

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runner.execute import provenance
+from runner.execute import provenance, run_output
 from runner.execute.base import BatchPolicy, Reporter, ReporterFactory, WorkItem
 from runner.execute.batching import Group, Member, plan_groups
 from runner.grid.identity import validate_params
@@ -113,16 +113,20 @@ def run_item(
     t0 = time.perf_counter()
     deadline = time.time() + timeout_s if timeout_s else None
     used, version = device, "unknown"
-    try:
-        task = get_task(item.task)
-        used, version = device_for(task, device), task.version
-        params = validate_params(task, item.params)
-        result = task.run(params, RunContext(device=used, threads=threads, deadline=deadline, reporter=reporter))
-        result.validate(task)
-    except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
-        result = Result(status=FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    with run_output.capture([item.run_id]) as out:
+        try:
+            task = get_task(item.task)
+            used, version = device_for(task, device), task.version
+            params = validate_params(task, item.params)
+            ctx = RunContext(device=used, threads=threads, deadline=deadline, reporter=reporter)
+            result = task.run(params, ctx)
+            result.validate(task)
+        except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
+            result = Result(status=FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     wall = time.perf_counter() - t0
-    return _record(item, _explained(result, timeout_s, wall), started, wall, used, version)
+    record = _record(item, _explained(result, timeout_s, wall), started, wall, used, version)
+    record.log = out.text()
+    return record
 
 
 def _explained(result: Result, timeout_s: float | None, wall_s: float) -> Result:
@@ -181,7 +185,8 @@ def _run_batch(
         for i in group.items
     ]
     try:
-        results = group.task.run_batch(list(group.params), ctxs)
+        with run_output.capture([i.run_id for i in group.items]) as out:
+            results = group.task.run_batch(list(group.params), ctxs)
         if len(results) != len(group.items):
             raise ValueError(f"run_batch returned {len(results)} results for {len(group.items)} configs")
         for result in results:
@@ -193,8 +198,18 @@ def _run_batch(
         return
     wall = time.perf_counter() - t0
     share = wall / len(group.items)
+    # a batched call's output cannot be told apart by member: each member keeps all of it
+    log = _batch_log(out.text(), len(group.items))
     for item, result in zip(group.items, results, strict=True):
-        yield _record(item, _explained(result, timeout_s, wall), started, share, used, group.task.version)
+        record = _record(item, _explained(result, timeout_s, wall), started, share, used, group.task.version)
+        record.log = log
+        yield record
+
+
+def _batch_log(text: str, members: int) -> str:
+    if not text:
+        return ""
+    return f"[convgrid: the output of one batched call of {members} runs, this one among them]\n{text}"
 
 
 def timeout_record(item: WorkItem, elapsed_s: float, limit_s: float, device: str = "cpu") -> RunRecord:

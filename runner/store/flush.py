@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from runner.store import incoming
 from runner.store.columns import PARTITION, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
+from runner.store.logs import stage_logs
 from runner.store.records import RunRecord
 from runner.store.store import ResultStore, SchemaFor
 from runner.store.tables import conform, current_names, last_per_run, latest_per_run, with_attempt
@@ -62,7 +63,8 @@ def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: Sch
         written = {name: schemas(name) for name in by_task}
         for name, recs in by_task.items():
             runs_schema, curves_schema = written[name]
-            stage_task(store, txn, name, recs, without_partition(runs_schema), curves_schema)
+            batch_id = stage_task(store, txn, name, recs, without_partition(runs_schema), curves_schema)
+            stage_logs(txn, recs, [r.staged.batch_id if r.staged is not None else batch_id for r in recs])
         # a folder read whole by a plain Parquet client shows every task's columns (runner.store.union)
         adding = {tuple(final.split("/")[:2]) for _, final in txn.marker.adds}
         for kind, index in ((RUNS, 0), (ATTEMPTS, 0), (CURVES, 1), (ATTEMPT_CURVES, 1)):
@@ -98,7 +100,8 @@ def stage_task(
     recs: Sequence[RunRecord],
     runs_schema: pa.Schema,
     curves_schema: pa.Schema,
-) -> None:
+) -> str:
+    """Stage one task's records (see the module); returns the attempt id of those not staged by a worker."""
     batch_id = uuid.uuid4().hex
     reader = store.reader
     runs_dir, curves_dir = task_dir(RUNS, task), task_dir(CURVES, task)
@@ -165,6 +168,7 @@ def stage_task(
     old = pa.concat_tables(superseded) if superseded else None
     if old is not None and old.num_rows:  # the history keeps them, with their attempt's id, out of curves/
         _add(store, txn, with_attempt(old, gone.select(["run_id", "batch_id"])), task_dir(ATTEMPT_CURVES, task))
+    return batch_id
 
 
 def _adopt_staged(

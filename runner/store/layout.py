@@ -11,6 +11,8 @@ RUNS, CURVES, ATTEMPTS = "runs", "curves", "attempts"
 ATTEMPT_CURVES = "attempt_curves"
 TASK_KINDS = (RUNS, CURVES, ATTEMPTS, ATTEMPT_CURVES)
 MEMBERS, TRIALS = "members", "trials"
+# what each attempt printed, warned and logged (runner.store.logs): no task partition, one schema
+LOGS = "logs"
 # The partition of a folder's union part (runner.store.union): no task; every listing of tasks skips it.
 SCHEMA_TASK = "_schema"
 

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from runner.store.files import write_parquet_tables
 from runner.store.index_keys import part_batches
-from runner.store.layout import TASK_KINDS, task_dir
+from runner.store.layout import LOGS, TASK_KINDS, task_dir
 from runner.store.parts import DamagedPartWarning
 from runner.store.store import ResultStore
 from runner.store.tables import conform
@@ -68,8 +68,9 @@ class MergeReport:
 
 
 def folders(store: ResultStore) -> list[str]:
-    """Every folder of part files: each task's runs, curves, attempts and attempt_curves; members; trials."""
-    return [*(task_dir(kind, task) for task in store.tasks() for kind in TASK_KINDS), "members", "trials"]
+    """Every folder of part files: each task's runs, curves, attempts and attempt_curves; members; trials;
+    logs (an attempt's row, read whole by run id: a union changes nothing)."""
+    return [*(task_dir(kind, task) for task in store.tasks() for kind in TASK_KINDS), "members", "trials", LOGS]
 
 
 def fragmented(store: ResultStore, max_parts: int) -> list[str]:

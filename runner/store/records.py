@@ -38,6 +38,8 @@ class RunRecord:
     row: dict[str, Any]
     curve: dict[str, list[Any]] = field(default_factory=dict)
     staged: StagedPart | None = None
+    # what the run printed, warned and logged (runner.execute.run_output; the logs/ table), "" if nothing
+    log: str = ""
 
     @property
     def status(self) -> str:

@@ -18,11 +18,12 @@ from runner.errors import printable
 from runner.settings import settings
 from runner.store.index import lookup, newest_of, order_values, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
-from runner.store.layout import RUNS, TASK_KINDS, task_dir
+from runner.store.layout import LOGS, RUNS, TASK_KINDS, task_dir
+from runner.store.logs import logged_runs
 from runner.store.parts import DamagedPartWarning
 from runner.store.spill import KeySpill, matched
 from runner.store.store import ResultStore
-from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST, TIMEOUT
+from tasks.status import ALL_STATUSES, DIVERGED, RETRY_ON_REQUEST, TIMEOUT
 
 COLUMNS = (*ALL_STATUSES, "missing")
 
@@ -35,6 +36,8 @@ class StatusReport:
     errors: list[tuple[str, str, str]] = field(default_factory=list)  # (task, run_id, first line)
     damaged: dict[str, str] = field(default_factory=dict)  # part path -> why it cannot be read
     drivers: list[tuple[str, DriverInfo, int, float]] = field(default_factory=list)  # claims.live_claims
+    logged: set[str] = field(default_factory=set)  # run ids with a stored log (runner.store.logs)
+    diverged_logged: list[tuple[str, str]] = field(default_factory=list)  # (task, run_id): diverged, with a log
 
     def format(self, max_errors: int = 10) -> str:
         lines = []
@@ -50,9 +53,16 @@ class StatusReport:
         if self.errors:
             lines.append(f"failures ({len(self.errors)}; first lines):")
             for task, rid, err in self.errors[:max_errors]:
-                lines.append(f"  {task} {rid[:12]}: {err}")
+                lines.append(
+                    f"  {task} {rid[:12]}: {err}" + (f"  [convgrid logs {rid[:12]}]" if rid in self.logged else "")
+                )
             if len(self.errors) > max_errors:
                 lines.append(f"  ... {len(self.errors) - max_errors} more")
+        if self.diverged_logged:
+            lines.append(f"diverged runs that wrote output ({len(self.diverged_logged)}; `convgrid logs RUN_ID`):")
+            lines.extend(f"  {task} {rid[:12]}" for task, rid in self.diverged_logged[:max_errors])
+            if len(self.diverged_logged) > max_errors:
+                lines.append(f"  ... {len(self.diverged_logged) - max_errors} more")
         if self.damaged:
             lines.append(
                 f"damaged parts ({len(self.damaged)}; skipped by every reader, `convgrid compact --repair` moves them):"
@@ -74,7 +84,7 @@ def damaged_parts(store: ResultStore) -> dict[str, str]:
     """Every visible part that cannot be read to its last page (checksums verified): path -> error."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedPartWarning)  # listed in the report instead
-        for directory in [*(task_dir(k, t) for t in store.tasks() for k in TASK_KINDS), "members", "trials"]:
+        for directory in [*(task_dir(k, t) for t in store.tasks() for k in TASK_KINDS), "members", "trials", LOGS]:
             for part in store.parts(directory):
                 try:
                     store.reader.verify(part)
@@ -134,7 +144,20 @@ def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
     report.errors = sorted((e for f in failures for e in f.errors()), key=lambda e: e[1])
     report.damaged = damaged
     report.drivers = live_claims(store.files, settings().lease_s)
+    report.logged, report.diverged_logged = _logged(store, tasks)
     return report
+
+
+def _logged(store: ResultStore, tasks: list[str]) -> tuple[set[str], list[tuple[str, str]]]:
+    """The run ids with a stored log, and the diverged runs among them (runs/ read with a filter: few)."""
+    logged = store.retrying(partial(logged_runs, store))
+    if not logged:
+        return logged, []
+    diverged = []
+    for task in tasks:
+        table = store.read_table(RUNS, task, ["run_id"], pc.field("status") == DIVERGED)
+        diverged += [(task, rid) for rid in sorted(table["run_id"].to_pylist()) if rid in logged]
+    return logged, diverged
 
 
 MEMBER_ROW = {"task": np.int32, "grid": np.int32}

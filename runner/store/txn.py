@@ -37,12 +37,12 @@ import pyarrow.fs as pafs
 from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, read_bytes, write_bytes
 from runner.fs.root import Root, UnsafePath, check_relative
 from runner.store.files import encode_parquet, read_tail, write_durably
-from runner.store.layout import MEMBERS, TASK_KINDS, TRIALS
+from runner.store.layout import LOGS, MEMBERS, TASK_KINDS, TRIALS
 from runner.store.part_names import name_for, new_id, renamed, tail_of
 
 INTERNAL = "_store"
 # The folders of data a transaction may add to or remove from.
-DATA_FOLDERS = frozenset({*TASK_KINDS, MEMBERS, TRIALS})
+DATA_FOLDERS = frozenset({*TASK_KINDS, MEMBERS, TRIALS, LOGS})
 TXN_DIR = f"{INTERNAL}/txn"
 STAGING_DIR = f"{INTERNAL}/staging"
 # Parts workers wrote for a driver to commit (runner.store.incoming): staged like staging's, but by

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +25,13 @@ class FaultyParams(TaskParams):
     poison: bool = Field(False, description="return a summary value the store cannot take (a string for a float)")
     probe_dir: str | None = Field(None, description="if set, each finished run touches probe_dir/<run x> (fault tests)")
     ledger: str | None = Field(None, description="if set, each finished run appends '<x> <pid>' to this file")
+    talk: str | None = Field(
+        None, description="if set, the run prints it to stdout and stderr, warns it and logs it (issue 46's tests)"
+    )
+    talk_times: int = Field(1, ge=1, description="how many times the run prints `talk` to stdout")
+    die_after_talk: str | None = Field(
+        None, description="if set, the first attempt (this file its witness) SIGKILLs its own process after talking"
+    )
     die_staging: str | None = Field(
         None, description="if set, the worker is SIGKILLed once (this file its witness) right after it stages curves"
     )
@@ -38,6 +49,16 @@ class FaultyTask:
     diverging_example: ClassVar[dict[str, Any] | None] = None
 
     def run(self, p: FaultyParams, ctx: RunContext) -> Result:
+        if p.talk is not None:
+            for i in range(p.talk_times):
+                print(f"stdout {i}: {p.talk}")
+            print(f"stderr: {p.talk}", file=sys.stderr)
+            warnings.warn(f"warning: {p.talk}", UserWarning, stacklevel=1)
+            logging.getLogger("tests.toy_learner").warning("logging: %s", p.talk)
+        if p.die_after_talk is not None and not os.path.exists(p.die_after_talk):
+            Path(p.die_after_talk).write_text(f"{os.getpid()}\n")
+            time.sleep(1.5)  # past run_output.LIVE_EVERY_S: the worker's live copy of the output is written
+            os.kill(os.getpid(), signal.SIGKILL)
         if p.fail:
             raise RuntimeError(f"asked to fail with x={p.x}")
         if p.die_staging is not None:  # the ingest fault tests: a worker dead between staging and its manifest
