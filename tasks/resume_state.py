@@ -1,0 +1,77 @@
+"""Pieces of a learner's checkpoint that several learners share (tasks.base.Checkpoint).
+
+An optimiser's per-parameter state (Adam's moments and step count, SGD's momentum buffer) goes into a
+checkpoint's `tensors` under one name per entry, and comes back into a fresh optimiser over the same
+parameters, so the next `step()` computes what the uninterrupted run's would. Only the per-parameter state
+is kept: a learner builds its optimiser from its params (learning rates, betas) and restores its own
+schedule, so the hyper-parameters never travel (they are plain config, not state).
+
+A batch whose members resume from different steps (`RunContext.resume`) runs as groups of members that
+start at the same step: `by_resume_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import torch
+
+from tasks.base import RunContext
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+
+def optimizer_tensors(
+    opt: torch.optim.Optimizer, params: Sequence[torch.Tensor], prefix: str
+) -> dict[str, torch.Tensor]:
+    """`opt`'s state of each of `params` (in order) as `{prefix}{i}.{key}` -> a copy of the tensor.
+    A parameter that has not been stepped yet has no state and no entry."""
+    out: dict[str, torch.Tensor] = {}
+    for i, param in enumerate(params):
+        for key, value in opt.state.get(param, {}).items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"optimizer state {key!r} is {type(value).__name__}, not a tensor")
+            out[f"{prefix}{i}.{key}"] = value.detach().clone()
+    return out
+
+
+def load_optimizer(
+    opt: torch.optim.Optimizer, params: Sequence[torch.Tensor], tensors: dict[str, torch.Tensor], prefix: str
+) -> None:
+    """Give `opt` back the state `optimizer_tensors` saved for `params` (copies, on each parameter's device)."""
+    for i, param in enumerate(params):
+        head = f"{prefix}{i}."
+        state = {k[len(head) :]: v.to(param.device, copy=True) for k, v in tensors.items() if k.startswith(head)}
+        if state:
+            opt.state[param] = state
+
+
+def generator_states(gens: dict[str, torch.Generator]) -> dict[str, torch.Tensor]:
+    """Each generator's state under `gen.{name}`."""
+    return {f"gen.{name}": g.get_state() for name, g in gens.items()}
+
+
+def load_generators(gens: dict[str, torch.Generator], tensors: dict[str, torch.Tensor]) -> None:
+    for name, g in gens.items():
+        g.set_state(tensors[f"gen.{name}"].clone())
+
+
+def resume_step(ctx: RunContext) -> int | None:
+    return None if ctx.resume is None else ctx.resume.step
+
+
+def by_resume_step(
+    ps: Sequence[P], ctxs: Sequence[RunContext], run: Callable[[list[P], list[RunContext]], list[R]]
+) -> list[R]:
+    """`run` on the members of a batch grouped by the step they resume from (fresh members together), each
+    group as one batch: a batched loop keeps one step counter, and a member's trajectory does not depend on
+    who shares its batch. Results in the members' order."""
+    groups: dict[int | None, list[int]] = {}
+    for i, ctx in enumerate(ctxs):
+        groups.setdefault(resume_step(ctx), []).append(i)
+    out: dict[int, R] = {}
+    for idx in groups.values():
+        out.update(zip(idx, run([ps[i] for i in idx], [ctxs[i] for i in idx]), strict=True))
+    return [out[i] for i in range(len(ps))]
