@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from runner.grid.identity import validate_params
@@ -46,12 +46,16 @@ def _batch(name: str, ps: Sequence[Any], ctxs: Sequence[RunContext]) -> list[Res
     return task.run_batch(ps, ctxs)
 
 
-def check_batched_resume(name: str, configs: Sequence[dict[str, Any]]) -> None:
+def check_batched_resume(
+    name: str, configs: Sequence[dict[str, Any]], same: Callable[[Result, Result, str], None] | None = None
+) -> None:
     """A batch of `configs` (one batch key) where each member resumes from its own checkpoint at a random
     step (the first member fresh) gives each member's run alone; so do the members' checkpoints taken
     inside a batch, each resumed alone; and a batch preempted at a random step stops every member with
     status preempted and resumes, as a batch, to the batch uninterrupted. Batched against single runs the
-    equality is the batch contract's (tests/batch_equality.py: float64 to 1e-12 relative)."""
+    equality is the batch contract's: `same(want, got, label)`, by default tests/batch_equality.py's (float64 to
+    1e-12 relative)."""
+    check = same or (lambda want, got, label: assert_close_result(want, got, label=label))
     task = get_task(name)
     ps = [validate_params(task, raw) for raw in configs]
     alone = [task.run(p, RunContext()) for p in ps]
@@ -65,19 +69,17 @@ def check_batched_resume(name: str, configs: Sequence[dict[str, Any]]) -> None:
         resumes.append(rng.choice(saved))
     got = _batch(name, ps, [RunContext(resume=c) for c in resumes])
     for i, (g, a) in enumerate(zip(got, alone, strict=True)):
-        assert_close_result(a, g, label=f"member {i} resumed at {resumes[i] and resumes[i].step}")  # type: ignore[union-attr]
+        check(a, g, f"member {i} resumed at {resumes[i] and resumes[i].step}")  # type: ignore[union-attr]
 
     # Checkpoints saved inside a batch resume alone to the single run.
     pairs = [collecting() for _ in ps]
     inside = [saved for saved, _ in pairs]
     whole = _batch(name, ps, [RunContext(checkpointer=save, checkpoint_every=0.0) for _, save in pairs])
     for i, (p, saved) in enumerate(zip(ps, inside, strict=True)):
-        assert_close_result(alone[i], whole[i], label=f"member {i} saving every step")
+        check(alone[i], whole[i], f"member {i} saving every step")
         assert saved, f"member {i} saved nothing"
         ckpt = rng.choice(saved)
-        assert_close_result(
-            alone[i], task.run(p, RunContext(resume=ckpt)), label=f"member {i} from its batch's step {ckpt.step}"
-        )
+        check(alone[i], task.run(p, RunContext(resume=ckpt)), f"member {i} from its batch's step {ckpt.step}")
 
     # A preempted batch: every member stops at the step it saved last, and the batch resumes.
     steps = sorted({c.step for saved in inside for c in saved})
@@ -103,4 +105,4 @@ def check_batched_resume(name: str, configs: Sequence[dict[str, Any]]) -> None:
         [RunContext(resume=c) if s.status == PREEMPTED else RunContext() for c, s in zip(last, stopped, strict=True)],
     )
     for i, (r, w) in enumerate(zip(resumed, whole, strict=True)):
-        assert_close_result(w, r, label=f"member {i} after the batch's preemption at step {at}")
+        check(w, r, f"member {i} after the batch's preemption at step {at}")
