@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -235,8 +236,9 @@ class Live:
         only evaluated); a member preempted there leaves the stack."""
         stopped = []
         for j, mb in enumerate(self.members):
-            ws = [w[j] for w in self.ws]
-            if not mb.ctx.checkpoint(t, lambda mb=mb, ws=ws: mb.checkpoint(t, ws), last=t == mb.p.n_iters):  # type: ignore[misc]
+            if mb.ctx.checkpointer is None:
+                continue  # never saved (ctx.checkpoint would answer True): not even the views of its weights
+            if not mb.ctx.checkpoint(t, partial(mb.checkpoint, t, [w[j] for w in self.ws]), last=t == mb.p.n_iters):
                 self.stop(j, t, mb.ctx.stop_status())
                 stopped.append(j)
         self.drop(stopped, [])
