@@ -6,8 +6,9 @@ parameters, so the next `step()` computes what the uninterrupted run's would. On
 is kept: a learner builds its optimiser from its params (learning rates, betas) and restores its own
 schedule, so the hyper-parameters never travel (they are plain config, not state).
 
-A batch whose members resume from different steps (`RunContext.resume`) runs as groups of members that
-start at the same step: `by_resume_step`.
+A batch whose members resume from different steps (`RunContext.resume`) runs as one batch per step:
+`by_resume_step` (the runner-side branch has the same function as tasks.common.by_resume_step; one of the
+two goes when both are merged).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import TypeVar
 
 import torch
 
-from tasks.base import RunContext
+from tasks.base import Result, RunContext
 
 P = TypeVar("P")
-R = TypeVar("R")
 
 
 def optimizer_tensors(
@@ -58,20 +58,18 @@ def load_generators(gens: dict[str, torch.Generator], tensors: dict[str, torch.T
         g.set_state(tensors[f"gen.{name}"].clone())
 
 
-def resume_step(ctx: RunContext) -> int | None:
-    return None if ctx.resume is None else ctx.resume.step
-
-
 def by_resume_step(
-    ps: Sequence[P], ctxs: Sequence[RunContext], run: Callable[[list[P], list[RunContext]], list[R]]
-) -> list[R]:
-    """`run` on the members of a batch grouped by the step they resume from (fresh members together), each
-    group as one batch: a batched loop keeps one step counter, and a member's trajectory does not depend on
-    who shares its batch. Results in the members' order."""
-    groups: dict[int | None, list[int]] = {}
-    for i, ctx in enumerate(ctxs):
-        groups.setdefault(resume_step(ctx), []).append(i)
-    out: dict[int, R] = {}
-    for idx in groups.values():
-        out.update(zip(idx, run([ps[i] for i in idx], [ctxs[i] for i in idx]), strict=True))
-    return [out[i] for i in range(len(ps))]
+    ps: Sequence[P], ctxs: Sequence[RunContext], run_batch: Callable[[Sequence[P], Sequence[RunContext]], list[Result]]
+) -> list[Result] | None:
+    """A batch whose members resume from different steps (tasks.base.RunContext.resume; None: step 0) as
+    one `run_batch` call per step, the results in the members' order; None where all start at one step
+    (the caller runs them as one batch: a batched loop keeps one step counter). A member's trajectory does
+    not depend on who shares its batch."""
+    starts = [ctx.resume.step if ctx.resume is not None else 0 for ctx in ctxs]
+    if len(set(starts)) <= 1:
+        return None
+    results: dict[int, Result] = {}
+    for start in sorted(set(starts)):
+        idx = [i for i, s in enumerate(starts) if s == start]
+        results.update(zip(idx, run_batch([ps[i] for i in idx], [ctxs[i] for i in idx]), strict=True))
+    return [results[i] for i in range(len(ps))]

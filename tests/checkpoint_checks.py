@@ -62,11 +62,12 @@ def check_batched_resume(
     rng = random.Random(f"batched-{name}")
 
     # Each member resumes from a checkpoint of its own single run, at its own step.
+    # Member 1 from its first (ldminv: step 0, in one batch with the fresh member 0).
     resumes: list[Checkpoint | None] = [None]
-    for p in ps[1:]:
+    for i, p in enumerate(ps[1:], start=1):
         saved, save = collecting()
         task.run(p, RunContext(checkpointer=save, checkpoint_every=0.0))
-        resumes.append(rng.choice(saved))
+        resumes.append(saved[0] if i == 1 else rng.choice(saved))
     got = _batch(name, ps, [RunContext(resume=c) for c in resumes])
     for i, (g, a) in enumerate(zip(got, alone, strict=True)):
         check(a, g, f"member {i} resumed at {resumes[i] and resumes[i].step}")  # type: ignore[union-attr]

@@ -49,7 +49,7 @@ def run_gd_batch(ps: Sequence[GDParams], ctxs: Sequence[RunContext]) -> list[Res
     run is a batch of one, so both paths are the same code."""
     if len({gd_batch_key(p) for p in ps}) != 1 or len(ps) != len(ctxs):
         raise ValueError(f"run_gd_batch needs one context per member and one batch key, got {len(ps)} members")
-    if ctxs[0].resume is not None:  # members of a batch resume from one step (by_resume_step): the end
+    if ctxs[0].resume is not None:  # one step per batch (by_resume_step), never 0 for GD: all resume, from their end
         return [Result(**ctx.resume.state["result"]) for ctx in ctxs if ctx.resume is not None]
     device, n, T = ctxs[0].device, ps[0].n_problems, ps[0].T
     probs = [problem_of(p) for p in ps]
@@ -357,7 +357,10 @@ class L2OGDTask:
             gd = [p for i in idx if isinstance(p := ps[i], GDParams)]
             l2o = [p for i in idx if isinstance(p := ps[i], L2OParams)]
             sub = [ctxs[i] for i in idx]
-            results = by_resume_step(gd, sub, run_gd_batch) if gd else by_resume_step(l2o, sub, run_l2o_batch)
+            if gd:
+                results = by_resume_step(gd, sub, run_gd_batch) or run_gd_batch(gd, sub)
+            else:
+                results = by_resume_step(l2o, sub, run_l2o_batch) or run_l2o_batch(l2o, sub)
             out.update(zip(idx, results, strict=True))
         return [out[i] for i in range(len(ps))]
 

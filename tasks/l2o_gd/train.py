@@ -141,7 +141,7 @@ def train_batch(
     mems = [_Member(p, prob, ctx, base) for p, prob, ctx, base in zip(ps, probs, ctxs, bases, strict=True)]
     p0, device, dt = ps[0], ctxs[0].device, mems[0].dt  # one batch key: one shape, dtype and device
     # Members of a batch resume from one step (tasks.resume_state.by_resume_step): the weights W^start.
-    start = 0 if ctxs[0].resume is None else ctxs[0].resume.step
+    start = max(0 if ctx.resume is None else ctx.resume.step for ctx in ctxs)
     for mem in mems:
         if mem.ctx.resume is not None:
             mem.restore(mem.ctx.resume)

@@ -205,10 +205,13 @@ class LdminvTask:
         keys = {self.batch_key(p) for p in ps}
         if len(keys) != 1:
             raise ValueError(f"ldminv run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
+        grouped = by_resume_step(ps, ctxs, self.run_batch)
+        if grouped is not None:
+            return grouped
         if isinstance(ps[0], DsvdParams):
-            outs = by_resume_step([p for p in ps if isinstance(p, DsvdParams)], list(ctxs), run_dsvd_batch)
+            outs = run_dsvd_batch([p for p in ps if isinstance(p, DsvdParams)], ctxs)
         else:
-            outs = by_resume_step([p for p in ps if isinstance(p, MinvParams)], list(ctxs), run_minv_batch)
+            outs = run_minv_batch([p for p in ps if isinstance(p, MinvParams)], ctxs)
         return [_result(out) for out in outs]
 
 

@@ -260,16 +260,18 @@ def run_dsvd_batch(ps: Sequence[DsvdParams], ctxs: Sequence[RunContext]) -> list
         data_seed = p.seed if p.data_seed is None else p.data_seed
         test = _draw(p, data_seed, "test", p.n_test, torch_dtype(p.dtype), ctx.device)
         members.append(Member(p, ctx, DsvdModel(p, ctx.device), test))
-    # Members of a batch resume from one step (tasks.resume_state.by_resume_step).
+    # Members of a batch resume from one step (tasks.resume_state.by_resume_step; a checkpoint of step 0 with
+    # members starting afresh).
     resumes = [ctx.resume for ctx in ctxs]
-    done = 0 if resumes[0] is None else resumes[0].step
-    if resumes[0] is None:
-        for mb, init in zip(members, evaluate([mb.model for mb in members], [mb.test for mb in members]), strict=True):
-            mb.init = init
-            mb.curve = {"step": [0], "train_loss": [math.nan], "test_loss": [init["test_loss"]]}
-            if is_diverged(init["test_loss"]):
-                mb.status, mb.diverged_step = "diverged", 1
-            mb.stopped = not mb.ctx.report(0, test_loss=init["test_loss"])
+    done = max(0 if ckpt is None else ckpt.step for ckpt in resumes)
+    fresh = [mb for mb, ckpt in zip(members, resumes, strict=True) if ckpt is None]
+    inits = evaluate([mb.model for mb in fresh], [mb.test for mb in fresh]) if fresh else []
+    for mb, init in zip(fresh, inits, strict=True):
+        mb.init = init
+        mb.curve = {"step": [0], "train_loss": [math.nan], "test_loss": [init["test_loss"]]}
+        if is_diverged(init["test_loss"]):
+            mb.status, mb.diverged_step = "diverged", 1
+        mb.stopped = not mb.ctx.report(0, test_loss=init["test_loss"])
     for mb, ckpt in zip(members, resumes, strict=True):
         if ckpt is not None:
             mb.restore(ckpt)

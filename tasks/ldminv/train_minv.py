@@ -315,7 +315,7 @@ def run_minv_batch(ps: Sequence[MinvParams], ctxs: Sequence[RunContext]) -> list
     )
     # Members of a batch resume from one step (tasks.resume_state.by_resume_step): the schedule starts there.
     resumes = [ctx.resume for ctx in ctxs]
-    done = 0 if resumes[0] is None else resumes[0].step
+    done = max(0 if ckpt is None else ckpt.step for ckpt in resumes)
     for group in opt.param_groups:
         group["initial_lr"] = group["lr"]  # what LambdaLR needs to start at a later step
     sched = torch.optim.lr_scheduler.LambdaLR(

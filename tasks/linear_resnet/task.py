@@ -295,9 +295,9 @@ class LinearResNetTask:
         keys = {self.batch_key(p) for p in ps}
         if len(keys) != 1:
             raise ValueError(f"linear_resnet run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
-        return by_resume_step(ps, list(ctxs), self._run_batch)
-
-    def _run_batch(self, ps: Sequence[GDParams | SGDParams], ctxs: Sequence[RunContext]) -> list[Result]:
+        grouped = by_resume_step(ps, ctxs, self.run_batch)
+        if grouped is not None:
+            return grouped
         built = [build(p) for p in ps]
         setups = [setup for setup, _ in built]
         p0 = ps[0]

@@ -285,7 +285,7 @@ def _members(ps: Sequence[GDParams | SGDParams], setups: Sequence[Setup], ctxs: 
 
 def start_step(ctxs: Sequence[RunContext]) -> int:
     """Where the loop starts: members of a batch resume from one step (tasks.resume_state.by_resume_step)."""
-    return 0 if ctxs[0].resume is None else ctxs[0].resume.step
+    return max(0 if ctx.resume is None else ctx.resume.step for ctx in ctxs)
 
 
 def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunContext]) -> list[Outcome]:
