@@ -26,24 +26,30 @@ P = TypeVar("P")
 def optimizer_tensors(
     opt: torch.optim.Optimizer, params: Sequence[torch.Tensor], prefix: str
 ) -> dict[str, torch.Tensor]:
-    """`opt`'s state of each of `params` (in order) as `{prefix}{i}.{key}` -> a copy of the tensor.
-    A parameter that has not been stepped yet has no state and no entry."""
+    """`opt`'s state of each of `params` (in order) as `{prefix}{i}.{key}` -> a copy of the tensor on the CPU
+    (a checkpoint resumes on any node). A parameter that has not been stepped yet has no state and no entry."""
     out: dict[str, torch.Tensor] = {}
     for i, param in enumerate(params):
         for key, value in opt.state.get(param, {}).items():
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"optimizer state {key!r} is {type(value).__name__}, not a tensor")
-            out[f"{prefix}{i}.{key}"] = value.detach().clone()
+            out[f"{prefix}{i}.{key}"] = value.detach().to("cpu", copy=True)
     return out
 
 
 def load_optimizer(
     opt: torch.optim.Optimizer, params: Sequence[torch.Tensor], tensors: dict[str, torch.Tensor], prefix: str
 ) -> None:
-    """Give `opt` back the state `optimizer_tensors` saved for `params` (copies, on each parameter's device)."""
+    """Give `opt` back the state `optimizer_tensors` saved for `params`: copies on each parameter's device,
+    but for Adam's `step`, which stays on the CPU (as torch's own `load_state_dict` keeps it for an optimiser
+    that is neither capturable nor fused, the only kind the learners build)."""
     for i, param in enumerate(params):
         head = f"{prefix}{i}."
-        state = {k[len(head) :]: v.to(param.device, copy=True) for k, v in tensors.items() if k.startswith(head)}
+        state = {
+            k[len(head) :]: v.clone() if k.endswith(".step") else v.to(param.device, copy=True)
+            for k, v in tensors.items()
+            if k.startswith(head)
+        }
         if state:
             opt.state[param] = state
 

@@ -117,7 +117,7 @@ def train_densenet(
     def checkpoint(opt: torch.optim.Optimizer) -> Checkpoint:
         """The state after epoch `epochs`'s training, before its row: the weights, the stage's optimiser
         state, the batch order's generator, the curve, counters, the last row and the epoch's loss."""
-        tensors = {name: t.detach().clone() for name, t in net.named().items()}
+        tensors = {name: t.detach().to("cpu", copy=True) for name, t in net.named().items()}
         tensors.update(optimizer_tensors(opt, net.params(), "opt."))
         tensors["gen.batch"] = gb.get_state()
         state = {"curve": {k: list(v) for k, v in curve.items()}, "flops": flops, "steps": steps, "row": dict(row)}

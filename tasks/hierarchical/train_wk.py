@@ -213,9 +213,11 @@ class Trainer:
         `params`, the batch order's generator, the snapshots, the curve and summary so far, the last row and
         the epoch's loss (R, the data and the initial W come back from the seeds)."""
         net = self.net
-        tensors = {f"w.{layer}": w.detach().clone() for layer, w in net.w.items()}
-        tensors.update({f"k.{layer}": k.detach().clone() for layer, k in net.k.items()})
-        tensors.update({f"snap.{name}": snap[2].clone() for name, snap in self.snap.items() if name != "init_w"})
+        tensors = {f"w.{layer}": w.detach().to("cpu", copy=True) for layer, w in net.w.items()}
+        tensors.update({f"k.{layer}": k.detach().to("cpu", copy=True) for layer, k in net.k.items()})
+        tensors.update(
+            {f"snap.{name}": snap[2].to("cpu", copy=True) for name, snap in self.snap.items() if name != "init_w"}
+        )
         tensors.update(optimizer_tensors(opt, params, "opt."))
         tensors["gen.batch"] = gb.get_state()
         state = {

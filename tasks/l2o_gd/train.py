@@ -231,7 +231,7 @@ class _Member:
     def checkpoint(self, step: int, ws: list[torch.Tensor]) -> Checkpoint:
         """The state before epoch `step`'s pass: W^step, and the rows, losses and running maxima of the
         epochs before it (the problem, the baselines and W^0 come back from the seeds)."""
-        tensors = {f"w.{layer}": w.detach().clone() for layer, w in enumerate(ws)}
+        tensors = {f"w.{layer}": w.detach().to("cpu", copy=True) for layer, w in enumerate(ws)}
         state = {
             "curve": {k: list(v) for k, v in self.curve.items()},
             "losses": list(self.losses),

@@ -197,9 +197,13 @@ class Member:
         """The state after iteration `it`: step offsets, inner coefficients, optimiser state, batch order,
         the init's metrics and the curve (the pool and test set are re-drawn from their seeds)."""
         model = self.model
-        tensors = {"offsets": model.offsets.detach().clone()}
+        tensors = {"offsets": model.offsets.detach().to("cpu", copy=True)}
         tensors.update(
-            {f"coeffs.{k}.{s}": c.clone() for k, pair in enumerate(model.coeffs) for s, c in enumerate(pair)}
+            {
+                f"coeffs.{k}.{s}": c.to("cpu", copy=True)
+                for k, pair in enumerate(model.coeffs)
+                for s, c in enumerate(pair)
+            }
         )
         if self.bg is not None:
             tensors["gen.batches"] = self.bg.get_state()

@@ -129,7 +129,7 @@ class Trainer:
 
     def checkpoint(self, it: int, opt: torch.optim.Optimizer) -> Checkpoint:
         """The state after iteration `it`: coefficients, optimiser state, generators, curve and running summary."""
-        tensors = {"coeffs": self.coeffs.detach().clone(), **generator_states(self.generators())}
+        tensors = {"coeffs": self.coeffs.detach().to("cpu", copy=True), **generator_states(self.generators())}
         tensors.update(optimizer_tensors(opt, [self.coeffs], "opt."))
         state = {
             "curve": {k: list(v) for k, v in self.curve.items()},
