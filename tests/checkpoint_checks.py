@@ -67,7 +67,9 @@ def check_batched_resume(
     for i, p in enumerate(ps[1:], start=1):
         saved, save = collecting()
         task.run(p, RunContext(checkpointer=save, checkpoint_every=0.0))
-        resumes.append(saved[0] if i == 1 else rng.choice(saved))
+        used = {0, *(c.step for c in resumes if c is not None)}
+        resumes.append(saved[0] if i == 1 else rng.choice([c for c in saved if c.step not in used] or saved))
+    assert len({0 if c is None else c.step for c in resumes}) > 1, "the members must resume at different steps"
     got = _batch(name, ps, [RunContext(resume=c) for c in resumes])
     for i, (g, a) in enumerate(zip(got, alone, strict=True)):
         check(a, g, f"member {i} resumed at {resumes[i] and resumes[i].step}")  # type: ignore[union-attr]
