@@ -28,7 +28,7 @@ from tasks.hierarchical.target import (
     variance_shares,
 )
 from tasks.hierarchical.train_wk import CURVE_COLUMNS, Trainer
-from tasks.status import DIVERGED, OK
+from tasks.status import PREEMPTED
 
 LAYERS = range(2, MAX_L + 1)
 
@@ -206,13 +206,13 @@ class HierarchicalTask:
             return Result(status="ok", summary=summary, curve={}, flops=flops, n_steps=1)
         if isinstance(p, DenseNetParams):
             status, curve, s, flops, steps, div = train_densenet(p, target, data, ctx)
-            if status not in (OK, DIVERGED) and ctx.stop_reason == "preempted":
+            if status == PREEMPTED:  # saved: the runner stores nothing of this attempt
                 return Result(status=status)
             summary.update(s)
             summary["flops_per_sample"] = 3.0 * FL.densenet_forward(p.d, p.m, target.graph, p.L)
         else:
             o = Trainer(p, target, data, ctx).run()
-            if o.status not in (OK, DIVERGED) and ctx.stop_reason == "preempted":
+            if o.status == PREEMPTED:  # saved: the runner stores nothing of this attempt
                 return Result(status=o.status)
             status, curve, flops, steps, div = o.status, o.curve, o.flops, o.n_steps, o.diverged_step
             summary.update(o.summary)

@@ -141,7 +141,7 @@ class Trainer:
         return Checkpoint(it, tensors, state)
 
     def restore(self, ckpt: Checkpoint) -> None:
-        """Start from `ckpt` instead of step 0 (the optimiser's state: `restore_optimizer`). The rows of the
+        """Start from `ckpt` instead of step 0 (the optimiser's state: `load_optimizer`). The rows of the
         curve are those this config logs: a shorter run's row at its own last iteration goes (budget growth)."""
         st = ckpt.state
         with torch.no_grad():
