@@ -134,3 +134,16 @@ def test_grown_budget_equals_the_long_run_from_scratch(name: str, i: int) -> Non
     if not saved:
         pytest.skip("the shorter run stopped before its budget (tolerance or divergence): nothing to grow")
     assert_same_result(run(name, raw, resume=saved[-1]), run(name, raw), f"grown from {budget}={full // 3}")
+
+
+@pytest.mark.parametrize(("name", "i"), EXAMPLES, ids=IDS)
+def test_resumed_from_its_final_state_equals_the_run_alone(name: str, i: int) -> None:
+    """The state a run keeps for budget growth (`keep_final`, its last step's save), resumed by the same
+    config, as after a worker lost between that save and the run's commit."""
+    raw = example(name, i)
+    saved, save = collecting()
+    alone = run(name, raw, checkpointer=save, keep_final=True)
+    if not saved:
+        pytest.skip("the run stopped before its budget (tolerance or divergence): no final state")
+    assert len(saved) == 1, "without a cadence only the last step is saved"
+    assert_same_result(run(name, raw, resume=saved[0]), alone, f"resumed from its final state at {saved[0].step}")

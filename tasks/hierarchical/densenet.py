@@ -6,17 +6,20 @@ no staging, no distillation: this is the network the paper's CIFAR quadratic net
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
 
-from tasks.base import RunContext, is_diverged
+from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.common import generator, torch_dtype
 from tasks.hierarchical import flops as FL
 from tasks.hierarchical.data import Data
 from tasks.hierarchical.metrics import median_se, nmse
 from tasks.hierarchical.params import DenseNetParams
+from tasks.hierarchical.schedule import position
 from tasks.hierarchical.target import Target
+from tasks.resume_state import load_optimizer, optimizer_tensors
 from tasks.status import DIVERGED, OK, Status
 
 
@@ -48,6 +51,13 @@ class DenseNet:
 
     def params(self) -> list[torch.Tensor]:
         return [*self.w.values(), *self.u.values()]
+
+    def named(self) -> dict[str, torch.Tensor]:
+        """Every trained tensor by a checkpoint name."""
+        return {
+            **{f"w.{layer}.{j}": w for (layer, j), w in self.w.items()},
+            **{f"u.{layer}": u for layer, u in self.u.items()},
+        }
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         g: dict[int, torch.Tensor] = {0: x, 1: activation(self.act, x) - self.mean1}
@@ -101,40 +111,74 @@ def train_densenet(
             curve[key].append(out[key])
         return out
 
-    row = record(-1, math.nan)  # phase codes as in train_wk: -1 init, 3 all layers from the start, 2 final
-    for stage, n_ep, lr in ((3, p.epochs, p.lr), (2, p.final_epochs, p.final_lr)):
+    stages = ((3, p.epochs, p.lr), (2, p.final_epochs, p.final_lr))
+    loss = math.nan
+
+    def checkpoint(opt: torch.optim.Optimizer) -> Checkpoint:
+        """The state after epoch `epochs`'s training, before its row: the weights, the stage's optimiser
+        state, the batch order's generator, the curve, counters, the last row and the epoch's loss."""
+        tensors = {name: t.detach().to("cpu", copy=True) for name, t in net.named().items()}
+        tensors.update(optimizer_tensors(opt, net.params(), "opt."))
+        tensors["gen.batch"] = gb.get_state()
+        state = {"curve": {k: list(v) for k, v in curve.items()}, "flops": flops, "steps": steps, "row": dict(row)}
+        return Checkpoint(epochs, tensors, {**state, "loss": loss})
+
+    resume = ctx.resume
+    if resume is None:
+        row = record(-1, math.nan)  # phase codes as in train_wk: -1 init, 3 all layers from the start, 2 final
+        at, first = 0, 0
+    else:
+        with torch.no_grad():
+            for name, t in net.named().items():
+                t.copy_(resume.tensors[name])
+        gb.set_state(resume.tensors["gen.batch"].clone())
+        st = resume.state
+        curve = {k: list(v) for k, v in st["curve"].items()}
+        flops, steps, epochs, row, loss = st["flops"], st["steps"], resume.step, dict(st["row"]), st["loss"]
+        at, first = position([n_ep for _, n_ep, _ in stages], resume.step)
+    # The resumed epoch's training is in the checkpoint; its row is not.
+    pending = resume is not None
+    for index, (stage, n_ep, lr) in enumerate(stages[at:], start=at):
         opt: torch.optim.Optimizer
         if p.optimizer == "adam":
             opt = torch.optim.Adam(net.params(), lr=lr)
         else:
             opt = torch.optim.SGD(net.params(), lr=lr, momentum=p.momentum or 0.0)
-        for epoch in range(n_ep):
-            perm = torch.randperm(xtr.shape[0], generator=gb).to(dev)
-            total = 0.0
-            for b in range(n_batches):
-                idx = perm[b * p.batch : (b + 1) * p.batch]
-                pred = net(xtr[idx])
-                loss = ((pred - ytr[idx]) ** 2).mean()
-                reg = sum((t**2).sum() for t in net.w.values())
-                obj = loss + p.wd * reg
-                opt.zero_grad(set_to_none=True)
-                obj.backward()
-                if p.clip is not None:
-                    for t in net.params():
-                        torch.nn.utils.clip_grad_norm_([t], p.clip)
-                opt.step()
-                steps += 1
-                flops += 3.0 * p.batch * fwd
-                value = float(obj.detach())
-                total += value
-                if is_diverged(value):
-                    status, diverged_step = DIVERGED, steps
+        if resume is not None and index == at:
+            load_optimizer(opt, net.params(), resume.tensors, "opt.")
+        for epoch in range(first if index == at else 0, n_ep):
+            if pending:
+                pending = False
+            else:
+                perm = torch.randperm(xtr.shape[0], generator=gb).to(dev)
+                total = 0.0
+                for b in range(n_batches):
+                    idx = perm[b * p.batch : (b + 1) * p.batch]
+                    pred = net(xtr[idx])
+                    fit = ((pred - ytr[idx]) ** 2).mean()
+                    reg = sum((t**2).sum() for t in net.w.values())
+                    obj = fit + p.wd * reg
+                    opt.zero_grad(set_to_none=True)
+                    obj.backward()
+                    if p.clip is not None:
+                        for t in net.params():
+                            torch.nn.utils.clip_grad_norm_([t], p.clip)
+                    opt.step()
+                    steps += 1
+                    flops += 3.0 * p.batch * fwd
+                    value = float(obj.detach())
+                    total += value
+                    if is_diverged(value):
+                        status, diverged_step = DIVERGED, steps
+                        break
+                if status != "ok":
                     break
-            if status != "ok":
-                break
-            epochs += 1
+                epochs += 1
+                loss = total / max(n_batches, 1)
+                if not ctx.checkpoint(epochs, partial(checkpoint, opt), last=epochs == p.epochs + p.final_epochs):
+                    return ctx.stop_status(), {}, {}, 0.0, 0, None
             if epochs % p.log_every == 0 or epoch == n_ep - 1:
-                row = record(stage, total / max(n_batches, 1))
+                row = record(stage, loss)
                 if not ctx.report(epochs, test_mse=row["test_mse"], train_mse=row["train_mse"]):
                     status = ctx.stop_status()
                     break

@@ -65,3 +65,14 @@ def phases(p: WKParams) -> list[Phase]:
     if p.final_epochs:
         out.append(Phase("final", depth, p.final_epochs, p.final_lr, band, band, None, None, reg))
     return out
+
+
+def position(epochs: list[int], done: int) -> tuple[int, int]:
+    """The phase (index into `epochs`, each phase's number of epochs) and the epoch within it of the run's
+    `done`-th epoch (1-based): where a run resumed after that epoch picks up."""
+    offset = 0
+    for i, n in enumerate(epochs):
+        if done <= offset + n:
+            return i, done - offset - 1
+        offset += n
+    raise ValueError(f"epoch {done} is past the run's {offset} epochs")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from tasks.base import FieldType, Result, RunContext
+from tasks.base import Checkpoint, FieldType, Result, RunContext
 from tasks.common import generator
 from tasks.hierarchical import flops as FL
 from tasks.hierarchical.data import make_data
@@ -28,6 +28,7 @@ from tasks.hierarchical.target import (
     variance_shares,
 )
 from tasks.hierarchical.train_wk import CURVE_COLUMNS, Trainer
+from tasks.status import PREEMPTED
 
 LAYERS = range(2, MAX_L + 1)
 
@@ -178,22 +179,41 @@ class HierarchicalTask:
         "final_epochs": 1,
     }
 
+    def growable_budget(self, p: WKParams | DenseNetParams | KernelParams) -> str | None:
+        """wk and densenet: `final_epochs`, the last phase (every layer in, at final_lr): a longer final phase
+        follows a shorter one exactly and goes on (the batch order's generator and the optimiser's state are in
+        the checkpoint; the curve's stage-end row at a shorter run's last epoch follows its last save, so a longer
+        run logs it only on its cadence). The stages before it (`epochs_per_stage`, densenet's `epochs`) do not
+        grow: a longer stage changes every epoch after it, and the stages end in distillations and optimiser
+        resets. kernel: None, a closed-form fit with no steps (its one checkpoint is its result)."""
+        return None if isinstance(p, KernelParams) else "final_epochs"
+
     def run(self, p: WKParams | DenseNetParams | KernelParams, ctx: RunContext) -> Result:
         target = make_target(p)
         data = make_data(target, p)
         summary = target_summary(p, target)
         if isinstance(p, KernelParams):
-            out, flops = run_kernel(p, data, ctx.device)
+            if ctx.resume is not None:  # the fit, saved whole
+                out, flops = dict(ctx.resume.state["fit"]), float(ctx.resume.state["flops"])
+            else:
+                out, flops = run_kernel(p, data, ctx.device)
+                fit = {"fit": dict(out), "flops": flops}
+                if not ctx.checkpoint(1, lambda: Checkpoint(1, {}, fit), last=True):
+                    return Result(status=ctx.stop_status())
             summary.update(out)
             summary["diverged"] = False
             summary["flops_per_sample"] = flops / p.n_train
             return Result(status="ok", summary=summary, curve={}, flops=flops, n_steps=1)
         if isinstance(p, DenseNetParams):
             status, curve, s, flops, steps, div = train_densenet(p, target, data, ctx)
+            if status == PREEMPTED:  # saved: the runner stores nothing of this attempt
+                return Result(status=status)
             summary.update(s)
             summary["flops_per_sample"] = 3.0 * FL.densenet_forward(p.d, p.m, target.graph, p.L)
         else:
             o = Trainer(p, target, data, ctx).run()
+            if o.status == PREEMPTED:  # saved: the runner stores nothing of this attempt
+                return Result(status=o.status)
             status, curve, flops, steps, div = o.status, o.curve, o.flops, o.n_steps, o.diverged_step
             summary.update(o.summary)
             summary["flops_per_sample"] = 3.0 * FL.wk_forward(p.d, target.ks, p.m, target.graph, p.L)

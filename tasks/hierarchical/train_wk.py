@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 
-from tasks.base import RunContext, is_diverged
+from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.common import generator, torch_dtype
 from tasks.hierarchical import flops as FL
 from tasks.hierarchical.data import Data
@@ -23,7 +24,7 @@ from tasks.hierarchical.metrics import (
     row_cosine,
 )
 from tasks.hierarchical.params import MAX_L, WKParams
-from tasks.hierarchical.schedule import Phase, phases
+from tasks.hierarchical.schedule import Phase, phases, position
 from tasks.hierarchical.target import Target
 from tasks.hierarchical.wk_model import (
     WKNet,
@@ -34,6 +35,7 @@ from tasks.hierarchical.wk_model import (
     q_dim,
     reg_gap,
 )
+from tasks.resume_state import load_optimizer, optimizer_tensors
 from tasks.status import DIVERGED, OK, Status
 
 LAYERS = range(2, MAX_L + 1)
@@ -199,18 +201,73 @@ class Trainer:
             return torch.optim.Adam(params, lr=lr)
         return torch.optim.SGD(params, lr=lr, momentum=self.p.momentum or 0.0)
 
+    def checkpoint(
+        self,
+        gb: torch.Generator,
+        opt: torch.optim.Optimizer,
+        params: list[torch.Tensor],
+        last: dict[str, Any],
+        loss: float,
+    ) -> Checkpoint:
+        """The state after epoch `self.epochs`'s training, before its row: K, W, the optimiser's state over
+        `params`, the batch order's generator, the snapshots, the curve and summary so far, the last row and
+        the epoch's loss (R, the data and the initial W come back from the seeds)."""
+        net = self.net
+        tensors = {f"w.{layer}": w.detach().to("cpu", copy=True) for layer, w in net.w.items()}
+        tensors.update({f"k.{layer}": k.detach().to("cpu", copy=True) for layer, k in net.k.items()})
+        tensors.update(
+            {f"snap.{name}": snap[2].to("cpu", copy=True) for name, snap in self.snap.items() if name != "init_w"}
+        )
+        tensors.update(optimizer_tensors(opt, params, "opt."))
+        tensors["gen.batch"] = gb.get_state()
+        state = {
+            "curve": {k: list(v) for k, v in self.curve.items()},
+            "summary": dict(self.summary),
+            "flops": self.flops,
+            "steps": self.steps,
+            "last": dict(last),
+            "loss": loss,
+        }
+        return Checkpoint(self.epochs, tensors, state)
+
+    def restore(self, ckpt: Checkpoint, gb: torch.Generator) -> tuple[dict[str, Any], float]:
+        """Start after epoch `ckpt.step`'s training; (the last row, that epoch's loss)."""
+        net, st = self.net, ckpt.state
+        with torch.no_grad():
+            for layer in net.w:
+                net.w[layer].copy_(ckpt.tensors[f"w.{layer}"])
+                net.k[layer].copy_(ckpt.tensors[f"k.{layer}"])
+        for name in ("pre_w", "pre_k"):
+            if f"snap.{name}" in ckpt.tensors:
+                self.snap[name] = {2: ckpt.tensors[f"snap.{name}"].to(self.dev, copy=True)}
+        gb.set_state(ckpt.tensors["gen.batch"].clone())
+        self.curve = {k: list(v) for k, v in st["curve"].items()}
+        self.summary = dict(st["summary"])
+        self.flops, self.steps, self.epochs = st["flops"], st["steps"], ckpt.step
+        return dict(st["last"]), st["loss"]
+
     def run(self) -> Outcome:
         p, net = self.p, self.net
         gb = generator(p.iseed(), "hierarchical", "batch")
         n = self.xtr.shape[0]
         n_batches = n // p.batch
         plan = phases(p)
-        last = self.record(plan[0], math.nan, initial=True)
+        total_epochs = sum(phase.epochs for phase in plan)
+        resume = self.ctx.resume
+        if resume is None:
+            last, loss = self.record(plan[0], math.nan, initial=True), math.nan
+            at, first = 0, 0
+        else:
+            last, loss = self.restore(resume, gb)
+            at, first = position([phase.epochs for phase in plan], resume.step)
+        # The resumed epoch's training is in the checkpoint; its row (and what follows it) is not.
+        pending = resume is not None
         status: Status = OK
         diverged_step: int | None = None
         kept: torch.optim.Optimizer | None = None
-        for phase in plan:
-            if phase.distill_before is not None:
+        for index, phase in enumerate(plan[at:], start=at):
+            resumed_here = resume is not None and index == at
+            if phase.distill_before is not None and not resumed_here:
                 layer = phase.distill_before
                 distilled = initial_distill(net.w[layer].detach(), net.split(layer), net.ks[layer - 2])
                 with torch.no_grad():  # in place: a kept optimiser holds this tensor
@@ -225,37 +282,47 @@ class Trainer:
                 kept = kept or self.optimiser(net.tensors(), phase.lr)
                 for group in kept.param_groups:
                     group["lr"] = phase.lr
-                opt = kept
+                opt, opt_params = kept, net.tensors()
             else:
-                opt = self.optimiser(params, phase.lr)
+                opt, opt_params = self.optimiser(params, phase.lr), params
+            if resumed_here:
+                assert resume is not None
+                load_optimizer(opt, opt_params, resume.tensors, "opt.")
             per_step = self.step_flops(phase)
             truncated = net.trunc is not None
-            for epoch in range(phase.epochs):
-                perm = torch.randperm(n, generator=gb).to(self.dev)
-                total = torch.zeros((), dtype=torch.float64, device=self.dev)
-                for b in range(n_batches):
-                    idx = perm[b * p.batch : (b + 1) * p.batch]
-                    pred = output(net, self.xtr[idx], phase.top, truncated)
-                    obj = ((pred - self.ytr[idx]) ** 2).mean() + self.regulariser(phase)
-                    opt.zero_grad(set_to_none=True)
-                    obj.backward()
-                    if p.clip is not None:
-                        for t in params:
-                            if t.grad is not None:
-                                torch.nn.utils.clip_grad_norm_([t], p.clip)
-                    opt.step()
-                    self.steps += 1
-                    self.flops += per_step
-                    total = total + obj.detach().double()
-                    if b % 16 == 15 or b == n_batches - 1:
-                        value = float(obj.detach())
-                        if is_diverged(value) or not all(torch.isfinite(t).all() for t in params):
-                            status, diverged_step = DIVERGED, self.steps
-                            break
-                if status == "diverged":
-                    break
-                self.epochs += 1
-                loss = float(total) / max(n_batches, 1)
+            for epoch in range(first if resumed_here else 0, phase.epochs):
+                if pending:
+                    pending = False
+                else:
+                    perm = torch.randperm(n, generator=gb).to(self.dev)
+                    total = torch.zeros((), dtype=torch.float64, device=self.dev)
+                    for b in range(n_batches):
+                        idx = perm[b * p.batch : (b + 1) * p.batch]
+                        pred = output(net, self.xtr[idx], phase.top, truncated)
+                        obj = ((pred - self.ytr[idx]) ** 2).mean() + self.regulariser(phase)
+                        opt.zero_grad(set_to_none=True)
+                        obj.backward()
+                        if p.clip is not None:
+                            for t in params:
+                                if t.grad is not None:
+                                    torch.nn.utils.clip_grad_norm_([t], p.clip)
+                        opt.step()
+                        self.steps += 1
+                        self.flops += per_step
+                        total = total + obj.detach().double()
+                        if b % 16 == 15 or b == n_batches - 1:
+                            value = float(obj.detach())
+                            if is_diverged(value) or not all(torch.isfinite(t).all() for t in params):
+                                status, diverged_step = DIVERGED, self.steps
+                                break
+                    if status == "diverged":
+                        break
+                    self.epochs += 1
+                    loss = float(total) / max(n_batches, 1)
+                    build = partial(self.checkpoint, gb, opt, opt_params, last, loss)
+                    if not self.ctx.checkpoint(self.epochs, build, last=self.epochs == total_epochs):
+                        status = self.ctx.stop_status()
+                        return Outcome(status, {}, {}, 0.0, 0, None, net)
                 if self.epochs % p.log_every == 0 or epoch == phase.epochs - 1:
                     last = self.record(phase, loss)
                     if not self.ctx.report(self.epochs, test_mse=last["test_mse"], train_mse=last["train_mse"]):

@@ -14,11 +14,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import FieldType, Result, RunContext, is_diverged
+from tasks.base import Checkpoint, FieldType, Result, RunContext, is_diverged
 from tasks.l2o_gd.metrics import improvement, ratios
 from tasks.l2o_gd.params import SPEC, GDParams, L2OParams
 from tasks.l2o_gd.problem import Problem, gd_trajectory, make_problem
 from tasks.l2o_gd.train import as_json, baseline_multipliers, baseline_summary, baselines, train_batch
+from tasks.resume_state import by_resume_step
 from tasks.status import DIVERGED, OK, Status
 
 
@@ -48,6 +49,8 @@ def run_gd_batch(ps: Sequence[GDParams], ctxs: Sequence[RunContext]) -> list[Res
     run is a batch of one, so both paths are the same code."""
     if len({gd_batch_key(p) for p in ps}) != 1 or len(ps) != len(ctxs):
         raise ValueError(f"run_gd_batch needs one context per member and one batch key, got {len(ps)} members")
+    if ctxs[0].resume is not None:  # one step per batch (by_resume_step), never 0 for GD: all resume, from their end
+        return [Result(**ctx.resume.state["result"]) for ctx in ctxs if ctx.resume is not None]
     device, n, T = ctxs[0].device, ps[0].n_problems, ps[0].T
     probs = [problem_of(p) for p in ps]
     steps = [step_multiplier_of(p, prob) for p, prob in zip(ps, probs, strict=True)]
@@ -112,7 +115,7 @@ def _gd_result(p: GDParams, ctx: RunContext, prob: Problem, c: float, f: torch.T
             }
         )
     flops = end * 8.0 * p.n_problems * p.b * p.d
-    return Result(
+    result = Result(
         status=status,
         summary=summary,
         curve=curve,
@@ -120,6 +123,22 @@ def _gd_result(p: GDParams, ctx: RunContext, prob: Problem, c: float, f: torch.T
         n_steps=max(end, 1),
         diverged_step=diverged_step,
     )
+    return _saved_whole(result, ctx)
+
+
+def _saved_whole(result: Result, ctx: RunContext) -> Result:
+    """A GD run's one checkpoint: its trajectories are one pass of T iterations costing less than a training
+    epoch of the learner, so its state is its result (at its last step), which a resumed attempt returns."""
+    if result.status not in (OK, DIVERGED):
+        return result
+
+    def build() -> Checkpoint:
+        fields = ("status", "summary", "curve", "flops", "n_steps", "diverged_step")
+        state = {k: getattr(result, k) for k in fields}
+        state["curve"] = {k: list(v) for k, v in result.curve.items()}
+        return Checkpoint(result.n_steps, {}, {"result": state})
+
+    return result if ctx.checkpoint(result.n_steps, build, last=True) else Result(status=ctx.stop_status())
 
 
 def l2o_batch_key(p: L2OParams) -> Hashable:
@@ -315,6 +334,15 @@ class L2OGDTask:
     def run(self, p: L2OParams | GDParams, ctx: RunContext) -> Result:
         return self.run_batch([p], [ctx])[0]
 
+    def growable_budget(self, p: L2OParams | GDParams) -> str | None:
+        """l2o: `epochs`. Full-batch GD on the weights at a constant rate, no random draw after the init; the
+        cadences (log_every, traj_every, diag_every, the 1-2-5 points) fix the same epochs below any total, and
+        what a run does at its last epoch only (its last row, diagnostics and trajectory) follows its last
+        checkpoint, so a longer run redoes it where it is not last.
+        gd: None. The whole horizon T is one pass whose checkpoint is its result; a longer T would need
+        the iterates, and recomputing costs less than storing them."""
+        return "epochs" if isinstance(p, L2OParams) else None
+
     def batch_key(self, p: L2OParams | GDParams) -> Hashable:
         return gd_batch_key(p) if isinstance(p, GDParams) else l2o_batch_key(p)
 
@@ -329,7 +357,10 @@ class L2OGDTask:
             gd = [p for i in idx if isinstance(p := ps[i], GDParams)]
             l2o = [p for i in idx if isinstance(p := ps[i], L2OParams)]
             sub = [ctxs[i] for i in idx]
-            results = run_gd_batch(gd, sub) if gd else run_l2o_batch(l2o, sub)
+            if gd:
+                results = by_resume_step(gd, sub, run_gd_batch) or run_gd_batch(gd, sub)
+            else:
+                results = by_resume_step(l2o, sub, run_l2o_batch) or run_l2o_batch(l2o, sub)
             out.update(zip(idx, results, strict=True))
         return [out[i] for i in range(len(ps))]
 

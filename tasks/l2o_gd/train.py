@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tasks.base import RunContext, is_diverged
+from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.common import torch_dtype
 from tasks.l2o_gd import diagnostics as D
 from tasks.l2o_gd import theory as TH
@@ -24,7 +24,7 @@ from tasks.l2o_gd.model import init_weights
 from tasks.l2o_gd.params import L2OParams
 from tasks.l2o_gd.problem import Problem, gd_final_batched, gd_trajectory
 from tasks.l2o_gd.unroll import Unrolled, unroll, unroll_batch
-from tasks.status import DIVERGED, OK, Status
+from tasks.status import DIVERGED, OK, PREEMPTED, Status
 
 NAN = math.nan
 DIAG_COLUMNS = (
@@ -140,10 +140,19 @@ def train_batch(
     the diagnostics and the curve, is each member's own `_Member` bookkeeping, as in a single run."""
     mems = [_Member(p, prob, ctx, base) for p, prob, ctx, base in zip(ps, probs, ctxs, bases, strict=True)]
     p0, device, dt = ps[0], ctxs[0].device, mems[0].dt  # one batch key: one shape, dtype and device
-    active = list(range(len(mems)))
-    ws = [torch.stack([mems[i].ws0[layer] for i in active]).requires_grad_(True) for layer in range(p0.depth)]
+    # Members of a batch resume from one step (tasks.resume_state.by_resume_step): the weights W^start.
+    start = max(0 if ctx.resume is None else ctx.resume.step for ctx in ctxs)
+    for mem in mems:
+        if mem.ctx.resume is not None:
+            mem.restore(mem.ctx.resume)
+        elif p0.epochs == 0:
+            mem.save(0, mem.ws0)
+    active = [i for i, mem in enumerate(mems) if not mem.done]
+    if not active:
+        return [mem.outcome() for mem in mems]
+    ws = [torch.stack([mems[i].w_start[layer] for i in active]).requires_grad_(True) for layer in range(p0.depth)]
     m, y, beta = _side_by_side([mems[i] for i in active])
-    for k in range(p0.epochs + 1):
+    for k in range(start, p0.epochs + 1):
         diag = any(k in mems[i].diag_at for i in active)
         outs = unroll_batch(ws, m, y, beta, p0.T, mems[0].mode, keep=diag, record=diag and k < p0.epochs)
         live = [j for j, i in enumerate(active) if mems[i].alive(k, outs[j], [w[j] for w in ws])]
@@ -158,6 +167,10 @@ def train_batch(
                     w -= lr.reshape(-1, 1, 1) * g
         for j in ws_k:
             mems[active[j]].observe(k, outs[j], [g[j] for g in grads], ws_k[j], [w[j] for w in ws])
+        if k < p0.epochs:  # the state after epoch k is W^{k+1} and the rows of epochs <= k
+            for j, i in enumerate(active):
+                if not mems[i].done:
+                    mems[i].save(k + 1, [w[j] for w in ws])
         keep = [j for j, i in enumerate(active) if not mems[i].done]
         if len(keep) < len(active):
             if not keep:
@@ -211,10 +224,45 @@ class _Member:
         self.best_last = self.best_mean = -math.inf
         self.best_mean_epoch = 0
         self.alpha0 = NAN
-        self.last: Unrolled | None = None
-        self.last_imp: Improvement | None = None
-        self.last_out: Unrolled | None = None
+        self.head: dict[str, Any] = {}  # the summary's part from the last row (`_final_head`)
         self.done = False
+        self.w_start = self.ws0  # the weights training starts from: W^0, or a checkpoint's
+
+    def checkpoint(self, step: int, ws: list[torch.Tensor]) -> Checkpoint:
+        """The state before epoch `step`'s pass: W^step, and the rows, losses and running maxima of the
+        epochs before it (the problem, the baselines and W^0 come back from the seeds)."""
+        tensors = {f"w.{layer}": w.detach().to("cpu", copy=True) for layer, w in enumerate(ws)}
+        state = {
+            "curve": {k: list(v) for k, v in self.curve.items()},
+            "losses": list(self.losses),
+            "trajs": {str(k): list(v) for k, v in self.trajs.items()},
+            "summary": dict(self.summary),
+            "head": dict(self.head),
+            "maxima": [self.w_ratio_max, self.lemma42_max, self.a3_max, self.grad_ratio_max],
+            "semi": [self.semi_max, self.semi_last_max],
+            "best": [self.best_last, self.best_mean, self.best_mean_epoch],
+            "alpha0": self.alpha0,
+        }
+        return Checkpoint(step, tensors, state)
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        st = ckpt.state
+        self.w_start = [ckpt.tensors[f"w.{layer}"].to(self.m.device, copy=True) for layer in range(len(self.ws0))]
+        self.curve = {k: list(v) for k, v in st["curve"].items()}
+        self.losses = list(st["losses"])
+        self.trajs = {int(k): list(v) for k, v in st["trajs"].items()}
+        self.summary, self.head = dict(st["summary"]), dict(st["head"])
+        self.w_ratio_max, self.lemma42_max, self.a3_max, self.grad_ratio_max = st["maxima"]
+        self.semi_max, self.semi_last_max = st["semi"]
+        self.best_last, self.best_mean, self.best_mean_epoch = st["best"]
+        self.alpha0 = st["alpha0"]
+        self.k = max(ckpt.step - 1, 0)
+
+    def save(self, step: int, ws: list[torch.Tensor]) -> None:
+        """`ctx.checkpoint` before epoch `step`'s pass (the run's last save: `step == epochs`; its final
+        pass, which only evaluates, comes after it, so a longer run goes on from there)."""
+        if not self.ctx.checkpoint(step, lambda: self.checkpoint(step, ws), last=step == self.p.epochs):
+            self.status, self.done = self.ctx.stop_status(), True
 
     def alive(self, k: int, out: Unrolled, ws: list[torch.Tensor]) -> bool:
         """Epoch k's pass: False (and done) when the loss or the weights W^k diverged."""
@@ -260,7 +308,7 @@ class _Member:
             self.curve[key].append(val)
         if k in self.traj_at:  # the curve holds numbers only: trajectories go to one JSON summary field
             self.trajs[k] = [float(v) for v in ev.f_inst.sum(-1)]
-        self.last, self.last_imp, self.last_out = ev, imp, out
+        self.head = _final_head(imp, out, ev)
         if k in self.logged and not self.ctx.report(k, loss=ev_loss, imp_last=imp.last, imp_mean=imp.mean):
             self.status, self.done = self.ctx.stop_status(), True
 
@@ -308,14 +356,14 @@ class _Member:
 
     def outcome(self) -> Outcome:
         p, summary = self.p, self.summary
+        if self.status == PREEMPTED:  # saved: the runner stores nothing of this attempt
+            return Outcome(self.status, {}, {}, 0)
         summary["traj_checkpoints"] = json.dumps({str(k): v for k, v in self.trajs.items()})
+        summary.update(self.head)
         summary.update(
             _final(
-                self.last_imp,
-                self.last_out,
                 self.curve,
                 self.losses,
-                self.last,
                 self.lam_bar,
                 self.prob,
                 self.u,
@@ -373,12 +421,31 @@ def _eval64(ws: list[torch.Tensor], m64: torch.Tensor, y64: torch.Tensor, prob: 
         return unroll([w.double() for w in ws], m64, y64, prob.beta, p.T)
 
 
+def _final_head(imp: Improvement, out: Unrolled, last: Unrolled) -> dict[str, Any]:
+    """The summary's fields from the last row kept (plain data: a checkpoint carries them)."""
+    f_sum = last.f_inst.sum(-1)
+    return {
+        "F_T_final": float(f_sum[-1]),
+        "imp_last": imp.last,
+        "imp_mean": imp.mean,
+        "imp_last_inst": as_json(imp.last_inst),
+        "imp_mean_inst": as_json(imp.mean_inst),
+        "imp_last_inst_min": min(imp.last_inst),
+        "imp_last_inst_median": float(np.median(imp.last_inst)),
+        "imp_last_inst_max": max(imp.last_inst),
+        "imp_mean_inst_median": float(np.median(imp.mean_inst)),
+        "traj_l2o_final": as_json(f_sum),
+        "p_mean_t_final": as_json(out.p_mean_t),
+        "p_min_final": out.p_min,
+        "p_max_final": out.p_max,
+        "p_mean_final": out.p_mean,
+        "p_sat_final": out.p_sat,
+    }
+
+
 def _final(
-    imp: Improvement | None,
-    out: Unrolled | None,
     curve: dict[str, list[Any]],
     losses: list[float],
-    last: Unrolled | None,
     lam_bar: list[float],
     prob: Problem,
     u: float,
@@ -387,27 +454,6 @@ def _final(
     alpha0: float,
 ) -> dict[str, Any]:
     res: dict[str, Any] = {}
-    if imp is not None and last is not None and out is not None:
-        f_sum = last.f_inst.sum(-1)
-        res.update(
-            {
-                "F_T_final": float(f_sum[-1]),
-                "imp_last": imp.last,
-                "imp_mean": imp.mean,
-                "imp_last_inst": as_json(imp.last_inst),
-                "imp_mean_inst": as_json(imp.mean_inst),
-                "imp_last_inst_min": min(imp.last_inst),
-                "imp_last_inst_median": float(np.median(imp.last_inst)),
-                "imp_last_inst_max": max(imp.last_inst),
-                "imp_mean_inst_median": float(np.median(imp.mean_inst)),
-                "traj_l2o_final": as_json(f_sum),
-                "p_mean_t_final": as_json(out.p_mean_t),
-                "p_min_final": out.p_min,
-                "p_max_final": out.p_max,
-                "p_mean_final": out.p_mean,
-                "p_sat_final": out.p_sat,
-            }
-        )
     rank = [r for r in curve["rank_g"] if r >= 0]
     alpha = [a for a in curve["alpha_thin"] if not math.isnan(a)]
     if rank:

@@ -60,6 +60,15 @@ class Source:
         self.g_main = generator(seed, "ldminv", split, "main")
         self.g_uv = generator(seed, "ldminv", split, "uv")
 
+    def generators(self) -> dict[str, torch.Generator]:
+        """The stream's generators by name (a checkpoint saves their states)."""
+        return {"main": self.g_main, "uv": self.g_uv}
+
+    def advanced(self) -> None:
+        """The stream is past its first draw (its generators were restored from a checkpoint): later draws
+        must not take the cached first draw's values."""
+        self.key = None
+
     def _singular_values(self, n: int) -> torch.Tensor:
         sp = self.spec
         assert sp.kappa is not None

@@ -19,6 +19,7 @@ from tasks.common import torch_dtype
 from tasks.ldminv.params import SPEC, DsvdParams, MinvParams
 from tasks.ldminv.train_dsvd import run_dsvd, run_dsvd_batch
 from tasks.ldminv.train_minv import MinvOutcome, run_minv, run_minv_batch
+from tasks.resume_state import by_resume_step
 
 
 class LdminvTask:
@@ -169,6 +170,13 @@ class LdminvTask:
         out = run_minv(p, ctx) if isinstance(p, MinvParams) else run_dsvd(p, ctx)
         return _result(out)
 
+    def growable_budget(self, p: MinvParams | DsvdParams) -> str | None:
+        """`iters` for both: the learning rate is constant or halves every `lr_halve_every` iterations (a
+        period of its own, not a fraction of the budget), the batch order and fresh matrices come from
+        generators the checkpoint carries, and the curve's one budget-bound row (the last iteration's)
+        is dropped when a shorter run's state goes on."""
+        return "iters"
+
     def batch_key(self, p: MinvParams | DsvdParams) -> Hashable | None:
         """What fixes the stacked shapes and the step: LD-Minv's path, model, sizes, batch and optimiser;
         D-SVD's sizes, inner inverse, step rule, inner iterations, batch and optimiser. Members differ in
@@ -197,6 +205,9 @@ class LdminvTask:
         keys = {self.batch_key(p) for p in ps}
         if len(keys) != 1:
             raise ValueError(f"ldminv run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
+        grouped = by_resume_step(ps, ctxs, self.run_batch)
+        if grouped is not None:
+            return grouped
         if isinstance(ps[0], DsvdParams):
             outs = run_dsvd_batch([p for p in ps if isinstance(p, DsvdParams)], ctxs)
         else:

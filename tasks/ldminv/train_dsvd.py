@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tasks.base import RunContext, is_diverged
+from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.common import generator, torch_dtype
 from tasks.ldminv import dsvd as D
 from tasks.ldminv import matrix_path as MP
@@ -26,6 +26,8 @@ from tasks.ldminv.engine import eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import DsvdParams
 from tasks.ldminv.train_minv import MinvOutcome
+from tasks.resume_state import load_optimizer, optimizer_tensors
+from tasks.status import PREEMPTED
 
 
 class DsvdModel:
@@ -187,6 +189,55 @@ class Member:
     pool: tuple[torch.Tensor, ...] = ()
     bg: torch.Generator | None = None
 
+    def logs(self, it: int) -> bool:
+        """Whether this config's curve has a row at iteration `it`."""
+        return it == 0 or it % self.p.log_every == 0 or it == self.p.iters
+
+    def checkpoint(self, it: int, opt: torch.optim.Optimizer | None) -> Checkpoint:
+        """The state after iteration `it`: step offsets, inner coefficients, optimiser state, batch order,
+        the init's metrics and the curve (the pool and test set are re-drawn from their seeds)."""
+        model = self.model
+        tensors = {"offsets": model.offsets.detach().to("cpu", copy=True)}
+        tensors.update(
+            {
+                f"coeffs.{k}.{s}": c.to("cpu", copy=True)
+                for k, pair in enumerate(model.coeffs)
+                for s, c in enumerate(pair)
+            }
+        )
+        if self.bg is not None:
+            tensors["gen.batches"] = self.bg.get_state()
+        if opt is not None:
+            tensors.update(optimizer_tensors(opt, [model.offsets], "opt."))
+        state = {
+            "init": dict(self.init),
+            "neg_step_frac": model.first_layer_neg[0],
+            "curve": {k: list(v) for k, v in self.curve.items()},
+        }
+        return Checkpoint(it, tensors, state)
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Start from `ckpt` (its optimiser state: `load_optimizer`, once the optimiser exists). The curve keeps
+        the rows this config logs: a shorter run's row at its own last iteration goes (budget growth)."""
+        st, model = ckpt.state, self.model
+        with torch.no_grad():
+            model.offsets.copy_(ckpt.tensors["offsets"])
+        for k, pair in enumerate(model.coeffs):
+            for s in range(len(pair)):
+                pair[s] = ckpt.tensors[f"coeffs.{k}.{s}"].to(self.ctx.device, copy=True)
+        model.first_layer_neg = [st["neg_step_frac"]]
+        self.init = dict(st["init"])
+        keep = [j for j, it in enumerate(st["curve"]["step"]) if self.logs(it)]
+        self.curve = {k: [v[j] for j in keep] for k, v in st["curve"].items()}
+        self.steps = ckpt.step
+
+    def save(self, it: int, opt: torch.optim.Optimizer | None, last: bool) -> bool:
+        """`ctx.checkpoint` after iteration `it`; False (stopped, preempted) when the member must stop now."""
+        if self.ctx.checkpoint(it, lambda: self.checkpoint(it, opt), last=last):
+            return True
+        self.stopped = True
+        return False
+
     def log(self, it: int, value: float, tl: float) -> bool:
         """A curve row at a logged step; False when the member stops here."""
         self.curve["step"].append(it)
@@ -213,20 +264,39 @@ def run_dsvd_batch(ps: Sequence[DsvdParams], ctxs: Sequence[RunContext]) -> list
         data_seed = p.seed if p.data_seed is None else p.data_seed
         test = _draw(p, data_seed, "test", p.n_test, torch_dtype(p.dtype), ctx.device)
         members.append(Member(p, ctx, DsvdModel(p, ctx.device), test))
-    for mb, init in zip(members, evaluate([mb.model for mb in members], [mb.test for mb in members]), strict=True):
+    # Members of a batch resume from one step (tasks.resume_state.by_resume_step; a checkpoint of step 0 with
+    # members starting afresh).
+    resumes = [ctx.resume for ctx in ctxs]
+    done = max(0 if ckpt is None else ckpt.step for ckpt in resumes)
+    fresh = [mb for mb, ckpt in zip(members, resumes, strict=True) if ckpt is None]
+    inits = evaluate([mb.model for mb in fresh], [mb.test for mb in fresh]) if fresh else []
+    for mb, init in zip(fresh, inits, strict=True):
         mb.init = init
         mb.curve = {"step": [0], "train_loss": [math.nan], "test_loss": [init["test_loss"]]}
         if is_diverged(init["test_loss"]):
             mb.status, mb.diverged_step = "diverged", 1
         mb.stopped = not mb.ctx.report(0, test_loss=init["test_loss"])
-    live = [mb for mb in members if mb.p.iters and mb.status == "ok" and not mb.stopped]
+    for mb, ckpt in zip(members, resumes, strict=True):
+        if ckpt is not None:
+            mb.restore(ckpt)
+    live = [mb for mb in members if mb.steps < mb.p.iters and mb.status == "ok" and not mb.stopped]
     for mb in live:
         data_seed = mb.p.seed if mb.p.data_seed is None else mb.p.data_seed
         mb.pool = _draw(mb.p, data_seed, "train", mb.p.n_train, torch_dtype(mb.p.dtype), mb.ctx.device)
         mb.bg = generator(mb.p.seed if mb.p.init_seed is None else mb.p.init_seed, "ldminv", "dsvd_batches")
     groups = [{"params": [mb.model.offsets], "lr": mb.p.lr} for mb in live]
     opt = None if not live else (torch.optim.Adam if ps[0].optimizer == "adam" else torch.optim.SGD)(groups)
-    for it in range(1, max(p.iters for p in ps) + 1):
+    for mb, ckpt in zip(members, resumes, strict=True):
+        if ckpt is None:
+            if mb.status == "ok" and not mb.stopped:
+                mb.save(0, opt, last=mb.p.iters == 0)
+        elif mb in live:
+            assert mb.bg is not None and opt is not None
+            if "gen.batches" in ckpt.tensors:  # absent at step 0 of a run of no iterations: a fresh order
+                mb.bg.set_state(ckpt.tensors["gen.batches"].clone())
+            load_optimizer(opt, [mb.model.offsets], ckpt.tensors, "opt.")
+    live = [mb for mb in live if not mb.stopped]
+    for it in range(done + 1, max(p.iters for p in ps) + 1):
         if not live or opt is None:
             break
         idx = [torch.randperm(mb.p.n_train, generator=mb.bg)[: mb.p.batch].to(mb.ctx.device) for mb in live]
@@ -247,12 +317,16 @@ def run_dsvd_batch(ps: Sequence[DsvdParams], ctxs: Sequence[RunContext]) -> list
         stepping = [live[j] for j in running]
         for mb in stepping:
             mb.steps = it
-        logging = [mb for mb in stepping if it % mb.p.log_every == 0 or it == mb.p.iters]
+        logging = [mb for mb in stepping if mb.logs(it)]
         tls = evaluate([mb.model for mb in logging], [mb.test for mb in logging]) if logging else []
         going = {
             id(mb) for mb, tl in zip(logging, tls, strict=True) if mb.log(it, values[live.index(mb)], tl["test_loss"])
         }
-        live = [mb for mb in stepping if id(mb) in going or (mb not in logging and it < mb.p.iters)]
+        live = []
+        for mb in stepping:
+            more = id(mb) in going or (mb not in logging and it < mb.p.iters)
+            if mb.status == "ok" and not mb.stopped and mb.save(it, opt, last=not more) and more:
+                live.append(mb)
     finals = [mb for mb in members if mb.steps]  # a member that never stepped reports its init
     metrics = evaluate([mb.model for mb in finals], [mb.test for mb in finals]) if finals else []
     final_metrics = {id(mb): m for mb, m in zip(finals, metrics, strict=True)}
@@ -263,6 +337,8 @@ def _outcome(mb: Member, final: dict[str, float]) -> MinvOutcome:
     p, model = mb.p, mb.model
     if mb.stopped:
         mb.status = mb.ctx.stop_status()
+    if mb.status == PREEMPTED:  # saved: the runner stores nothing of this attempt
+        return MinvOutcome(PREEMPTED, {})
     dev = max(float((c - 1.0).abs().max()) for pair in model.coeffs for c in pair)
     summary: dict[str, Any] = {
         **final,

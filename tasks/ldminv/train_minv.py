@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tasks.base import RunContext, is_diverged
+from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.common import generator, torch_dtype
 from tasks.ldminv import theory as T
 from tasks.ldminv.coefficients import identity_value, initial_coefficients, project_box
@@ -23,6 +23,8 @@ from tasks.ldminv.data import DataSpec, Source
 from tasks.ldminv.engine import Batch, Engine, eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import MinvParams
+from tasks.resume_state import generator_states, load_generators, load_optimizer, optimizer_tensors
+from tasks.status import PREEMPTED
 
 EVAL_CHUNK = 500  # matrices per evaluation chunk (bounds the matrix path's memory)
 CURVE_KEYS = ("step", "train_loss", "test_loss", "lr", "max_abs_c_dev", "grad_norm")
@@ -115,6 +117,49 @@ class Trainer:
         self.log_row(0, math.nan, self.test0, p.lr, math.nan)
         self.stopped = not self.ctx.report(0, test_loss=self.test0)
 
+    def logs(self, it: int) -> bool:
+        """Whether this config's curve has a row at iteration `it`."""
+        return it == 0 or it % self.p.log_every == 0 or it == self.p.iters
+
+    def generators(self) -> dict[str, torch.Generator]:
+        gens = {"batches": self.batch_gen}
+        if self.pool is None:  # fresh matrices every iteration: the train stream goes on from where it was
+            gens.update({f"train_{k}": g for k, g in self.train_source.generators().items()})
+        return gens
+
+    def checkpoint(self, it: int, opt: torch.optim.Optimizer) -> Checkpoint:
+        """The state after iteration `it`: coefficients, optimiser state, generators, curve and running summary."""
+        tensors = {"coeffs": self.coeffs.detach().to("cpu", copy=True), **generator_states(self.generators())}
+        tensors.update(optimizer_tensors(opt, [self.coeffs], "opt."))
+        state = {
+            "curve": {k: list(v) for k, v in self.curve.items()},
+            "hit_tol": self.hit_tol,
+            "grad_init_max": self.grad_init_max,
+            "last_train": self.last_train,
+            "test0": self.test0,
+        }
+        return Checkpoint(it, tensors, state)
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Start from `ckpt` instead of step 0 (the optimiser's state: `load_optimizer`). The rows of the
+        curve are those this config logs: a shorter run's row at its own last iteration goes (budget growth)."""
+        st = ckpt.state
+        with torch.no_grad():
+            self.coeffs.copy_(ckpt.tensors["coeffs"])
+        load_generators(self.generators(), ckpt.tensors)
+        self.train_source.advanced()
+        keep = [j for j, it in enumerate(st["curve"]["step"]) if self.logs(it)]
+        self.curve = {k: [st["curve"][k][j] for j in keep] for k in CURVE_KEYS}
+        self.hit_tol, self.grad_init_max = st["hit_tol"], st["grad_init_max"]
+        self.last_train, self.test0, self.steps = st["last_train"], st["test0"], ckpt.step
+
+    def save(self, it: int, opt: torch.optim.Optimizer, last: bool) -> bool:
+        """`ctx.checkpoint` after iteration `it`; False (stopped, preempted) when the run must stop now."""
+        if self.ctx.checkpoint(it, lambda: self.checkpoint(it, opt), last=last):
+            return True
+        self.stopped = True
+        return False
+
     def log_row(self, it: int, train: float, test: float, lr: float, gnorm: float) -> None:
         row = (it, train, test, lr, self.max_dev(), gnorm)
         for key, v in zip(CURVE_KEYS, row, strict=True):
@@ -129,7 +174,7 @@ class Trainer:
         if not all(math.isfinite(float(c)) for c in self.coeffs.detach().flatten()):
             self.status, self.diverged_step = "diverged", it
             return False
-        if it % p.log_every == 0 or it == p.iters:
+        if self.logs(it):
             tl = self.test_loss(self.coeffs.detach())
             self.log_row(it, value, tl, lr_now, gnorm)
             if is_diverged(tl):
@@ -143,6 +188,8 @@ class Trainer:
     def outcome(self) -> MinvOutcome:
         if self.stopped:
             self.status = self.ctx.stop_status()
+        if self.status == PREEMPTED:  # saved: the runner stores nothing of this attempt
+            return MinvOutcome(PREEMPTED, {})
         return self.finish(
             self.status,
             self.diverged_step,
@@ -266,16 +313,29 @@ def run_minv_batch(ps: Sequence[MinvParams], ctxs: Sequence[RunContext]) -> list
     opt: torch.optim.Optimizer = (
         torch.optim.Adam(groups) if ps[0].optimizer == "adam" else torch.optim.SGD(groups, lr=ps[0].lr)
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, [_halving(mb.p.lr_halve_every) for mb in members])
+    # Members of a batch resume from one step (tasks.resume_state.by_resume_step): the schedule starts there.
+    resumes = [ctx.resume for ctx in ctxs]
+    done = max(0 if ckpt is None else ckpt.step for ckpt in resumes)
+    for group in opt.param_groups:
+        group["initial_lr"] = group["lr"]  # what LambdaLR needs to start at a later step
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, [_halving(mb.p.lr_halve_every) for mb in members], last_epoch=done - 1
+    )
 
     def member_eq4(base: torch.Tensor, start: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
         return eq4(engine.losses(Batch(base, start, start.new_zeros(base.shape[0])), coeffs))
 
     batched_eq4 = over_members(member_eq4)
-    for mb in members:
-        mb.start()
-    live = [i for i, mb in enumerate(members) if not mb.stopped and mb.p.iters > 0]
-    for it in range(1, max(p.iters for p in ps) + 1):
+    for mb, ckpt in zip(members, resumes, strict=True):
+        if ckpt is None:
+            mb.start()
+            if not mb.stopped:
+                mb.save(0, opt, last=mb.p.iters == 0)
+        else:
+            mb.restore(ckpt)
+            load_optimizer(opt, [mb.coeffs], ckpt.tensors, "opt.")
+    live = [i for i, mb in enumerate(members) if not mb.stopped and mb.steps < mb.p.iters]
+    for it in range(done + 1, max(p.iters for p in ps) + 1):
         if not live:
             break
         opt.zero_grad()
@@ -309,5 +369,11 @@ def run_minv_batch(ps: Sequence[MinvParams], ctxs: Sequence[RunContext]) -> list
             if members[i].p.project_box:
                 project_box(members[i].coeffs, members[i].p.model)
         sched.step()
-        live = [i for i in stepping if members[i].after_step(it, values[live.index(i)], lrs[i], gnorms[i])]
+        going = []
+        for i in stepping:
+            mb = members[i]
+            more = mb.after_step(it, values[live.index(i)], lrs[i], gnorms[i])
+            if mb.status == "ok" and not mb.stopped and mb.save(it, opt, last=not more) and more:
+                going.append(i)
+        live = going
     return [mb.outcome() for mb in members]

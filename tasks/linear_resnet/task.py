@@ -24,6 +24,8 @@ from tasks.linear_resnet.model import init_hidden, prefixes
 from tasks.linear_resnet.params import SPEC, GDParams, SGDParams
 from tasks.linear_resnet.train import Outcome, Setup, run_gd, run_sgd
 from tasks.linear_resnet.transforms import make_transforms
+from tasks.resume_state import by_resume_step
+from tasks.status import PREEMPTED
 
 F64 = torch.float64
 
@@ -261,6 +263,16 @@ class LinearResNetTask:
     def run(self, p: GDParams | SGDParams, ctx: RunContext) -> Result:
         return self.run_batch([p], [ctx])[0]
 
+    def growable_budget(self, p: GDParams | SGDParams) -> str | None:
+        """`n_iters`, but for SGD at the theory's step: Thm 3.8's step size is a function of the number of
+        iterations, so a longer run takes other steps from the first on. Otherwise the step is constant, the
+        minibatch order comes from the checkpoint's generator, the curve's cadence does not see the budget
+        and the last iteration (its row) follows the last save; `subopt_tail`, the mean over the last fifth,
+        is read off the whole curve at the end."""
+        if isinstance(p, SGDParams) and p.step_rule == "theory":
+            return None
+        return "n_iters"
+
     def batch_key(self, p: GDParams | SGDParams) -> Hashable | None:
         """What fixes the tensor shapes and the loop: members differ in seeds, transform, step size,
         target and noise (their own data and A, B ride in the stack), iteration budget and cadence."""
@@ -283,6 +295,9 @@ class LinearResNetTask:
         keys = {self.batch_key(p) for p in ps}
         if len(keys) != 1:
             raise ValueError(f"linear_resnet run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
+        grouped = by_resume_step(ps, ctxs, self.run_batch)
+        if grouped is not None:
+            return grouped
         built = [build(p) for p in ps]
         setups = [setup for setup, _ in built]
         p0 = ps[0]
@@ -294,7 +309,9 @@ class LinearResNetTask:
             outs = run_gd([p for p in ps if isinstance(p, GDParams)], setups, ctxs)
             per_step = F.gd_step(p0.m, p0.d, p0.k, p0.depth, p0.n, p0.form, resnet).total
         return [
-            Result(
+            Result(status=out.status)  # type: ignore[arg-type]  # saved: the runner stores nothing of it
+            if out.status == PREEMPTED
+            else Result(
                 status=out.status,  # type: ignore[arg-type]  # Outcome.status holds a Status, typed as str
                 summary=summarize(out, theory, per_step, setup),
                 curve={k: list(v) for k, v in out.trace.curve.items()},

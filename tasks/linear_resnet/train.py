@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import torch
 
-from tasks.base import RunContext, is_diverged
+from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.linear_resnet import flops as F
 from tasks.linear_resnet.model import MATRIX, direct_loss_grad, gram_batch_loss_grad, gram_excess_grad
 from tasks.linear_resnet.params import GDParams, SGDParams
@@ -56,6 +58,23 @@ class Trace:
 
     def rel(self, excess: float) -> float:
         return excess / self.gap0 if self.gap0 > 0 else 0.0
+
+    def state(self) -> dict[str, Any]:
+        """Plain data (thresholds in THRESHOLDS' order): what a checkpoint carries of the trace."""
+        return {
+            "curve": {k: list(v) for k, v in self.curve.items()},
+            "first": [self.first[eps] for eps in THRESHOLDS],
+            "rel_at_first": [self.rel_at_first.get(eps) for eps in THRESHOLDS],
+            "best_excess": self.best_excess,
+            "last_step": self.last_step,
+            "last_excess": self.last_excess,
+        }
+
+    def restore(self, st: dict[str, Any]) -> None:
+        self.curve = {k: list(v) for k, v in st["curve"].items()}
+        self.first = dict(zip(THRESHOLDS, st["first"], strict=True))
+        self.rel_at_first = {eps: r for eps, r in zip(THRESHOLDS, st["rel_at_first"], strict=True) if r is not None}
+        self.best_excess, self.last_step, self.last_excess = st["best_excess"], st["last_step"], st["last_excess"]
 
     def observe(self, t: int, excess: float) -> float:
         rel = self.rel(excess)
@@ -107,6 +126,18 @@ class BatchSampler:
         self.perm: torch.Tensor | None = None
         self.pos = 0
 
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The generator's state and the epoch's permutation (tensors), the position in it (plain data)."""
+        tensors = {"gen.batches": self.gen.get_state()}
+        if self.perm is not None:
+            tensors["perm"] = self.perm.clone()
+        return tensors, {"pos": self.pos}
+
+    def restore(self, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
+        self.gen.set_state(tensors["gen.batches"].clone())
+        self.perm = tensors["perm"].clone() if "perm" in tensors else None
+        self.pos = state["pos"]
+
     def next(self) -> torch.Tensor:
         if self.mode == "independent":
             return torch.randperm(self.n, generator=self.gen)[: self.batch]
@@ -134,6 +165,24 @@ class Member:
     diverged_step: int | None = None
     t: int = 0
     ws: list[torch.Tensor] = field(default_factory=list)
+    w_start: list[torch.Tensor] = field(default_factory=list)  # the weights the loop starts from
+    sampler: BatchSampler | None = None  # SGD's minibatch order
+
+    def checkpoint(self, t: int, ws: list[torch.Tensor]) -> Checkpoint:
+        """The state before iteration `t`: W_t, the minibatch order, the trace of iterates < t and the flops."""
+        tensors = {f"w.{layer}": w.to("cpu", copy=True) for layer, w in enumerate(ws)}
+        state: dict[str, Any] = {"trace": self.trace.state(), "flops": [self.total.mm, self.total.ew]}
+        if self.sampler is not None:
+            more, state["sampler"] = self.sampler.state()
+            tensors.update(more)
+        return Checkpoint(t, tensors, state)
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        self.w_start = [ckpt.tensors[f"w.{layer}"].to(self.s.w0[0].dtype) for layer in range(len(self.s.w0))]
+        self.trace.restore(ckpt.state["trace"])
+        self.total = F.Flops(*ckpt.state["flops"])
+        if self.sampler is not None:
+            self.sampler.restore(ckpt.tensors, ckpt.state["sampler"])
 
     def outcome(self) -> Outcome:
         return Outcome(self.status, self.t, self.diverged_step, self.total.total, self.trace, self.ws)
@@ -159,7 +208,10 @@ class Live:
         dtype = ss[0].x.dtype
         self.data["eta"] = torch.tensor([s.eta for s in ss], dtype=dtype, device=device)[:, None, None]
         self.w0 = [stack([s.w0[layer] for s in ss]) for layer in range(len(ss[0].w0))]
-        self.ws = [w.clone() for w in self.w0]
+        self.ws = [
+            stack([mb.w_start[layer] if mb.w_start else mb.s.w0[layer] for mb in members])
+            for layer in range(len(self.w0))
+        ]
 
     def stop(self, j: int, t: int, status: str, diverged_step: int | None = None) -> None:
         mb = self.members[j]
@@ -178,6 +230,18 @@ class Live:
         self.w0 = [w[idx] for w in self.w0]
         self.ws = [w[idx] for w in self.ws]
         return [g[idx] for g in grads]
+
+    def save(self, t: int) -> None:
+        """Each member's `ctx.checkpoint` before iteration `t` (its last: `t == n_iters`, whose iterate is
+        only evaluated); a member preempted there leaves the stack."""
+        stopped = []
+        for j, mb in enumerate(self.members):
+            if mb.ctx.checkpointer is None:
+                continue  # never saved (ctx.checkpoint would answer True): not even the views of its weights
+            if not mb.ctx.checkpoint(t, partial(mb.checkpoint, t, [w[j] for w in self.ws]), last=t == mb.p.n_iters):
+                self.stop(j, t, mb.ctx.stop_status())
+                stopped.append(j)
+        self.drop(stopped, [])
 
     def operands(self) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
         """Weights and data to compute with: the stacks, or a lone member's plain matrices (every single
@@ -209,8 +273,19 @@ def _members(ps: Sequence[GDParams | SGDParams], setups: Sequence[Setup], ctxs: 
     for p, s, ctx in zip(ps, setups, ctxs, strict=True):
         m, d, k, depth, n, resnet = _dims(p)
         total = F.gram_setup(d, k, n) + F.initial_loss(m, d, k, depth, resnet)
-        out.append(Member(p, s, ctx, Trace(s.loss_star, s.loss0 - s.loss_star), total))
+        mb = Member(p, s, ctx, Trace(s.loss_star, s.loss0 - s.loss_star), total)
+        if isinstance(p, SGDParams):
+            assert s.batch_gen is not None
+            mb.sampler = BatchSampler(p.n, p.batch_size, p.sampling, s.batch_gen)
+        if ctx.resume is not None:
+            mb.restore(ctx.resume)
+        out.append(mb)
     return out
+
+
+def start_step(ctxs: Sequence[RunContext]) -> int:
+    """Where the loop starts: members of a batch resume from one step (tasks.resume_state.by_resume_step)."""
+    return max(0 if ctx.resume is None else ctx.resume.step for ctx in ctxs)
 
 
 def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunContext]) -> list[Outcome]:
@@ -224,7 +299,8 @@ def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunCo
         live.data["h0"] = live.data["a"] @ live.data["x"]
         live.data["phix"] = live.data["phi"] @ live.data["x"]
         for mb in members:
-            mb.total = mb.total + F.direct_setup(m, d, k, n)
+            if mb.ctx.resume is None:  # a checkpoint's flops count it already
+                mb.total = mb.total + F.direct_setup(m, d, k, n)
 
     def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
         ws, t = live.operands()
@@ -236,7 +312,8 @@ def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunCo
 
     eval_cost = F.gd_eval(m, d, k, depth, n, p0.form, resnet)
     log_cost = F.grad_norms(m, depth) + F.weight_distance(m, depth)
-    for t in range(max(p.n_iters for p in ps) + 1):
+    start = start_step(ctxs)
+    for t in range(start, max(p.n_iters for p in ps) + 1):
         excess_t, grads = evaluate()
         excesses = excess_t.tolist()
         stats: tuple[list[list[float]], list[float]] | None = None
@@ -267,6 +344,9 @@ def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunCo
         if not live.members:
             break
         live.update(grads)
+        live.save(t + 1)
+        if not live.members:
+            break
     return [mb.outcome() for mb in members]
 
 
@@ -277,12 +357,11 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
     p0 = ps[0]
     m, d, k, depth, n, resnet = _dims(p0)
     bsz = p0.batch_size
-    samplers = {id(mb): _sampler(mb) for mb in members}
     live = Live(members, ctxs[0].device)
     live.data["xt"], live.data["yt"] = live.data["x"].mT.contiguous(), live.data["y"].mT.contiguous()
     full_cost = F.gram_eval(m, d, k, depth, resnet) + F.grad_norms(m, depth) + F.weight_distance(m, depth)
     batch_cost = F.sgd_eval(m, d, k, depth, bsz, p0.form, resnet)
-    for t in range(max(p.n_iters for p in ps) + 1):
+    for t in range(start_step(ctxs), max(p.n_iters for p in ps) + 1):
         stopped: list[int] = []
         if any(t % mb.p.log_every == 0 or t == mb.p.n_iters for mb in live.members):
             # Every member is evaluated when one logs (one batched pass); only the loggers use it.
@@ -316,7 +395,7 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
         live.drop(stopped, [])
         if not live.members:
             break
-        idx = torch.stack([samplers[id(mb)].next() for mb in live.members]).to(live.ws[0].device)
+        idx = torch.stack([_sampler(mb).next() for mb in live.members]).to(live.ws[0].device)
         rows = torch.arange(len(live.members), device=idx.device)[:, None]
         # Gathering whole sample rows of the (B, n, d) transposes is a plain copy per sample.
         xb, yb = live.data["xt"][rows, idx].mT, live.data["yt"][rows, idx].mT
@@ -340,9 +419,12 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
         if not live.members:
             break
         live.update(grads, n / bsz)  # G = (n/B) sum_batch grad l_i: unbiased for the SUM loss (spec §1.5)
+        live.save(t + 1)
+        if not live.members:
+            break
     return [mb.outcome() for mb in members]
 
 
 def _sampler(mb: Member) -> BatchSampler:
-    assert isinstance(mb.p, SGDParams) and mb.s.batch_gen is not None
-    return BatchSampler(mb.p.n, mb.p.batch_size, mb.p.sampling, mb.s.batch_gen)
+    assert mb.sampler is not None
+    return mb.sampler
