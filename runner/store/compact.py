@@ -30,6 +30,7 @@ from runner.store import incoming
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
+from runner.store.seqs import checked_max
 from runner.store.store import ResultStore
 from runner.store.tables import current_names, kept_curves, latest_per_run, order_keys
 from runner.store.trials import newest_trials
@@ -104,8 +105,11 @@ def _quiet_read(store: ResultStore, parts: list[str], schema: pa.Schema) -> pa.T
 def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool, report: CompactReport) -> None:
     parts = {kind: store.parts(task_dir(kind, name)) for kind in TASK_KINDS}
     every = [p for kind in TASK_KINDS for p in parts[kind]]
+    if not parts[RUNS] and not parts[ATTEMPTS]:
+        return  # an empty task folder (made by hand, or emptied): no run to keep, nothing to rewrite
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedPartWarning)
+        checked_max(store.reader, parts[ATTEMPTS], parts[RUNS])  # an impossible commit_seq: a damaged part
         runs_schema = without_partition(store.reader.unified_schema(parts[RUNS] + parts[ATTEMPTS]))
         curves_schema = store.reader.unified_schema(parts[CURVES])
         old_schema = store.reader.unified_schema(parts[ATTEMPT_CURVES] + parts[CURVES])

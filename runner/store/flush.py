@@ -103,7 +103,8 @@ def stage_task(
     reader = store.reader
     runs_dir, curves_dir = task_dir(RUNS, task), task_dir(CURVES, task)
     attempts_dir = task_dir(ATTEMPTS, task)
-    seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)))
+    listed_runs = reader.readable(store.parts(runs_dir))
+    seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)), listed_runs)
     rows = [
         {
             **rec.row,
@@ -114,7 +115,7 @@ def stage_task(
         for rec in recs
     ]
     new = pa.Table.from_pylist(rows, schema=runs_schema)
-    run_parts = reader.readable(store.parts(runs_dir))
+    run_parts = reader.readable(listed_runs)  # less any part whose commit_seq was found impossible
     # a store from before this layout has `task` inside its files: the rewritten parts drop it
     target = without_partition(reader.unified_schema(run_parts, base=runs_schema))
     history = [conform(new, target)]
@@ -134,7 +135,8 @@ def stage_task(
         pairs = pc.binary_join_element_wise(newest["run_id"], newest["batch_id"], "/")
         every = pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
         history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
-    store.runs_index.written(_add(store, txn, pa.concat_tables(history), attempts_dir), seq)
+    attempts = pa.concat_tables(history)
+    store.runs_index.written(_add(store, txn, attempts, attempts_dir), seq, attempts.num_rows)
     if newest.num_rows:
         store.runs_index.remember(task, _add(store, txn, newest, runs_dir), newest)
     for part in rewrite:

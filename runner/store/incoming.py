@@ -31,6 +31,7 @@ import os
 import re
 import socket
 import time
+import warnings
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -42,7 +43,7 @@ from runner.fs.files import delete_quietly, fsync_dir, is_local
 from runner.fs.root import Root
 from runner.store.files import encode_parquet, write_durably
 from runner.store.part_names import expected, name_for, new_id, tail_of
-from runner.store.txn import INCOMING_DIR, reached
+from runner.store.txn import INCOMING_DIR, QUARANTINE_DIR, reached
 
 # A part no manifest named for this long is an orphan whoever staged it. An hour, as young staging on an
 # object store (runner.store.txn.STALE_STAGING_S): far beyond a flush window plus a commit, and plus the
@@ -105,6 +106,7 @@ def lost(root: Root, paths: Iterable[str]) -> list[str]:
 def discard(root: Root, folder: str) -> int:
     """Delete a session's folder and what is in it (its driver has committed all it will); returns how
     many files went. The caller holds the writers' lock, with committed markers applied first."""
+    _quarantine_links(root, folder)
     found = _files(root, folder)
     for info in found:
         delete_quietly(root.fs, info.path)
@@ -123,6 +125,7 @@ def sweep(root: Root, now: float | None = None, grace_s: float = STALE_INCOMING_
         return 0
     _last_sweep[root.base] = clock
     done = 0
+    _quarantine_links(root, INCOMING_DIR)  # before any listing: pyarrow's would follow them
     for info in root.listing(INCOMING_DIR):
         if info.type != pafs.FileType.Directory:
             continue
@@ -139,6 +142,39 @@ def sweep(root: Root, now: float | None = None, grace_s: float = STALE_INCOMING_
             if len(old) == len(parts) and info.mtime is not None and now - info.mtime.timestamp() > grace_s:
                 _remove_dirs(root, session)  # a worker that writes into it again makes it anew
     return done
+
+
+class SymlinkQuarantined(UserWarning):
+    """A symbolic link found in the store's own folder of staged parts was moved to quarantine."""
+
+
+def _quarantine_links(root: Root, folder: str) -> int:
+    """Locally, move every symbolic link under `folder` (the link itself, never what it points to) to
+    _store/quarantine/links/, each named in a warning: a worker writes plain files and folders there,
+    so a link was planted, and listing or deleting through it would reach outside the root (issue 44).
+    `folder` and the folders above it must be no links (SymlinkInRoot). Returns how many moved."""
+    if not is_local(root.fs):
+        return 0
+    top = root.safe(folder)
+    moved = 0
+    for parent, dirs, files in os.walk(top):  # never descends a link (followlinks=False)
+        for name in [*dirs, *files]:
+            path = os.path.join(parent, name)
+            if not os.path.islink(path):
+                continue
+            target = os.readlink(path)
+            dest = root.abs(f"{QUARANTINE_DIR}/links/{new_id()}-{host_tag(name)}")
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(path, dest)  # rename moves the link, not what it points to
+            moved += 1
+            warnings.warn(
+                f"convgrid: {path} is a symbolic link (to {target}) in the store's own folder {folder}: moved to "
+                f"{dest}, never followed",
+                SymlinkQuarantined,
+                stacklevel=3,
+            )
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(parent, d))]
+    return moved
 
 
 def _ensure_folder(root: Root, folder: str) -> None:

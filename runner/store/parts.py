@@ -136,27 +136,13 @@ class PartReader:
         self._metadata[rel] = metadata
         return schema
 
-    def column_max(self, rel: str, column: str) -> int | None:
-        """The largest value of a top-level integer column by the part's footer statistics (None: no such
-        column, or no statistics for some of its values, or a part not readable)."""
-        if self.schema(rel) is None:
-            return None
+    def metadata(self, rel: str) -> pq.FileMetaData:
+        """The footer of a readable part (`schema` first), read once."""
         metadata = self._metadata.get(rel)
         if metadata is None:  # a part this process wrote: its footer was not read
             tail = read_tail(self.root.fs, self.root.abs(rel))
             metadata = self._metadata[rel] = pq.read_metadata(pa.BufferReader(tail))
-        leaves = [i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column]
-        if not leaves:
-            return None
-        found = []
-        for g in range(metadata.num_row_groups):
-            group = metadata.row_group(g)
-            stats = group.column(leaves[0]).statistics
-            if stats is not None and stats.has_min_max:
-                found.append(int(stats.max))
-            elif group.num_rows and (stats is None or stats.null_count != group.num_rows):
-                return None  # values the footer says nothing of
-        return max(found, default=None)
+        return metadata
 
     def known(self, rel: str, schema: pa.Schema) -> None:
         """The schema of a part this process is writing (what its footer will say): the next flush

@@ -18,8 +18,9 @@ from runner.errors import printable
 from runner.settings import settings
 from runner.store.index import lookup, newest_of, order_values, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
-from runner.store.layout import RUNS, TASK_KINDS, task_dir
+from runner.store.layout import ATTEMPTS, RUNS, TASK_KINDS, task_dir
 from runner.store.parts import DamagedPartWarning
+from runner.store.seqs import checked_max
 from runner.store.spill import KeySpill, matched
 from runner.store.store import ResultStore
 from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST, TIMEOUT
@@ -74,6 +75,8 @@ def damaged_parts(store: ResultStore) -> dict[str, str]:
     """Every visible part that cannot be read to its last page (checksums verified): path -> error."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedPartWarning)  # listed in the report instead
+        for task in store.tasks():  # a commit_seq the store cannot have committed (runner.store.seqs)
+            checked_max(store.reader, store.parts(task_dir(ATTEMPTS, task)), store.parts(task_dir(RUNS, task)))
         for directory in [*(task_dir(k, t) for t in store.tasks() for k in TASK_KINDS), "members", "trials"]:
             for part in store.parts(directory):
                 try:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, read_bytes, write_bytes
-from runner.fs.root import Root, UnsafePath, check_relative
+from runner.fs.root import Root, SymlinkInRoot, UnsafePath, check_relative
 from runner.store.files import encode_parquet, read_tail, write_durably
 from runner.store.layout import MEMBERS, TASK_KINDS, TRIALS
 from runner.store.part_names import name_for, new_id, renamed, tail_of
@@ -123,6 +123,23 @@ class Marker:
             if not ok:
                 raise MarkerError(f"a {where} path outside its place: {path[:200]!r}")
 
+    def paths(self) -> list[str]:
+        return [
+            *(p for add in self.adds for p in add),
+            *self.removes,
+            *(p for move in self.moves for p in move),
+        ]
+
+    def check_links(self, root: Root) -> None:
+        """No path this marker touches, nor a folder on the way to it, is a symbolic link (lstat'ed,
+        never followed): a legal-looking path through a planted link (`runs/task=evil` -> /elsewhere)
+        would delete or move outside the root. MarkerError naming the link."""
+        for path in self.paths():
+            try:
+                root.safe(path)
+            except SymlinkInRoot as exc:
+                raise MarkerError(f"{path[:200]!r} passes through a symbolic link: {exc.link}") from None
+
 
 class MarkerError(ValueError):
     """A file in _store/txn/ that is not a marker this store wrote (damaged, or planted)."""
@@ -137,7 +154,9 @@ def read_markers(root: Root, quarantine: bool = False) -> list[Marker]:
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json") or info.base_name.startswith("."):
             continue
         try:
-            markers.append(Marker.from_json(read_bytes(root.fs, info.path)))
+            marker = Marker.from_json(read_bytes(root.fs, info.path))
+            marker.check_links(root)
+            markers.append(marker)
         except FileNotFoundError:
             continue  # finished between the listing and the read: its effects are in place
         except MarkerError as exc:
@@ -285,6 +304,8 @@ class Transaction:
             self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
+        for path in self.marker.paths():
+            self.root.safe(path)  # SymlinkInRoot: nothing is committed through a planted link
         reached("staged", self.label)
         self.root.fence()
         ensure_dir(fs, self.root.abs(TXN_DIR))
@@ -307,6 +328,7 @@ class Transaction:
 
 def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
+    marker.check_links(root)  # read_markers checked too: a link planted since is refused, not followed
     fs = root.fs
     published: set[str | None] = set()
     if marker.adds:
