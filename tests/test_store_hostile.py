@@ -208,3 +208,42 @@ def test_missing_statistics_never_read_as_zero(root: Path) -> None:
     store = ResultStore(root)
     parts = store.reader.readable(store.parts("attempts/task=faulty"))
     assert store.runs_index.next_seq(parts) == high + 6  # 0 for the planted part, so high + 1, before
+
+
+# ---- 4. the union schema part ---------------------------------------------------------------------------
+
+
+def _union_part(root: Path) -> Path:
+    (part,) = (root / "runs" / "task=_schema").glob("part-*.parquet")
+    return part
+
+
+def test_a_missing_union_part_is_named_and_rebuilt(root: Path, cli: Callable[..., CliResult]) -> None:
+    import pandas as pd
+
+    columns = set(pd.read_parquet(root / "runs").columns)
+    shutil.rmtree(root / "runs" / "task=_schema")
+    assert set(pd.read_parquet(root / "runs").columns) < columns  # what a plain client silently loses
+    status = cli("status", str(root))
+    assert "runs/task=_schema: missing" in status.stdout
+    compacted = cli("compact", str(root))
+    assert compacted.returncode == 0 and "union schema part of runs" in compacted.stdout, compacted.stdout
+    assert set(pd.read_parquet(root / "runs").columns) == columns
+    assert "_schema" not in cli("status", str(root)).stdout
+
+
+def test_a_union_part_of_the_wrong_type_is_named_and_rebuilt(root: Path, cli: Callable[..., CliResult]) -> None:
+    import pandas as pd
+
+    part = _union_part(root)
+    schema = pq.read_schema(part)
+    wrong = schema.set(schema.get_field_index("lr"), pa.field("lr", pa.float32()))
+    part.unlink()
+    _plant_part(root, "runs/task=_schema", wrong.empty_table())
+    lrs = sorted(pd.read_parquet(root / "runs")["lr"].dropna())
+    assert lrs[1] != 0.03  # float32: what pandas silently returned
+    status = cli("status", str(root))
+    assert "runs/task=_schema: lr is float where the tasks have double" in status.stdout, status.stdout
+    assert cli("compact", str(root)).returncode == 0
+    assert sorted(pd.read_parquet(root / "runs")["lr"].dropna()) == [0.01, 0.03]
+    assert pq.read_schema(_union_part(root)).field("lr").type == pa.float64()

@@ -35,6 +35,7 @@ from runner.store.store import ResultStore
 from runner.store.tables import current_names, kept_curves, latest_per_run, order_keys
 from runner.store.trials import newest_trials
 from runner.store.txn import Transaction
+from runner.store.union_check import rebuild_union
 
 CURVE_ROWS_PER_PART = 1_000_000
 
@@ -50,6 +51,7 @@ class CompactReport:
     skipped: list[str] = field(default_factory=list)  # tasks left alone because of damaged parts
     claims_removed: int = 0  # claims folders of grids that no driver may still use
     orphans_removed: int = 0  # parts workers staged that no manifest will name any more (runner.store.incoming)
+    unions_rebuilt: list[str] = field(default_factory=list)  # folders whose union part was missing or wrong
 
     def line(self) -> str:
         text = (
@@ -64,6 +66,8 @@ class CompactReport:
             text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
         if self.claims_removed:
             text += f"; removed the claims of {self.claims_removed} grids no driver is running"
+        if self.unions_rebuilt:
+            text += f"; rebuilt the missing or wrong union schema part of {', '.join(self.unions_rebuilt)}"
         if self.orphans_removed:
             text += f"; deleted {self.orphans_removed} staged parts no driver will commit"
         return text
@@ -79,6 +83,7 @@ def compact(store: ResultStore, repair: bool = False) -> CompactReport:
             _compact_task(store, txn, name, repair, report)
         for kind, schema in (("trials", TRIAL_SCHEMA), ("members", MEMBER_SCHEMA)):
             _compact_table(store, txn, kind, schema, repair, report)
+        report.unions_rebuilt = [kind for kind in TASK_KINDS if rebuild_union(store, txn, kind)]
         txn.commit()
         store.reader.damaged.clear()  # quarantined ones are gone; any others are found again on read
     report.claims_removed = remove_idle_claims(store.files)  # claims are not part of the transaction

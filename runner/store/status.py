@@ -23,6 +23,7 @@ from runner.store.parts import DamagedPartWarning
 from runner.store.seqs import checked_max
 from runner.store.spill import KeySpill, matched
 from runner.store.store import ResultStore
+from runner.store.union_check import union_problems
 from tasks.status import ALL_STATUSES, RETRY_ON_REQUEST, TIMEOUT
 
 COLUMNS = (*ALL_STATUSES, "missing")
@@ -36,6 +37,7 @@ class StatusReport:
     errors: list[tuple[str, str, str]] = field(default_factory=list)  # (task, run_id, first line)
     damaged: dict[str, str] = field(default_factory=dict)  # part path -> why it cannot be read
     drivers: list[tuple[str, DriverInfo, int, float]] = field(default_factory=list)  # claims.live_claims
+    unions: dict[str, str] = field(default_factory=dict)  # folder -> what is wrong with its union part
 
     def format(self, max_errors: int = 10) -> str:
         lines = []
@@ -59,6 +61,9 @@ class StatusReport:
                 f"damaged parts ({len(self.damaged)}; skipped by every reader, `convgrid compact --repair` moves them):"
             )
             lines.extend(f"  {path}: {why}" for path, why in sorted(self.damaged.items()))
+        if self.unions:
+            lines.append("union schema parts plain Parquet clients must not trust (`convgrid compact` rebuilds them):")
+            lines.extend(f"  {kind}/task=_schema: {why}" for kind, why in sorted(self.unions.items()))
         if self.drivers:
             lines.append(f"drivers sharing grids ({len(self.drivers)}; a live one beats every lease/4 seconds):")
             for key, info, held, age in self.drivers:
@@ -136,6 +141,7 @@ def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
     report.by_grid, report.by_grid_task = dict(by_grid), dict(by_grid_task)
     report.errors = sorted((e for f in failures for e in f.errors()), key=lambda e: e[1])
     report.damaged = damaged
+    report.unions = union_problems(store)
     report.drivers = live_claims(store.files, settings().lease_s)
     return report
 
