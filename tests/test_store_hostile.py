@@ -247,3 +247,27 @@ def test_a_union_part_of_the_wrong_type_is_named_and_rebuilt(root: Path, cli: Ca
     assert cli("compact", str(root)).returncode == 0
     assert sorted(pd.read_parquet(root / "runs")["lr"].dropna()) == [0.01, 0.03]
     assert pq.read_schema(_union_part(root)).field("lr").type == pa.float64()
+
+
+# ---- 9. only a run's own bad data makes it failed --------------------------------------------------------
+
+
+def test_a_fault_of_the_flush_ends_the_command_and_fails_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., CliResult]
+) -> None:
+    from runner.store import flush
+
+    def broken(*_: object, **__: object) -> None:
+        raise KeyError("a bug in the flush")
+
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"name": "bug", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0]}}]}))
+    root = tmp_path / "store"
+    monkeypatch.setattr(flush, "stage_union", broken)
+    result = cli("run", str(grid), "--results", str(root), "--no-progress")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "could not store" in result.stderr and "KeyError: 'a bug in the flush'" in result.stderr
+    assert not (root / "runs").exists()  # no run stored as failed
+    monkeypatch.undo()
+    again = cli("run", str(grid), "--results", str(root), "--no-progress")
+    assert again.returncode == 0 and "ran 2 of 2" in again.stdout, again.stdout + again.stderr

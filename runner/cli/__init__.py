@@ -35,6 +35,7 @@ from runner.errors import (
     Busy,
     ConfigError,
     StoreIOError,
+    StoreWriteError,
     Terminated,
     printable,
     raise_terminated,
@@ -310,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Busy as exc:  # another driver holds what this command needs; it changed nothing
         print(f"convgrid: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_BUSY
-    except StoreIOError as exc:
+    except (StoreIOError, StoreWriteError) as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 4
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours (before OSError: one)

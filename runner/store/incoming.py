@@ -20,8 +20,9 @@ What no manifest will ever name is cleaned, never what one still may:
     tell dead from slow). Staging's own rule (everything no marker names, at once) must never touch these: a
     live driver's manifests may be on their way.
 A driver checks that every part it is about to commit is there with its recorded size (one stat each,
-under the lock), so a part cleaned from under a driver paused past the grace period costs its runs a
-`failed` row (runner.execute.unwritable), never a committed run without its curve.
+under the lock), so a part cleaned from under a driver paused past the grace period ends its command
+with a message (runner.errors.StoreWriteError), its runs not done (the same command runs them again),
+never a committed run without its curve, nor a run stored `failed` for what was no fault of its own.
 """
 
 from __future__ import annotations
