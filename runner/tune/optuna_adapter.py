@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import ConfigError, redact
+from runner.tune.journal_lock import journal_lock
 from runner.tune.journal_tail import repair_tail
 from runner.tune.space import CategoricalParam, FloatParam, FloatVectorParam, IntParam, element_name
 from runner.tune.spec import StudyPlan, load_study
@@ -286,7 +287,7 @@ def _journal_backend(path: Path) -> Any:
     """Optuna's JournalFileBackend, whose every append first checks the file's last line under the
     journal's lock and cuts a torn one (runner.tune.journal_tail): appending after a torn line made
     the journal unreadable for good."""
-    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+    from optuna.storages.journal import JournalFileBackend
 
     class RepairingJournal(JournalFileBackend):
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
@@ -302,9 +303,8 @@ def _journal_backend(path: Path) -> Any:
             finally:
                 self._lock.release()
 
-    # The lock file is Optuna's default (optuna-dashboard uses the same); a driver SIGKILLed while
-    # appending leaves it behind, and the next driver breaks it after 5 s instead of 30.
-    return RepairingJournal(str(path), lock_obj=JournalFileSymlinkLock(str(path), grace_period=5))
+    # Optuna's lock file and grace; a wait for it says so (runner.tune.journal_lock)
+    return RepairingJournal(str(path), lock_obj=journal_lock(str(path)))
 
 
 def storage_label(storage: str | None, store: ResultStore) -> str:
