@@ -19,6 +19,7 @@ import pytest
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.coord.lease_lock import LOCK_DIR, LeaseLock, LockLost
+from runner.coord.liveness import pid_table
 from runner.fs.exclusive import S3IfNoneMatch, for_root
 from runner.store.compact import compact
 from runner.store.txn import Transaction
@@ -189,7 +190,7 @@ def test_a_lease_lock_holder_that_stops_beating_is_taken_over_after_the_lease(s3
     assert 0.6 <= waited <= 0.6 + taker.poll_s  # a lease of one unchanged beat, then the next look
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    here = {"owner": "y", "host": socket.gethostname(), "pid": gone.pid, "at": 0.0}
+    here = {"owner": "y", "host": socket.gethostname(), "pid": gone.pid, "at": 0.0, "table": pid_table()}
     assert taker.exclusive.create(taker._path(2, "json"), json.dumps(here).encode())  # g1 was released: g2 is next
     t0 = clock()
     with taker.held():

@@ -9,7 +9,8 @@ root's create-if-absent (runner.fs.exclusive), renewed by heartbeats as the clai
 A writer queues by creating g<newest+1> (of several racing for one number, one wins; the others look
 again). It holds the lock once every older generation is free, dead or gone: dead when this writer has
 seen its beat unchanged for a lease on its own monotonic clock (no two machines' clocks are compared),
-or at once when it ran on this host and its pid is gone (a `kill -9`ed command does not make the next
+or at once when it ran in this process table (runner.coord.liveness: boot id and pid namespace, not
+the host name) and its pid is gone (a `kill -9`ed command does not make the next
 one wait). Queueing makes the lock fair: a driver committing flushes back to back cannot starve a
 `compact` (a waiter that only polled for a free moment hardly ever saw one).
 
@@ -39,7 +40,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from runner.coord.liveness import Clock, DriverInfo, Heartbeat, Liveness
+from runner.coord.liveness import Clock, DriverInfo, Heartbeat, Liveness, identity
 from runner.fs.exclusive import ExclusiveCreate
 from runner.fs.files import delete_quietly, read_bytes, write_bytes
 from runner.fs.root import Root
@@ -138,12 +139,17 @@ class LeaseLock:
                 raise
             return None
         try:
-            return DriverInfo(f"g{gen}", beat, str(body["host"]), int(body["pid"]), float(body["at"]), frozenset())
+            table, start = str(body.get("table", "")), str(body.get("start", ""))
+            return DriverInfo(
+                f"g{gen}", beat, str(body["host"]), int(body["pid"]), float(body["at"]), frozenset(), table, start
+            )
         except (TypeError, KeyError, ValueError):
             return None  # not a generation this code wrote: nobody holds it
 
     def _acquire(self) -> None:
-        body = json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+        body = json.dumps(
+            {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time(), **identity()}
+        )
         while True:
             gens = self._generations()
             mine = max((g for g, kinds in gens.items() if "json" in kinds), default=-1) + 1

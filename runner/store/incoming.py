@@ -5,7 +5,8 @@ the driver commits").
     _store/incoming/<session>/<writer>/part-<time>-<hex>-<size>-<crc>.parquet
 
 A driver's session (one executor's life) owns one folder, named for the driver's process
-(`<time>-<hex>.<pid>.<host>`); each worker writes into a folder of its own inside it. A part is written
+(`<time>-<hex>.<pid>.<host>.<pid table>.<start time>`, runner.coord.liveness: the host name alone does
+not tell two containers' pids apart); each worker writes into a folder of its own inside it. A part is written
 and made durable, with its name, before its manifest (the runs rows that name it, runner.store.records
 .StagedPart) leaves the worker; the driver's flush then adds it to a transaction without reading it
 (`Transaction.adopt`): publishing moves it into curves/. Until a marker names it, no reader sees it.
@@ -39,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from runner.coord.liveness import pid_running
+from runner.coord.liveness import gone_here, pid_table, start_time
 from runner.fs.files import delete_quietly, fsync_dir, is_local
 from runner.fs.root import Root
 from runner.store.files import encode_parquet, write_durably
@@ -67,17 +68,25 @@ def host_tag(host: str | None = None) -> str:
     return _HOST.sub("_", host if host is not None else socket.gethostname())
 
 
-def session_folder(pid: int | None = None, host: str | None = None) -> str:
-    """A new session's folder for the driver process `pid` on `host` (default: this one)."""
-    return f"{INCOMING_DIR}/{new_id()}.{pid if pid is not None else os.getpid()}.{host_tag(host)}"
+def session_folder(pid: int | None = None, host: str | None = None, table: str | None = None) -> str:
+    """A new session's folder for the driver process `pid` (default: this one) on `host` (default: this
+    one) in process table `table` (runner.coord.liveness.pid_table; default: this one's where `host` is
+    this host, none elsewhere: such a session is cleaned by age alone)."""
+    pid = os.getpid() if pid is None else pid
+    if table is None:
+        table = pid_table() if host_tag(host) == host_tag() else ""
+    start = start_time(pid) if table and table == pid_table() else ""
+    return f"{INCOMING_DIR}/{new_id()}.{pid}.{host_tag(host)}.{table or 'x'}.{start or 'x'}"
 
 
-def _owner(session: str) -> tuple[int, str] | None:
-    """(pid, host tag) of the driver that owns a session folder's name, or None for another name."""
-    parts = session.split(".", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
+def _owner(session: str) -> tuple[int, str, str] | None:
+    """(pid, pid table, start time) of the driver that owns a session folder's name, or None for another
+    name (a session of an older convgrid, `<time>-<hex>.<pid>.<host>`, names no process table)."""
+    parts = session.split(".")
+    if len(parts) != 5 or not parts[1].isdigit():
         return None
-    return int(parts[1]), parts[2]
+    table, start = (p if p != "x" else "" for p in parts[3:])
+    return int(parts[1]), table, start
 
 
 def write_staged(root: Root, folder: str, table: pa.Table) -> str:
@@ -116,8 +125,8 @@ def discard(root: Root, folder: str) -> int:
 
 
 def sweep(root: Root, now: float | None = None, grace_s: float = STALE_INCOMING_S, force: bool = False) -> int:
-    """Delete what no manifest will name any more: the sessions of drivers of this host whose process is
-    gone, and parts older than `grace_s` in every other. At most every `SWEEP_EVERY_S` per root and
+    """Delete what no manifest will name any more: the sessions of drivers of this process table whose
+    process is gone, and parts older than `grace_s` in every other. At most every `SWEEP_EVERY_S` per root and
     process (the first call always), unless `force`. The caller holds the writers' lock, with committed
     markers applied first. Returns how many files went."""
     now = time.time() if now is None else now
@@ -132,7 +141,7 @@ def sweep(root: Root, now: float | None = None, grace_s: float = STALE_INCOMING_
             continue
         session = f"{INCOMING_DIR}/{info.base_name}"
         owner = _owner(info.base_name)
-        if owner is not None and owner[1] == host_tag() and not pid_running(owner[0]):
+        if owner is not None and gone_here(owner[1], owner[0], owner[2]):
             done += discard(root, session)
         else:
             parts = _files(root, session)
