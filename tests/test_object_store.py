@@ -266,3 +266,29 @@ def test_a_study_lease_on_s3_refuses_a_second_driver_and_passes_on_when_freed(s3
     with pytest.raises(StudyBusy, match="taken over"):
         elsewhere.check()
     taker.release()
+
+
+def test_a_holder_paused_right_after_its_check_cannot_commit_over_the_next(s3_root: str) -> None:
+    """The window the half-lease check leaves (issue 44): a holder paused right after it, past its lease,
+    resumes and commits. The commit itself is a put-if-absent of the next numbered commit record, so
+    of the two holders' transactions exactly one is committed, and it is the new holder's."""
+    root = s3_root.replace("convgrid/results", "convgrid/fenced")
+    paused, taker = ResultStore(root), ResultStore(root)
+    for store in (paused, taker):
+        assert isinstance(store.lock, LeaseLock)
+        store.lock.lease_s = 0.4
+        store.lock.heartbeat.period_s, store.lock.heartbeat.lapse_s = 0.4 / 6, 0.4 / 3
+    with paused.writing():
+        txn = Transaction(paused.files)
+        txn.add(pa.table({"x": [1]}), "members")
+        paused.lock.heartbeat.stop()  # paused: its beats stop ...
+        paused.files.fence = lambda: None  # ... right after its check passed
+        with taker.writing():  # a lease of its unchanged beat later, the lock is the taker's
+            other = Transaction(taker.files)
+            other.add(pa.table({"x": [2]}), "members")
+            other.commit()
+        with pytest.raises(LockLost, match="not committed"):
+            txn.commit()  # committed over the taker's before
+    store = ResultStore(root)
+    assert store.parts("members") == [other.marker.adds[0][1]]  # the taker's part, and only it
+    assert store.files.listing("_store/staging") == []  # what only the refused transaction staged went

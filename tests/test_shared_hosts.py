@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runner import ResultStore
 from runner.coord.claims import CLAIMS_DIR, remove_idle_claims
 from runner.coord.liveness import DriverInfo, Liveness, gone_here, pid_table, running_here, start_time
@@ -98,3 +100,36 @@ def test_a_study_holder_in_another_container_is_not_taken_over_at_once(tmp_path:
     lease.acquire(beat=False)
     assert clock.now >= 2.0  # a lease of its silent beat first (at once before: same host name, pid free)
     lease.release()
+
+
+# ---- a filesystem without a lock refuses a second writer, loudly ------------------------------------------
+
+
+def test_a_second_writer_on_a_filesystem_without_a_lock_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    from runner.errors import Busy
+    from runner.store.txn import Transaction
+
+    monkeypatch.setenv("CONVGRID_LOCK_LEASE_S", "0.6")
+    base = tmp_path / "bucket"
+    base.mkdir()
+
+    def opened() -> ResultStore:  # like gs://: no create-if-absent convgrid can use
+        return ResultStore("root", filesystem=pafs.SubTreeFileSystem(str(base), pafs.LocalFileSystem()))
+
+    first, second = opened(), opened()
+    with first.writing():
+        txn = Transaction(first.files)
+        txn.add(pa.table({"x": [1]}), "members")
+        txn.commit()
+    with pytest.raises(Busy, match="another command writes the results root"), second.writing():
+        pass  # silently let in before
+    assert second.parts("members") == [txn.marker.adds[0][1]]
+    first.lock.close()  # type: ignore[attr-defined]  # the first command ends
+    with second.writing():  # its record gone: the root is the second's
+        pass
+    second.lock.close()  # type: ignore[attr-defined]

@@ -24,7 +24,9 @@ queued right behind it are no reason to withdraw: they wait for it.
 A lease cannot stop a holder paused past it (SIGSTOP, a suspended machine) from resuming as if it
 still held the lock. `check` narrows that window: before its commit point a transaction asks that this
 process's last successful beat be younger than half a lease (an observer waits a full one), so a
-holder that slept through its lease refuses to commit. See docs/store.md.
+holder that slept through its lease refuses to commit. The window left (a pause right after the check)
+is closed by the commit itself: a put-if-absent of the next numbered commit record, the number learnt
+when the lock was taken (runner.coord.fenced_commits). See docs/store.md.
 """
 
 from __future__ import annotations
@@ -67,10 +69,14 @@ class LeaseLock:
         lease_s: float = LOCK_LEASE_S,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        on_acquire: Callable[[], None] | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> None:
         # `clock` times what this writer observes of the others and `sleep` waits for its turn (tests
-        # pass fake ones); its own heartbeat keeps the real monotonic clock.
+        # pass fake ones); its own heartbeat keeps the real monotonic clock. `on_acquire` / `on_release`:
+        # told once the lock is taken / given back (the fenced commits' numbering, runner.coord.fenced_commits).
         self.files, self.exclusive, self.lease_s, self.clock, self.sleep = files, exclusive, lease_s, clock, sleep
+        self.on_acquire, self.on_release = on_acquire, on_release
         self.keep = KEEP_GENERATIONS
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.liveness = Liveness()
@@ -159,6 +165,12 @@ class LeaseLock:
             self._gen, self._beat = mine, 0
             self.heartbeat.start(last_success=started)
             if self._wait_turn(mine):
+                if self.on_acquire is not None:
+                    try:
+                        self.on_acquire()
+                    except BaseException:
+                        self._release()
+                        raise
                 return
             self._withdraw()
 
@@ -209,6 +221,8 @@ class LeaseLock:
         self._beat += 1
 
     def _release(self) -> None:
+        if self.on_release is not None:
+            self.on_release()
         self._stop_beating()
         gen, self._gen = self._gen, None
         if gen is not None:

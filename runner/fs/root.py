@@ -25,6 +25,14 @@ def _no_fence() -> None:
     return None
 
 
+def _no_seal(_marker: bytes) -> None:
+    return None
+
+
+def _none_unsealed() -> bytes | None:
+    return None
+
+
 class UnsafePath(ValueError):
     """A path read from the store's own files (a marker, a claim) that is not a plain relative path
     inside the root: absolute, with `..`, empty or control characters."""
@@ -77,6 +85,10 @@ class Root:
         # asked right before every commit point: raises where this writer may have lost its lock (an
         # object store's lease lock, runner.coord.lease_lock); an flock cannot be lost, so by default nothing
         self.fence: Callable[[], None] = _no_fence
+        # on an object store, the commit point's fenced write of a marker, and the newest such marker (for
+        # recovery) (runner.coord.fenced_commits); locally the flock fences: nothing
+        self.seal: Callable[[bytes], None] = _no_seal
+        self.unsealed: Callable[[], bytes | None] = _none_unsealed
 
     def abs(self, rel: str) -> str:
         """The absolute path of `rel`, which must lie inside the root (`check_relative`)."""

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runner.coord.lease_lock import LockLost
 from runner.store import incoming
 from runner.store.columns import PARTITION, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
@@ -45,10 +46,25 @@ from runner.store.union import stage_union
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
+# Takes of the writers' lock for one flush whose lease lapsed before its commit point (runner.coord).
+COMMIT_TRIES = 3
+
 
 def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
     """Persist finished runs in one transaction: per task, the attempts, the curves of the kept
     attempts and the runs rows, with the parts holding superseded attempts rewritten without them."""
+    for attempt in range(COMMIT_TRIES):
+        try:
+            _write_once(store, records, schemas)
+            return
+        except LockLost:
+            # this writer's lease lapsed (it was paused) and nothing of the transaction was committed:
+            # take the lock again and build it anew on what others committed meanwhile
+            if attempt == COMMIT_TRIES - 1:
+                raise
+
+
+def _write_once(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
     by_task: dict[str, list[RunRecord]] = defaultdict(list)
     for rec in records:
         by_task[rec.task].append(rec)

@@ -312,6 +312,14 @@ class Transaction:
         if is_local(fs):
             fs.move(self.root.abs(tmp), self.root.abs(marker))
         else:
+            try:
+                # the commit point: a put-if-absent of the next numbered commit (runner.coord.fenced_commits)
+                self.root.seal(self.marker.to_json())
+            except Exception:
+                for staged, _ in self.marker.adds:  # never committed: what only it staged goes now
+                    if staged.startswith(f"{STAGING_DIR}/"):
+                        delete_quietly(fs, self.root.abs(staged))
+                raise
             write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
         # The staged names and the marker's are made durable together, not one fsync after the other:
         # a power cut between them can leave a durable marker whose parts have no names, which
@@ -391,11 +399,33 @@ def _lost_before_publishing(root: Root, marker: Marker) -> bool:
     return lost and not any(root.exists(final) for _, final in marker.adds)
 
 
+def _unsealed(root: Root) -> int:
+    """On an object store, the newest commit record whose writer died before it wrote the marker
+    (runner.coord.fenced_commits): committed, so its marker is written now (and applied below). A record
+    whose staged parts are gone was applied and its marker deleted long ago. Returns 1 for a marker written."""
+    data = root.unsealed()
+    if data is None:
+        return 0
+    try:
+        marker = Marker.from_json(data)
+        marker.check_links(root)
+    except MarkerError as exc:
+        warnings.warn(
+            f"convgrid: ignoring the newest commit record of {root.base}: {exc}", BadMarkerWarning, stacklevel=3
+        )
+        return 0
+    # adds are published in order, the first alone first (`apply`): unpublished, it is still staged
+    if not marker.adds or root.exists(f"{TXN_DIR}/{marker.txn}.json") or not root.exists(marker.adds[0][0]):
+        return 0
+    write_bytes(root.fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"), data)
+    return 1
+
+
 def recover(root: Root, locked: bool) -> int:
     """Finish what dead writers left: roll committed transactions forward, uncommitted staging back,
     and delete temporary files. `locked`: the caller holds the writer lock, so no staging is live.
     Returns how many leftovers were dealt with."""
-    done = 0
+    done = _unsealed(root)
     for marker in read_markers(root, quarantine=True):  # recovery runs under the writers' lock
         if _lost_before_publishing(root, marker):
             for staged, _ in marker.adds:
