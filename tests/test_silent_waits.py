@@ -55,3 +55,64 @@ def test_a_full_incoming_folder_says_the_driver_takes_the_curves(
     monkeypatch.setattr(staging, "write_bytes", full)
     with pytest.warns(StagingFallback, match="No space left on device.*send their curve rows to the driver"):
         assert probe_nodes([], str(tmp_path), "_store/incoming/s.1.h") == frozenset()
+
+
+# ---- a SIGKILLed driver leaves no Ray process behind ----------------------------------------------------
+
+DRIVER = """
+import sys, time
+from cluster import connect
+connect(None, num_cpus=1)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.faults
+def test_a_sigkilled_driver_leaves_no_ray_process_it_started(tmp_path: Path) -> None:
+    """DashboardAgent and RuntimeEnvAgent outlived a SIGKILLed driver for good (issue 44)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cluster.reaper import descendants, reap
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER], cwd=repo, env=env, stdout=subprocess.PIPE, start_new_session=True
+    )
+    started: dict[int, str] = {}
+    try:
+        assert driver.stdout is not None and driver.stdout.readline() == b"ready\n"
+        deadline = time.monotonic() + 60
+        names: set[str] = set()
+        while not {"ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= names:  # the agents start after ray.init
+            assert time.monotonic() < deadline, names
+            started = descendants(driver.pid)
+            names = {_name(p) for p in started}
+            time.sleep(0.2)
+        time.sleep(1.5)  # the watcher's next look sees them too
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 20
+        while (left := {p: _name(p) for p in started if _name(p) and "cluster.reaper" not in _name(p)}) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        assert not left  # the agents survived before
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        reap(started)  # only processes this test's driver started
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
