@@ -49,6 +49,7 @@ class CommitLog:
         self.files, self.exclusive = files, exclusive
         self.next: int | None = None  # the number this holder's next commit creates; None: lock not taken
         self._unchecked: int | None = None  # the newest record when the lock was taken, until recovery read it
+        self._mine: int | None = None  # the last record this process created and wrote the marker of
 
     def _rel(self, number: int) -> str:
         return f"{COMMITS_DIR}/c{number:012d}.json"
@@ -64,14 +65,16 @@ class CommitLog:
     def begin(self) -> None:
         """Called once the writers' lock is taken: the number after the newest record."""
         newest = max(self.numbers(), default=0)
-        self.next, self._unchecked = newest + 1, newest or None
+        # a record this process followed with its marker needs no look (one driver's flushes, back to back)
+        self.next, self._unchecked = newest + 1, (newest or None) if newest != self._mine else None
 
     def end(self) -> None:
         self.next = None
 
-    def seal(self, marker: bytes) -> None:
-        """The commit point: create this holder's next record, holding `marker`. CommitConflict where
-        another writer created it (or any later one) first; nothing is committed then."""
+    def seal(self, marker: bytes, then: Callable[[], None]) -> None:
+        """The commit point: create this holder's next record, holding `marker`, then call `then` (which
+        writes the marker where readers look). CommitConflict where another writer created it (or any
+        later one) first; nothing is committed then."""
         if self.next is None:
             raise LockLost("the writers' lock is not held: no commit number")
         number = self.next
@@ -89,6 +92,8 @@ class CommitLog:
                 "paused past its lease while others committed; this transaction is not committed"
             )
         self.next = number + 1
+        then()
+        self._mine = number
         if number % PRUNE_EVERY == 0:
             for old in self.numbers():
                 if old <= number - KEEP_RECORDS:

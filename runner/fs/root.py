@@ -25,8 +25,8 @@ def _no_fence() -> None:
     return None
 
 
-def _no_seal(_marker: bytes) -> None:
-    return None
+def _no_seal(_marker: bytes, then: Callable[[], None]) -> None:
+    then()
 
 
 def _none_unsealed() -> bytes | None:
@@ -87,7 +87,7 @@ class Root:
         self.fence: Callable[[], None] = _no_fence
         # on an object store, the commit point's fenced write of a marker, and the newest such marker (for
         # recovery) (runner.coord.fenced_commits); locally the flock fences: nothing
-        self.seal: Callable[[bytes], None] = _no_seal
+        self.seal: Callable[[bytes, Callable[[], None]], None] = _no_seal
         self.unsealed: Callable[[], bytes | None] = _none_unsealed
 
     def abs(self, rel: str) -> str:

@@ -34,6 +34,7 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from runner.coord.lease_lock import LockLost
 from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, read_bytes, write_bytes
 from runner.fs.root import Root, SymlinkInRoot, UnsafePath, check_relative
 from runner.store.files import encode_parquet, read_tail, write_durably
@@ -312,15 +313,16 @@ class Transaction:
         if is_local(fs):
             fs.move(self.root.abs(tmp), self.root.abs(marker))
         else:
+            body = self.marker.to_json()
             try:
-                # the commit point: a put-if-absent of the next numbered commit (runner.coord.fenced_commits)
-                self.root.seal(self.marker.to_json())
-            except Exception:
+                # the commit point: a put-if-absent of the next numbered commit (runner.coord.fenced_commits),
+                # then the marker where readers look (an upload appears whole)
+                self.root.seal(body, lambda: write_bytes(fs, self.root.abs(marker), body))
+            except LockLost:
                 for staged, _ in self.marker.adds:  # never committed: what only it staged goes now
                     if staged.startswith(f"{STAGING_DIR}/"):
                         delete_quietly(fs, self.root.abs(staged))
                 raise
-            write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
         # The staged names and the marker's are made durable together, not one fsync after the other:
         # a power cut between them can leave a durable marker whose parts have no names, which
         # `recover` rolls back (`_lost_before_publishing`); nothing is published before both are done.
