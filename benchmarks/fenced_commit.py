@@ -14,26 +14,21 @@ lock taken (a flush takes the lock once).
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
-from runner import ResultStore
-from runner.coord.lease_lock import LeaseLock
-from runner.store.txn import Transaction
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # tests.loopback_s3: the same loopback server the tests use
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from runner import ResultStore  # noqa: E402
+from runner.coord.lease_lock import LeaseLock  # noqa: E402
+from runner.store.txn import Transaction  # noqa: E402
+from tests.loopback_s3 import moto_bucket  # noqa: E402
 
 
 def _unfenced(store: ResultStore) -> ResultStore:
@@ -58,23 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=40)
     args = parser.parse_args()
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        uri = f"s3://bench/{{}}?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
-        fs, _ = pafs.FileSystem.from_uri(uri.format("x") + "&allow_bucket_creation=true")
-        fs.create_dir("bench")
+    with moto_bucket("bench") as uri:
         contenders: dict[str, tuple[ResultStore, Callable[..., float]]] = {
             "fenced": (ResultStore(uri.format("fenced")), _cycle),
             "unfenced": (_unfenced(ResultStore(uri.format("unfenced"))), _cycle),
@@ -96,9 +75,6 @@ def main() -> None:
             f"{statistics.median(fenced) - statistics.median(unfenced):+.2f} ms "
             f"(median ratio {statistics.median(fenced) / statistics.median(unfenced):.2f})"
         )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

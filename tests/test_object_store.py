@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from runner.fs.exclusive import S3IfNoneMatch, for_root
 from runner.store.compact import compact
 from runner.store.txn import Transaction
 from tests.conftest import done_ids
+from tests.loopback_s3 import moto_bucket
 from tests.options import opts
 from tests.shared_drivers import check_takeover, kill_one_driver_midway, race_to_create
 
@@ -35,41 +35,10 @@ GRID = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_root() -> Iterator[str]:
-    port = _free_port()
-    # moto from this interpreter's environment (a moto_server on PATH may be another install)
-    cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        import pyarrow.fs as pafs
-
-        uri = f"s3://convgrid/results?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
-        fs, _ = pafs.FileSystem.from_uri(uri + "&allow_bucket_creation=true")
-        fs.create_dir("convgrid")
-        yield uri
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with moto_bucket("convgrid") as uri:
+        yield uri.format("results")
 
 
 def test_run_resume_status_and_compact_on_s3(s3_root: str, capsys: pytest.CaptureFixture[str]) -> None:
