@@ -134,8 +134,8 @@ def test_the_journal_lock_keeps_optunas_grace(tmp_path: Path, monkeypatch: pytes
 
     made: list[Any] = []
 
-    def spy(path: str) -> Any:
-        made.append(journal_lock.journal_lock(path))
+    def spy(path: str, lock_class: type) -> Any:
+        made.append(journal_lock.journal_lock(path, lock_class))
         return made[-1]
 
     monkeypatch.setattr(optuna_adapter, "journal_lock", spy)  # the lock the journal backend is built with

@@ -27,11 +27,10 @@ class JournalLockWait(UserWarning):
     """A driver waits for the Optuna journal's lock (another appender holds it, or a killed one left it)."""
 
 
-def optuna_grace_s() -> int:
-    """The grace Optuna's JournalFileSymlinkLock breaks a lock after by default (30 s in Optuna 3 to 5)."""
-    from optuna.storages.journal import JournalFileSymlinkLock
-
-    default = inspect.signature(JournalFileSymlinkLock.__init__).parameters["grace_period"].default
+def optuna_grace_s(lock_class: type) -> int:
+    """The grace Optuna's JournalFileSymlinkLock (`lock_class`) breaks a lock after by default (30 s in
+    Optuna 3 to 5), never less than OPTUNA_GRACE_FLOOR_S."""
+    default = inspect.signature(lock_class).parameters["grace_period"].default
     return max(OPTUNA_GRACE_FLOOR_S, int(default) if isinstance(default, int) else 0)
 
 
@@ -39,11 +38,12 @@ def _warn(message: str) -> None:
     warnings.warn(message, JournalLockWait, stacklevel=4)
 
 
-def journal_lock(path: str, say: Callable[[str], None] = _warn) -> Any:
-    """Optuna's symlink lock of the journal at `path`, with Optuna's grace, telling `say` of every wait."""
-    from optuna.storages.journal import JournalFileSymlinkLock
+def journal_lock(path: str, lock_class: type, say: Callable[[str], None] = _warn) -> Any:
+    """Optuna's symlink lock (`lock_class`: optuna.storages.journal.JournalFileSymlinkLock, handed in
+    by runner.tune.optuna_adapter, the one module that imports Optuna) of the journal at `path`, with
+    Optuna's grace, telling `say` of every wait."""
 
-    class SayingLock(JournalFileSymlinkLock):
+    class SayingLock(lock_class):
         lock_path = f"{path}.lock"  # Optuna's lock file: <journal>.lock
 
         def acquire(self) -> bool:
@@ -65,4 +65,4 @@ def journal_lock(path: str, say: Callable[[str], None] = _warn) -> Any:
             say(f"convgrid: got the Optuna journal's lock {self.lock_path} after {time.monotonic() - started:.1f} s")
             return got
 
-    return SayingLock(path, grace_period=optuna_grace_s())
+    return SayingLock(path, grace_period=optuna_grace_s(lock_class))

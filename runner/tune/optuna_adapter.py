@@ -287,7 +287,7 @@ def _journal_backend(path: Path) -> Any:
     """Optuna's JournalFileBackend, whose every append first checks the file's last line under the
     journal's lock and cuts a torn one (runner.tune.journal_tail): appending after a torn line made
     the journal unreadable for good."""
-    from optuna.storages.journal import JournalFileBackend
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
     class RepairingJournal(JournalFileBackend):
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
@@ -304,7 +304,7 @@ def _journal_backend(path: Path) -> Any:
                 self._lock.release()
 
     # Optuna's lock file and grace; a wait for it says so (runner.tune.journal_lock)
-    return RepairingJournal(str(path), lock_obj=journal_lock(str(path)))
+    return RepairingJournal(str(path), lock_obj=journal_lock(str(path), JournalFileSymlinkLock))
 
 
 def storage_label(storage: str | None, store: ResultStore) -> str:
