@@ -62,7 +62,8 @@ def write_isolated(store: ResultStore, records: Sequence[RunRecord], schemas: Sc
     except OSError as exc:
         raise StoreIOError(store.root, exc, len(records)) from exc
     except Exception as exc:  # noqa: BLE001 - a value the store cannot take, or a fault that is no run's
-        problems = {r.run_id: p for r in records if (p := data_problem(store, r, schemas)) is not None}
+        targets: dict[str, pa.Schema] = {}  # task -> its stored runs columns: one listing per task
+        problems = {r.run_id: p for r in records if (p := data_problem(store, r, schemas, targets)) is not None}
         if not problems:
             raise StoreWriteError(store.root, exc, len(records)) from exc
     failed = [as_unwritable(r, problems[r.run_id]) for r in records if r.run_id in problems]
@@ -73,21 +74,24 @@ def write_isolated(store: ResultStore, records: Sequence[RunRecord], schemas: Sc
     return [*stored, *failed]
 
 
-def data_problem(store: ResultStore, record: RunRecord, schemas: SchemaFor) -> str | None:
+def data_problem(
+    store: ResultStore, record: RunRecord, schemas: SchemaFor, targets: dict[str, pa.Schema] | None = None
+) -> str | None:
     """Why this record's own rows cannot be stored (None: they can): its runs row and curve rows built
     with its task's columns, and the row cast to the columns the task's stored parts have, as a flush
     does (runner.store.flush.stage_task). Nothing is written."""
     runs_schema, curves_schema = schemas(record.task)
     runs_schema = without_partition(runs_schema)
+    known = {} if targets is None else targets
+    if record.task not in known:  # the store's own reads: an error here is no record's (raised)
+        parts = store.reader.readable(store.parts(task_dir(RUNS, record.task)))
+        known[record.task] = without_partition(store.reader.unified_schema(parts, base=runs_schema))
     try:
         row = {**record.row, "batch_id": "x", "curve_rows": record.curve_rows, "commit_seq": 1}
         table = pa.Table.from_pylist([row], schema=runs_schema)
         if record.staged is None:
             curve_table([record], curves_schema)
-        parts = store.reader.readable(store.parts(task_dir(RUNS, record.task)))
-        conform(table, without_partition(store.reader.unified_schema(parts, base=runs_schema)))
-    except OSError:
-        raise
+        conform(table, known[record.task])
     except Exception:  # noqa: BLE001 - whatever building its rows raises is the record's
         return traceback.format_exc(limit=3).strip().splitlines()[-1]
     return None
