@@ -261,3 +261,22 @@ def test_a_holder_paused_right_after_its_check_cannot_commit_over_the_next(s3_ro
     store = ResultStore(root)
     assert store.parts("members") == [other.marker.adds[0][1]]  # the taker's part, and only it
     assert store.files.listing("_store/staging") == []  # what only the refused transaction staged went
+
+
+def test_a_part_gone_mid_read_is_read_again_not_damaged(s3_root: str) -> None:
+    """S3 reports a key deleted under a streaming reader (its footer read, its pages not yet) as an
+    OSError ("NOT_FOUND during GetObject"), not FileNotFoundError: a part published or replaced by a
+    concurrent commit was marked damaged (seen in issue 44's soak). Gone is not damaged: the reader
+    lists again."""
+    from runner.store.columns import TRIAL_SCHEMA
+
+    root = s3_root.replace("convgrid/results", "convgrid/gone")
+    store = ResultStore(root)
+    store.write_part(TRIAL_SCHEMA.empty_table(), "trials")
+    (part,) = store.parts("trials")
+    reader = ResultStore(root).reader
+    assert reader.schema(part) is not None
+    store.fs.delete_file(store.files.abs(part))
+    with pytest.raises(FileNotFoundError):
+        reader.mark_damaged(part, OSError("AWS Error NOT_FOUND during GetObject operation"))
+    assert part not in reader.damaged
