@@ -88,16 +88,7 @@ def driver_info(data: bytes) -> DriverInfo:
     """A heartbeat file's content; ValueError for anything but such a file."""
     try:
         body = json.loads(data)
-        info = DriverInfo(
-            str(body["driver"]),
-            int(body["beat"]),
-            str(body["host"]),
-            int(body["pid"]),
-            float(body["at"]),
-            frozenset(int(b) for b in body["done"]),
-            str(body.get("table", "")),
-            str(body.get("start", "")),
-        )
+        info = DriverInfo.of(body, str(body["driver"]), int(body["beat"]), frozenset(int(b) for b in body["done"]))
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"not a heartbeat: {type(exc).__name__}") from None
     if not DRIVER_ID.match(info.driver):

@@ -145,10 +145,7 @@ class LeaseLock:
                 raise
             return None
         try:
-            table, start = str(body.get("table", "")), str(body.get("start", ""))
-            return DriverInfo(
-                f"g{gen}", beat, str(body["host"]), int(body["pid"]), float(body["at"]), frozenset(), table, start
-            )
+            return DriverInfo.of(body, f"g{gen}", beat)
         except (TypeError, KeyError, ValueError):
             return None  # not a generation this code wrote: nobody holds it
 

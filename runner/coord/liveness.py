@@ -23,8 +23,9 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 Clock = Callable[[], float]
 
@@ -39,6 +40,21 @@ class DriverInfo:
     done: frozenset[int]  # blocks it has finished (claims only)
     table: str = ""  # its process table (`pid_table`); "" unknown
     start: str = ""  # its start time (`start_time`); "" unknown
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any], driver: str, beat: int, done: frozenset[int] = frozenset()) -> DriverInfo:
+        """A record's body (host, pid, at, and table and start where it has them) as the liveness rule
+        reads it; KeyError, ValueError or TypeError for a body that is not one."""
+        return cls(
+            driver,
+            beat,
+            str(body["host"]),
+            int(body["pid"]),
+            float(body["at"]),
+            done,
+            str(body.get("table", "")),
+            str(body.get("start", "")),
+        )
 
 
 @functools.cache

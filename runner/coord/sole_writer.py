@@ -72,16 +72,7 @@ class SoleWriterLock:
         """(owner, the writer as the liveness rule sees it) of the record there, None where there is none."""
         try:
             body = json.loads(read_bytes(self.files.fs, self.files.abs(WRITER_FILE)))
-            info = DriverInfo(
-                str(body["owner"]),
-                int(body["beat"]),
-                str(body["host"]),
-                int(body["pid"]),
-                float(body["at"]),
-                frozenset(),
-                str(body.get("table", "")),
-                str(body.get("start", "")),
-            )
+            info = DriverInfo.of(body, str(body["owner"]), int(body["beat"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
