@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +280,29 @@ def test_a_part_gone_mid_read_is_read_again_not_damaged(s3_root: str) -> None:
     with pytest.raises(FileNotFoundError):
         reader.mark_damaged(part, OSError("AWS Error NOT_FOUND during GetObject operation"))
     assert part not in reader.damaged
+
+
+def test_a_commit_record_whose_writer_died_before_its_marker_is_finished_by_the_next(s3_root: str) -> None:
+    """The commit point is the fenced record: a writer killed between it and the marker's upload has
+    committed, and the next holder writes the marker from the record and publishes it."""
+    root = s3_root.replace("convgrid/results", "convgrid/unsealed")
+    store = ResultStore(root)
+    seal = store.files.seal
+
+    def dies_after_the_record(body: bytes, then: Callable[[], None]) -> None:
+        def killed() -> None:
+            raise KeyboardInterrupt  # as a kill right after the record was created
+
+        seal(body, killed)
+
+    store.files.seal = dies_after_the_record
+    with pytest.raises(KeyboardInterrupt), store.writing():
+        txn = Transaction(store.files)
+        final = txn.add(pa.table({"x": [1]}), "members")
+        txn.commit()
+    assert store.files.listing("_store/txn") == []  # no marker: readers do not see it yet
+    assert ResultStore(root).parts("members") == []
+    after = ResultStore(root)
+    with after.writing():  # the next holder's recovery
+        pass
+    assert after.parts("members") == [final] and after.files.listing("_store/txn") == []
