@@ -306,3 +306,22 @@ def test_a_commit_record_whose_writer_died_before_its_marker_is_finished_by_the_
     with after.writing():  # the next holder's recovery
         pass
     assert after.parts("members") == [final] and after.files.listing("_store/txn") == []
+
+
+def test_a_holder_paused_past_pruned_records_cannot_recreate_one(s3_root: str) -> None:
+    """Records far behind the newest are pruned: a holder whose number is that old creates it again, sees
+    a later record in the one-key listing that follows, and withdraws its own."""
+    from runner.coord.fenced_commits import CommitConflict, CommitLog
+
+    root = s3_root.replace("convgrid/results", "convgrid/pruned")
+    files = ResultStore(root).files
+    exclusive = for_root(root, files.fs)
+    assert isinstance(exclusive, S3IfNoneMatch)
+    log = CommitLog(files, exclusive)
+    for number in (1, 2, 3):
+        assert exclusive.create(files.abs(f"_store/commits/c{number:012d}.json"), b"{}")
+    files.fs.delete_file(files.abs("_store/commits/c000000000002.json"))  # pruned
+    log.next = 2  # learnt before records 2 and 3 were made: paused since
+    with pytest.raises(CommitConflict, match="behind c000000000003"):
+        log.seal(b"{}", lambda: None)
+    assert log.numbers() == [1, 3]  # its record withdrawn
