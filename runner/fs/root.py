@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -110,6 +110,28 @@ class Root:
                 if stat.S_ISLNK(mode):
                     raise SymlinkInRoot(here)
         return path
+
+    def safe_all(self, rels: Iterable[str]) -> None:
+        """`safe` for each of `rels`, each folder on the way lstat'ed once however many paths share it
+        (a flush publishing a thousand staged parts names a few folders)."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return
+        seen: set[str] = set()
+        for rel in rels:
+            self.abs(rel)  # check_relative
+            here = self.base
+            for name in rel.split("/"):
+                here = f"{here}/{name}"
+                if here in seen:
+                    continue
+                try:
+                    mode = os.lstat(here).st_mode
+                except FileNotFoundError:
+                    break
+                if stat.S_ISLNK(mode):
+                    raise SymlinkInRoot(here)
+                if stat.S_ISDIR(mode):
+                    seen.add(here)
 
     def rel(self, path: str) -> str:
         return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path

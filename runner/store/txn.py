@@ -135,11 +135,10 @@ class Marker:
         """No path this marker touches, nor a folder on the way to it, is a symbolic link (lstat'ed,
         never followed): a legal-looking path through a planted link (`runs/task=evil` -> /elsewhere)
         would delete or move outside the root. MarkerError naming the link."""
-        for path in self.paths():
-            try:
-                root.safe(path)
-            except SymlinkInRoot as exc:
-                raise MarkerError(f"{path[:200]!r} passes through a symbolic link: {exc.link}") from None
+        try:
+            root.safe_all(self.paths())
+        except SymlinkInRoot as exc:
+            raise MarkerError(f"a path of it passes through a symbolic link: {exc.link}") from None
 
 
 class MarkerError(ValueError):
@@ -305,8 +304,7 @@ class Transaction:
             self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
-        for path in self.marker.paths():
-            self.root.safe(path)  # SymlinkInRoot: nothing is committed through a planted link
+        self.root.safe_all(self.marker.paths())  # SymlinkInRoot: nothing is committed through a planted link
         reached("staged", self.label)
         self.root.fence()
         ensure_dir(fs, self.root.abs(TXN_DIR))
