@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from cluster.reaper import start as start_reaper
 from runner.settings import settings
 
 _OWNED = False  # whether this process started the Ray instance it is connected to
@@ -176,6 +177,7 @@ def _init(ray: Any, address: str | None, num_cpus: int | None, watch_head: bool,
             **init_kwargs,
         )
         _OWNED = True
+        start_reaper()  # what this Ray leaves if the driver is SIGKILLed dies with it (cluster.reaper)
         return
     if init_kwargs.get("runtime_env") is None:
         init_kwargs.pop("runtime_env", None)

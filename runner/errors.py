@@ -182,3 +182,21 @@ class StoreIOError(Exception):
             f"cannot write the results store {redact(self.root)}: {what}{lost}. Nothing half-written is visible "
             "(every change commits whole); fix the cause (free space, permissions) and run the same command again"
         )
+
+
+class StoreWriteError(Exception):
+    """Committing finished runs failed for a reason that is not theirs (a staged part lost, a fault of
+    the flush itself): no run is stored as failed for it; those runs are not done, and the same command
+    runs them again (issue 44)."""
+
+    def __init__(self, root: str, cause: BaseException, unsaved: int) -> None:
+        self.root, self.cause, self.unsaved = root, cause, unsaved
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        first = str(self.cause).splitlines()[0] if str(self.cause) else ""
+        return (
+            f"could not store {self.unsaved} finished runs in {redact(self.root)}: {type(self.cause).__name__}: "
+            f"{clip(first, MESSAGE_CHARS // 2)}. They are not stored as failed: they are not done, and the same "
+            "command runs them again (what was committed before stays)"
+        )

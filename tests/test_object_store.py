@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,12 @@ import pytest
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.coord.lease_lock import LOCK_DIR, LeaseLock, LockLost
+from runner.coord.liveness import pid_table
 from runner.fs.exclusive import S3IfNoneMatch, for_root
 from runner.store.compact import compact
 from runner.store.txn import Transaction
 from tests.conftest import done_ids
+from tests.loopback_s3 import moto_bucket
 from tests.options import opts
 from tests.shared_drivers import check_takeover, kill_one_driver_midway, race_to_create
 
@@ -34,41 +35,10 @@ GRID = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_root() -> Iterator[str]:
-    port = _free_port()
-    # moto from this interpreter's environment (a moto_server on PATH may be another install)
-    cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        import pyarrow.fs as pafs
-
-        uri = f"s3://convgrid/results?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
-        fs, _ = pafs.FileSystem.from_uri(uri + "&allow_bucket_creation=true")
-        fs.create_dir("convgrid")
-        yield uri
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with moto_bucket("convgrid") as uri:
+        yield uri.format("results")
 
 
 def test_run_resume_status_and_compact_on_s3(s3_root: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,7 +159,7 @@ def test_a_lease_lock_holder_that_stops_beating_is_taken_over_after_the_lease(s3
     assert 0.6 <= waited <= 0.6 + taker.poll_s  # a lease of one unchanged beat, then the next look
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    here = {"owner": "y", "host": socket.gethostname(), "pid": gone.pid, "at": 0.0}
+    here = {"owner": "y", "host": socket.gethostname(), "pid": gone.pid, "at": 0.0, "table": pid_table()}
     assert taker.exclusive.create(taker._path(2, "json"), json.dumps(here).encode())  # g1 was released: g2 is next
     t0 = clock()
     with taker.held():
@@ -265,3 +235,93 @@ def test_a_study_lease_on_s3_refuses_a_second_driver_and_passes_on_when_freed(s3
     with pytest.raises(StudyBusy, match="taken over"):
         elsewhere.check()
     taker.release()
+
+
+def test_a_holder_paused_right_after_its_check_cannot_commit_over_the_next(s3_root: str) -> None:
+    """The window the half-lease check leaves (issue 44): a holder paused right after it, past its lease,
+    resumes and commits. The commit itself is a put-if-absent of the next numbered commit record, so
+    of the two holders' transactions exactly one is committed, and it is the new holder's."""
+    root = s3_root.replace("convgrid/results", "convgrid/fenced")
+    paused, taker = ResultStore(root), ResultStore(root)
+    for store in (paused, taker):
+        assert isinstance(store.lock, LeaseLock)
+        store.lock.lease_s = 0.4
+        store.lock.heartbeat.period_s, store.lock.heartbeat.lapse_s = 0.4 / 6, 0.4 / 3
+    with paused.writing():
+        txn = Transaction(paused.files)
+        txn.add(pa.table({"x": [1]}), "members")
+        paused.lock.heartbeat.stop()  # paused: its beats stop ...
+        paused.files.fence = lambda: None  # ... right after its check passed
+        with taker.writing():  # a lease of its unchanged beat later, the lock is the taker's
+            other = Transaction(taker.files)
+            other.add(pa.table({"x": [2]}), "members")
+            other.commit()
+        with pytest.raises(LockLost, match="not committed"):
+            txn.commit()  # committed over the taker's before
+    store = ResultStore(root)
+    assert store.parts("members") == [other.marker.adds[0][1]]  # the taker's part, and only it
+    assert store.files.listing("_store/staging") == []  # what only the refused transaction staged went
+
+
+def test_a_part_gone_mid_read_is_read_again_not_damaged(s3_root: str) -> None:
+    """S3 reports a key deleted under a streaming reader (its footer read, its pages not yet) as an
+    OSError ("NOT_FOUND during GetObject"), not FileNotFoundError: a part published or replaced by a
+    concurrent commit was marked damaged (seen in issue 44's soak). Gone is not damaged: the reader
+    lists again."""
+    from runner.store.columns import TRIAL_SCHEMA
+
+    root = s3_root.replace("convgrid/results", "convgrid/gone")
+    store = ResultStore(root)
+    store.write_part(TRIAL_SCHEMA.empty_table(), "trials")
+    (part,) = store.parts("trials")
+    reader = ResultStore(root).reader
+    assert reader.schema(part) is not None
+    store.fs.delete_file(store.files.abs(part))
+    with pytest.raises(FileNotFoundError):
+        reader.mark_damaged(part, OSError("AWS Error NOT_FOUND during GetObject operation"))
+    assert part not in reader.damaged
+
+
+def test_a_commit_record_whose_writer_died_before_its_marker_is_finished_by_the_next(s3_root: str) -> None:
+    """The commit point is the fenced record: a writer killed between it and the marker's upload has
+    committed, and the next holder writes the marker from the record and publishes it."""
+    root = s3_root.replace("convgrid/results", "convgrid/unsealed")
+    store = ResultStore(root)
+    seal = store.files.seal
+
+    def dies_after_the_record(body: bytes, then: Callable[[], None]) -> None:
+        def killed() -> None:
+            raise KeyboardInterrupt  # as a kill right after the record was created
+
+        seal(body, killed)
+
+    store.files.seal = dies_after_the_record
+    with pytest.raises(KeyboardInterrupt), store.writing():
+        txn = Transaction(store.files)
+        final = txn.add(pa.table({"x": [1]}), "members")
+        txn.commit()
+    assert store.files.listing("_store/txn") == []  # no marker: readers do not see it yet
+    assert ResultStore(root).parts("members") == []
+    after = ResultStore(root)
+    with after.writing():  # the next holder's recovery
+        pass
+    assert after.parts("members") == [final] and after.files.listing("_store/txn") == []
+
+
+def test_a_holder_paused_past_pruned_records_cannot_recreate_one(s3_root: str) -> None:
+    """Records far behind the newest are pruned: a holder whose number is that old creates it again, sees
+    a later record in the one-key listing that follows, and withdraws its own."""
+    from runner.coord.fenced_commits import CommitConflict, CommitLog
+
+    root = s3_root.replace("convgrid/results", "convgrid/pruned")
+    files = ResultStore(root).files
+    exclusive = for_root(root, files.fs)
+    assert isinstance(exclusive, S3IfNoneMatch)
+    log = CommitLog(files, exclusive)
+    for number in (1, 2, 3):
+        assert exclusive.create(files.abs(f"_store/commits/c{number:012d}.json"), b"{}")
+    files.fs.delete_file(files.abs("_store/commits/c000000000002.json"))  # pruned
+    log.next = 2  # learnt before records 2 and 3 were made: paused since
+    with pytest.raises(CommitConflict, match="behind c000000000003"):
+        log.seal(b"{}", lambda: None)
+    assert log.numbers() == [1, 3]  # its record withdrawn

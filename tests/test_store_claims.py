@@ -17,7 +17,7 @@ import pytest
 from runner import ResultStore, run_grid
 from runner.cli import main
 from runner.coord.claims import CLAIMS_DIR, Blocks
-from runner.coord.liveness import DriverInfo, Liveness
+from runner.coord.liveness import DriverInfo, Liveness, pid_table
 from runner.fs.exclusive import LocalLink
 from runner.grid.key import grid_key_of
 from runner.run.grid_run import RunReport
@@ -71,6 +71,8 @@ def test_two_drivers_split_a_grid_exactly(tmp_path: Path, capsys: pytest.Capture
 def _fake_driver(claims: Path, host: str, pid: int) -> None:
     (claims / "drivers").mkdir(parents=True, exist_ok=True)
     body = {"driver": f"{host}-{pid}", "beat": 1, "host": host, "pid": pid, "at": 0.0, "done": []}
+    if host == socket.gethostname():
+        body["table"] = pid_table()  # what a driver of this process table writes (runner.coord.liveness)
     (claims / "drivers" / f"{host}-{pid}.json").write_text(json.dumps(body))
 
 
@@ -129,7 +131,7 @@ def test_a_driver_is_dead_after_a_lease_of_the_same_beat_on_the_observer_s_clock
     assert not seen.alive(far, lease_s=2.0, now=102.1)
     assert seen.alive(replace(far, beat=4), lease_s=2.0, now=102.2)  # it beat again: live again
     assert not seen.alive(None, lease_s=2.0, now=102.2)  # its file is gone: it ended
-    here = replace(far, host=socket.gethostname(), pid=os.getpid())
+    here = replace(far, host=socket.gethostname(), pid=os.getpid(), table=pid_table())
     assert seen.alive(here, lease_s=2.0, now=0.0)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from runner.coord.liveness import pid_table
 from runner.coord.study_lease import LEASE_DIR, StudyBusy, StudyLease
 from runner.errors import EXIT_BUSY
 from runner.fs.exclusive import LocalLink
@@ -68,6 +69,8 @@ def _plant_holder(root: Path, lease: StudyLease, host: str, pid: int) -> Path:
     folder = root / lease.folder
     folder.mkdir(parents=True, exist_ok=True)
     body = {"study": lease.study, "storage": lease.storage, "owner": "x", "host": host, "pid": pid, "at": 0.0}
+    if host == socket.gethostname():
+        body["table"] = pid_table()  # what a driver of this process table writes (runner.coord.liveness)
     (folder / "g000000000.json").write_text(json.dumps(body))
     (folder / "g000000000.beat").write_text("7")
     return folder

@@ -119,3 +119,56 @@ def test_a_study_that_stops_at_max_failed_says_why_and_exits_1(tmp_path: Path, c
     assert "stopped early: max_failed (2) reached" in out.stdout
     assert "FAIL trials by reason: objective metric is NaN (2)" in out.stdout, out.stdout
     assert "study never stopped at max_failed: its FAIL trials: objective metric is NaN" in out.stderr
+
+
+# ---- the journal's lock (issue 44): Optuna's grace, and a wait that says what it waits for --------------
+
+
+def test_the_journal_lock_keeps_optunas_grace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+    from typing import Any
+
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    from runner.tune import journal_lock, optuna_adapter
+
+    made: list[Any] = []
+
+    def spy(path: str, lock_class: type) -> Any:
+        made.append(journal_lock.journal_lock(path, lock_class))
+        return made[-1]
+
+    monkeypatch.setattr(optuna_adapter, "journal_lock", spy)  # the lock the journal backend is built with
+    optuna_adapter._journal_backend(tmp_path / "j.log")
+    optunas = inspect.signature(JournalFileSymlinkLock.__init__).parameters["grace_period"].default
+    assert len(made) == 1 and made[0].grace_period >= max(30, optunas)  # 5 s before: a stalled appender lost it
+
+
+def test_a_wait_for_the_journal_lock_says_so_at_once(tmp_path: Path) -> None:
+    import threading
+
+    from runner.tune.journal_lock import JournalLockWait
+    from runner.tune.optuna_adapter import _journal_backend
+
+    journal = tmp_path / "j.log"
+    backend = _journal_backend(journal)
+    lock = Path(f"{journal}.lock")
+    lock.symlink_to(journal)  # what Optuna's lock is: another appender holds it now
+    said: list[str] = []
+    done = threading.Event()
+
+    def append() -> None:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            backend.append_logs([{"op_code": 0, "worker_id": "w"}])
+        said.extend(str(w.message) for w in seen if issubclass(w.category, JournalLockWait))
+        done.set()
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    assert not done.wait(0.5)  # it waits (the holder is live: nothing is broken within the grace) ...
+    lock.unlink()  # ... until the holder releases
+    assert done.wait(10)
+    thread.join()
+    assert len(said) == 2 and str(lock) in said[0] and "30 s" in said[0] and "got" in said[1]
+    assert _lines(journal) == [{"op_code": 0, "worker_id": "w"}]

@@ -36,6 +36,7 @@ from runner.errors import (
     Busy,
     ConfigError,
     StoreIOError,
+    StoreWriteError,
     Terminated,
     printable,
     raise_terminated,
@@ -327,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Busy as exc:  # another driver holds what this command needs; it changed nothing
         print(f"convgrid: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_BUSY
-    except StoreIOError as exc:
+    except (StoreIOError, StoreWriteError) as exc:
         print(f"convgrid: error: {exc}", file=sys.stderr)
         return 4
     except BrokenPipeError:  # `convgrid ... | head`: the reader left; not an error of ours (before OSError: one)

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.fs as pafs
 
-from runner.coord.liveness import DriverInfo, Heartbeat, Liveness, pid_running
+from runner.coord.liveness import DriverInfo, Heartbeat, Liveness, gone_here, identity
 from runner.fs.exclusive import ExclusiveCreate
 from runner.fs.files import delete_quietly, read_bytes, replace_bytes
 from runner.fs.root import Root
@@ -88,14 +88,7 @@ def driver_info(data: bytes) -> DriverInfo:
     """A heartbeat file's content; ValueError for anything but such a file."""
     try:
         body = json.loads(data)
-        info = DriverInfo(
-            str(body["driver"]),
-            int(body["beat"]),
-            str(body["host"]),
-            int(body["pid"]),
-            float(body["at"]),
-            frozenset(int(b) for b in body["done"]),
-        )
+        info = DriverInfo.of(body, str(body["driver"]), int(body["beat"]), frozenset(int(b) for b in body["done"]))
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"not a heartbeat: {type(exc).__name__}") from None
     if not DRIVER_ID.match(info.driver):
@@ -169,6 +162,7 @@ class Claims:
         with self._write_lock:
             self._beat += 1
             body = {"driver": self.driver, "beat": self._beat, "host": socket.gethostname(), "pid": os.getpid()}
+            body.update(identity())
             self.files.fs.create_dir(self.files.abs(f"{self.dir}/drivers"), recursive=True)
             path = self.files.abs(self._driver_path(self.driver))
             replace_bytes(
@@ -351,11 +345,11 @@ def live_claims(files: Root, lease_hint_s: float) -> list[tuple[str, DriverInfo,
 
 def remove_if_idle(files: Root, folder: str) -> bool:
     """Delete a grid's claims folder unless a driver may still use it: one whose heartbeat file is
-    there, except on this host with its process gone. (One look cannot tell a silent driver elsewhere
-    from a dead one: its folder stays until that driver's file goes.) A driver that starts on the grid
-    just as its folder goes claims its blocks anew and asks the store nothing first: it may rerun cells
-    it planned before they were stored (the store keeps the newest attempt; the history both)."""
-    here = socket.gethostname()
+    there, except in this process table with its process gone (runner.coord.liveness). (One look
+    cannot tell a silent driver elsewhere from a dead one: its folder stays until that driver's file
+    goes.) A driver that starts on the grid just as its folder goes claims its blocks anew and asks the
+    store nothing first: it may rerun cells it planned before they were stored (the store keeps the
+    newest attempt; the history both)."""
     for info in files.listing(f"{folder}/drivers"):
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
             continue
@@ -363,7 +357,7 @@ def remove_if_idle(files: Root, folder: str) -> bool:
             driver = driver_info(read_bytes(files.fs, info.path))
         except (FileNotFoundError, ValueError):
             continue  # ended between listing and read (or not a heartbeat: nobody's)
-        if driver.host != here or pid_running(driver.pid):
+        if not gone_here(driver.table, driver.pid, driver.start):
             return False
     with contextlib.suppress(FileNotFoundError):  # another driver that found the grid complete was first
         files.fs.delete_dir(files.abs(folder))

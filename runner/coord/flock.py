@@ -17,8 +17,8 @@ class WriterLock:
     """One writer at a time per local root: an flock on `_store/lock`, released by the kernel when its
     holder dies (a SIGKILLed driver never leaves the store locked). Re-entrant within a process.
 
-    S3 roots have a lease lock instead (runner.coord.lease_lock); other object stores have none here:
-    one writing command at a time is assumed there (docs/store.md)."""
+    S3 roots have a lease lock instead (runner.coord.lease_lock), other filesystems a sole writer's
+    record (runner.coord.sole_writer)."""
 
     def __init__(self, fs: pafs.FileSystem, path: str) -> None:
         self.fs, self.path = fs, path

@@ -9,7 +9,8 @@ root's create-if-absent (runner.fs.exclusive), renewed by heartbeats as the clai
 A writer queues by creating g<newest+1> (of several racing for one number, one wins; the others look
 again). It holds the lock once every older generation is free, dead or gone: dead when this writer has
 seen its beat unchanged for a lease on its own monotonic clock (no two machines' clocks are compared),
-or at once when it ran on this host and its pid is gone (a `kill -9`ed command does not make the next
+or at once when it ran in this process table (runner.coord.liveness: boot id and pid namespace, not
+the host name) and its pid is gone (a `kill -9`ed command does not make the next
 one wait). Queueing makes the lock fair: a driver committing flushes back to back cannot starve a
 `compact` (a waiter that only polled for a free moment hardly ever saw one).
 
@@ -23,7 +24,9 @@ queued right behind it are no reason to withdraw: they wait for it.
 A lease cannot stop a holder paused past it (SIGSTOP, a suspended machine) from resuming as if it
 still held the lock. `check` narrows that window: before its commit point a transaction asks that this
 process's last successful beat be younger than half a lease (an observer waits a full one), so a
-holder that slept through its lease refuses to commit. See docs/store.md.
+holder that slept through its lease refuses to commit. The window left (a pause right after the check)
+is closed by the commit itself: a put-if-absent of the next numbered commit record, the number learnt
+when the lock was taken (runner.coord.fenced_commits). See docs/store.md.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from runner.coord.liveness import Clock, DriverInfo, Heartbeat, Liveness
+from runner.coord.liveness import Clock, DriverInfo, Heartbeat, Liveness, identity
 from runner.fs.exclusive import ExclusiveCreate
 from runner.fs.files import delete_quietly, read_bytes, write_bytes
 from runner.fs.root import Root
@@ -66,10 +69,14 @@ class LeaseLock:
         lease_s: float = LOCK_LEASE_S,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        on_acquire: Callable[[], None] | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> None:
         # `clock` times what this writer observes of the others and `sleep` waits for its turn (tests
-        # pass fake ones); its own heartbeat keeps the real monotonic clock.
+        # pass fake ones); its own heartbeat keeps the real monotonic clock. `on_acquire` / `on_release`:
+        # told once the lock is taken / given back (the fenced commits' numbering, runner.coord.fenced_commits).
         self.files, self.exclusive, self.lease_s, self.clock, self.sleep = files, exclusive, lease_s, clock, sleep
+        self.on_acquire, self.on_release = on_acquire, on_release
         self.keep = KEEP_GENERATIONS
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.liveness = Liveness()
@@ -138,12 +145,14 @@ class LeaseLock:
                 raise
             return None
         try:
-            return DriverInfo(f"g{gen}", beat, str(body["host"]), int(body["pid"]), float(body["at"]), frozenset())
+            return DriverInfo.of(body, f"g{gen}", beat)
         except (TypeError, KeyError, ValueError):
             return None  # not a generation this code wrote: nobody holds it
 
     def _acquire(self) -> None:
-        body = json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+        body = json.dumps(
+            {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time(), **identity()}
+        )
         while True:
             gens = self._generations()
             mine = max((g for g, kinds in gens.items() if "json" in kinds), default=-1) + 1
@@ -153,6 +162,12 @@ class LeaseLock:
             self._gen, self._beat = mine, 0
             self.heartbeat.start(last_success=started)
             if self._wait_turn(mine):
+                if self.on_acquire is not None:
+                    try:
+                        self.on_acquire()
+                    except BaseException:
+                        self._release()
+                        raise
                 return
             self._withdraw()
 
@@ -203,6 +218,8 @@ class LeaseLock:
         self._beat += 1
 
     def _release(self) -> None:
+        if self.on_release is not None:
+            self.on_release()
         self._stop_beating()
         gen, self._gen = self._gen, None
         if gen is not None:

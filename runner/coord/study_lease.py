@@ -13,7 +13,7 @@ anything, with one message naming the study, the holder's host and pid and what 
 generation holds the study. A driver takes it by creating the next generation with the root's
 create-if-absent (runner.fs.exclusive): of several racing, one wins and the others look again. It
 may do so when the newest is free, or dead by the one liveness rule (runner.coord.liveness): its pid
-gone on this host (at once), or its beat unchanged for a lease on this driver's own clock. A holder
+gone in this process table (at once), or its beat unchanged for a lease on this driver's own clock. A holder
 that beats is never taken over; the driver that finds one raises StudyBusy as soon as it has seen the
 beat move (or at once, for a live pid on this host whose beat file the same clock saw written within
 a lease).
@@ -32,9 +32,10 @@ import re
 import socket
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 
-from runner.coord.liveness import Clock, DriverInfo, Heartbeat, Liveness, pid_running
+from runner.coord.liveness import Clock, DriverInfo, Heartbeat, Liveness, identity, running_here
 from runner.errors import Busy
 from runner.fs.exclusive import ExclusiveCreate
 from runner.fs.files import delete_quietly, read_bytes, write_bytes
@@ -45,6 +46,10 @@ LEASE_DIR = "_store/studies"
 # after this many newer ones were made, which it then sees and withdraws).
 KEEP_GENERATIONS = 16
 GENERATION = re.compile(r"^g(\d+)\.(json|beat|free)$")
+
+
+class GarbageLeaseWarning(UserWarning):
+    """A study lease file that does not decode: taken over only once its beat stood still for a lease."""
 
 
 class StudyBusy(Busy):
@@ -81,6 +86,7 @@ class StudyLease:
         self.superseded: DriverInfo | None = None  # who took the study over, as this holder's beat saw
         self._count = 0
         self._beating = False
+        self._told: set[int] = set()  # generations whose unreadable file was reported
         self.heartbeat = Heartbeat(self.beat, self.beat_s, "convgrid-study-lease")
 
     # ---- files -------------------------------------------------------------------------------------
@@ -109,9 +115,19 @@ class StudyLease:
         try:
             body = json.loads(raw)
             host, pid, at = str(body["host"]), int(body["pid"]), float(body["at"])
-        except (ValueError, KeyError, TypeError):
-            host, pid, at = "?", -1, 0.0
-        return DriverInfo(f"g{gen}", beat, host, pid, at, frozenset())
+            table, start = str(body.get("table", "")), str(body.get("start", ""))
+        except (ValueError, KeyError, TypeError) as exc:
+            host, pid, at, table, start = "?", -1, 0.0, "", ""
+            if gen not in self._told:  # a wait of a lease must never be silent (issue 44)
+                self._told.add(gen)
+                warnings.warn(
+                    f"convgrid: the study lease file {self.files.abs(self._rel(gen, 'json'))} is not one convgrid "
+                    f"wrote ({type(exc).__name__}; damaged, or put there): study {self.study!r} is taken over once "
+                    f"its beat file has stood unchanged for {self.lease_s:g} s (CONVGRID_LEASE_S)",
+                    GarbageLeaseWarning,
+                    stacklevel=4,
+                )
+        return DriverInfo(f"g{gen}", beat, host, pid, at, frozenset(), table, start)
 
     def _written_within_lease(self, gen: int) -> bool:
         """Whether this host's clock saw the holder's beat (or its file) written within a lease: one
@@ -134,7 +150,9 @@ class StudyLease:
             if newest >= 0 and "free" not in gens[newest] and not self._dead(newest):
                 continue  # the holder went away on its own (freed, or a newer one came): look again
             mine = newest + 1
-            data = json.dumps({**body, "pid": os.getpid(), "at": time.time()}).encode()
+            # signing as another host (tests) names no process table of this one
+            ident = identity() if self.host == socket.gethostname() else {}
+            data = json.dumps({**body, "pid": os.getpid(), "at": time.time(), **ident}).encode()
             if not self.exclusive.create(self.files.abs(self._rel(mine, "json")), data):
                 continue  # another driver took this number first: judge it in turn
             if any(g > mine for g in self._generations()):
@@ -153,7 +171,7 @@ class StudyLease:
         holder = self._holder(gen)
         if holder is None:
             return False
-        if holder.host == socket.gethostname() and pid_running(holder.pid) and self._written_within_lease(gen):
+        if running_here(holder.table, holder.pid, holder.start) and self._written_within_lease(gen):
             raise self._busy(holder)
         liveness = Liveness()
         first = holder.beat
@@ -176,7 +194,7 @@ class StudyLease:
             f"study {self.study!r} is being run by another driver (host {holder.host}, pid {holder.pid}, since "
             f"{since}) on this results root; nothing was changed. Wait for it to finish, or stop it and run this "
             f"again: a driver that died is taken over once its beat has been silent for {self.lease_s:g} s "
-            "(CONVGRID_LEASE_S), at once when it ran on this host"
+            "(CONVGRID_LEASE_S), at once when it ran in this process table (this machine and pid namespace)"
         )
 
     def _prune(self, mine: int) -> None:

@@ -55,6 +55,10 @@ STAGE_WAIT_S = 0.5
 PROBE_TIMEOUT_S = 30.0
 
 
+class StagingFallback(UserWarning):
+    """Workers that could stage their curves under the results root send them to the driver instead."""
+
+
 @dataclass(frozen=True)
 class StagingTarget:
     """Where workers on `nodes` (Ray node ids) write their runs' curves: `folder` (relative, the
@@ -111,8 +115,16 @@ def probe_nodes(actors: Sequence[Any], root: str, folder: str, timeout_s: float 
     try:
         ensure_dir(files.fs, files.abs(folder))
         write_bytes(files.fs, files.abs(probe), nonce.encode())
-    except OSError:
-        return frozenset()  # the driver cannot write there either: its own flush says so, better
+    except OSError as exc:
+        # the driver cannot write there either (a full disk, a quota): no worker stages, and the driver
+        # takes every curve row itself; its own flush says more if the root stays unwritable
+        warnings.warn(
+            f"convgrid: cannot write the staging folder {redact(files.abs(folder))} "
+            f"({redact(f'{type(exc).__name__}: {exc}')}): workers send their curve rows to the driver instead",
+            StagingFallback,
+            stacklevel=2,
+        )
+        return frozenset()
     placed = {ref: actor for actor, ref in ((a, a.placement.remote()) for a in actors)}
     ready, _ = ray.wait(list(placed), num_returns=len(placed), timeout=timeout_s)
     by_node: dict[str, Any] = {}
@@ -135,6 +147,14 @@ def probe_nodes(actors: Sequence[Any], root: str, folder: str, timeout_s: float 
     for node in by_node:
         delete_quietly(files.fs, files.abs(f"{probe}-{node}"))
     delete_quietly(files.fs, files.abs(probe))
+    if len(nodes) < len(by_node):
+        warnings.warn(
+            f"convgrid: workers on {len(by_node) - len(nodes)} of {len(by_node)} nodes cannot write "
+            f"{redact(files.abs(folder))} (or answered no probe within {timeout_s:g} s): they send their curve "
+            "rows to the driver instead",
+            StagingFallback,
+            stacklevel=2,
+        )
     return frozenset(nodes)
 
 
@@ -227,6 +247,7 @@ class Stager:
         warnings.warn(
             f"convgrid: could not stage curve rows under {redact(self.target.root)} "
             f"({redact(f'{type(exc).__name__}: {exc}')}); sending them to the driver",
+            StagingFallback,
             stacklevel=3,
         )
 

@@ -11,7 +11,8 @@ reader ever sees the file half-written.
                  sends no conditional header, so this one write goes through boto3.
 
 Other filesystems (gs://, a filesystem object handed to ResultStore) have none here: `for_root`
-returns None and drivers there do not share work (each computes what it planned; the store stays right).
+returns None and drivers there do not share work (each computes what it planned), and a second
+writing command is refused (runner.coord.sole_writer).
 """
 
 from __future__ import annotations
@@ -91,6 +92,15 @@ class S3IfNoneMatch:
             ).get("HTTPStatusCode") in (409, 412):
                 return False
             raise
+
+    def first_after(self, prefix: str, path: str) -> str | None:
+        """The first key (as `bucket/key`) under `prefix` that sorts after `path`, or None: one listing of
+        one key (runner.coord.fenced_commits asks whether any commit record follows its own)."""
+        bucket, _, key = path.partition("/")
+        _, _, under = prefix.partition("/")
+        found = self.client.list_objects_v2(Bucket=bucket, Prefix=under, StartAfter=key, MaxKeys=1)
+        contents = found.get("Contents") or []
+        return f"{bucket}/{contents[0]['Key']}" if contents else None
 
 
 def for_root(root: str, fs: pafs.FileSystem) -> ExclusiveCreate | None:

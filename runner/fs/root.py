@@ -4,10 +4,13 @@ is relative."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pyarrow.fs as pafs
+
+from runner.errors import ConfigError
 
 
 def open_root(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
@@ -19,6 +22,14 @@ def open_root(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
 
 
 def _no_fence() -> None:
+    return None
+
+
+def _no_seal(_marker: bytes, then: Callable[[], None]) -> None:
+    then()
+
+
+def _none_unsealed() -> bytes | None:
     return None
 
 
@@ -41,6 +52,31 @@ def check_relative(rel: str) -> str:
     return rel
 
 
+class SymlinkInRoot(ConfigError):
+    """A symbolic link inside the root's own folders. Every path convgrid writes there is a plain file or
+    folder it made, so a link was planted (or made by hand): following it would list, delete, move or
+    overwrite what lies elsewhere (issue 44). Refused, naming the link and where it points (exit 2)."""
+
+    def __init__(self, link: str) -> None:
+        try:
+            target = os.readlink(link)
+        except OSError:
+            target = "?"
+        self.link = link
+        super().__init__(
+            f"is a symbolic link (to {target}) inside the results root's own folders: convgrid never follows a "
+            "link there (it would read, delete or overwrite what lies elsewhere); remove the link and run again",
+            file=link,
+        )
+
+
+def is_symlink(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 class Root:
     """A filesystem and a base path: where relative store paths live."""
 
@@ -49,10 +85,53 @@ class Root:
         # asked right before every commit point: raises where this writer may have lost its lock (an
         # object store's lease lock, runner.coord.lease_lock); an flock cannot be lost, so by default nothing
         self.fence: Callable[[], None] = _no_fence
+        # on an object store, the commit point's fenced write of a marker, and the newest such marker (for
+        # recovery) (runner.coord.fenced_commits); locally the flock fences: nothing
+        self.seal: Callable[[bytes, Callable[[], None]], None] = _no_seal
+        self.unsealed: Callable[[], bytes | None] = _none_unsealed
 
     def abs(self, rel: str) -> str:
         """The absolute path of `rel`, which must lie inside the root (`check_relative`)."""
         return f"{self.base}/{check_relative(rel)}" if rel else self.base
+
+    def safe(self, rel: str) -> str:
+        """`abs(rel)` once no folder on the way from the base to it, nor `rel` itself, is a symbolic link
+        (each lstat'ed, never followed): SymlinkInRoot otherwise. A path not there yet is checked as far as
+        it exists. An object store has no links: nothing to check."""
+        path = self.abs(rel)
+        if rel and isinstance(self.fs, pafs.LocalFileSystem):
+            here = self.base
+            for name in rel.split("/"):
+                here = f"{here}/{name}"
+                try:
+                    mode = os.lstat(here).st_mode
+                except FileNotFoundError:
+                    break
+                if stat.S_ISLNK(mode):
+                    raise SymlinkInRoot(here)
+        return path
+
+    def safe_all(self, rels: Iterable[str]) -> None:
+        """`safe` for each of `rels`, each folder on the way lstat'ed once however many paths share it
+        (a flush publishing a thousand staged parts names a few folders)."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return
+        seen: set[str] = set()
+        for rel in rels:
+            self.abs(rel)  # check_relative
+            here = self.base
+            for name in rel.split("/"):
+                here = f"{here}/{name}"
+                if here in seen:
+                    continue
+                try:
+                    mode = os.lstat(here).st_mode
+                except FileNotFoundError:
+                    break
+                if stat.S_ISLNK(mode):
+                    raise SymlinkInRoot(here)
+                if stat.S_ISDIR(mode):
+                    seen.add(here)
 
     def rel(self, path: str) -> str:
         return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
@@ -61,9 +140,27 @@ class Root:
         return self.fs.get_file_info(self.abs(rel)).type != pafs.FileType.NotFound
 
     def listing(self, rel: str) -> list[pafs.FileInfo]:
+        """What `rel` holds; SymlinkInRoot where `rel`, a folder above it or an entry in it is a symbolic
+        link (pyarrow's listing follows links, and its callers delete and move what it lists)."""
+        path = self.safe(rel)
         if not self.exists(rel):
             return []
         try:
-            return list(self.fs.get_file_info(pafs.FileSelector(self.abs(rel))))
+            found = list(self.fs.get_file_info(pafs.FileSelector(path)))
         except FileNotFoundError:
+            return []
+        links = self.links_in(rel)
+        if links:
+            raise SymlinkInRoot(f"{path}/{links[0]}")
+        return found
+
+    def links_in(self, rel: str) -> list[str]:
+        """The names of the symbolic links directly in local folder `rel` (scandir's entry type: no
+        extra system call per entry); none on an object store."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return []
+        try:
+            with os.scandir(self.abs(rel)) as entries:
+                return sorted(e.name for e in entries if e.is_symlink())
+        except (FileNotFoundError, NotADirectoryError):
             return []

@@ -30,10 +30,12 @@ from runner.store import incoming
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
+from runner.store.seqs import checked_max
 from runner.store.store import ResultStore
 from runner.store.tables import current_names, kept_curves, latest_per_run, order_keys
 from runner.store.trials import newest_trials
 from runner.store.txn import Transaction
+from runner.store.union_check import rebuild_union
 
 CURVE_ROWS_PER_PART = 1_000_000
 
@@ -49,6 +51,7 @@ class CompactReport:
     skipped: list[str] = field(default_factory=list)  # tasks left alone because of damaged parts
     claims_removed: int = 0  # claims folders of grids that no driver may still use
     orphans_removed: int = 0  # parts workers staged that no manifest will name any more (runner.store.incoming)
+    unions_rebuilt: list[str] = field(default_factory=list)  # folders whose union part was missing or wrong
 
     def line(self) -> str:
         text = (
@@ -63,6 +66,8 @@ class CompactReport:
             text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
         if self.claims_removed:
             text += f"; removed the claims of {self.claims_removed} grids no driver is running"
+        if self.unions_rebuilt:
+            text += f"; rebuilt the missing or wrong union schema part of {', '.join(self.unions_rebuilt)}"
         if self.orphans_removed:
             text += f"; deleted {self.orphans_removed} staged parts no driver will commit"
         return text
@@ -78,6 +83,7 @@ def compact(store: ResultStore, repair: bool = False) -> CompactReport:
             _compact_task(store, txn, name, repair, report)
         for kind, schema in (("trials", TRIAL_SCHEMA), ("members", MEMBER_SCHEMA)):
             _compact_table(store, txn, kind, schema, repair, report)
+        report.unions_rebuilt = [kind for kind in TASK_KINDS if rebuild_union(store, txn, kind)]
         txn.commit()
         store.reader.damaged.clear()  # quarantined ones are gone; any others are found again on read
     report.claims_removed = remove_idle_claims(store.files)  # claims are not part of the transaction
@@ -104,8 +110,11 @@ def _quiet_read(store: ResultStore, parts: list[str], schema: pa.Schema) -> pa.T
 def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool, report: CompactReport) -> None:
     parts = {kind: store.parts(task_dir(kind, name)) for kind in TASK_KINDS}
     every = [p for kind in TASK_KINDS for p in parts[kind]]
+    if not parts[RUNS] and not parts[ATTEMPTS]:
+        return  # an empty task folder (made by hand, or emptied): no run to keep, nothing to rewrite
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedPartWarning)
+        checked_max(store.reader, parts[ATTEMPTS], parts[RUNS])  # an impossible commit_seq: a damaged part
         runs_schema = without_partition(store.reader.unified_schema(parts[RUNS] + parts[ATTEMPTS]))
         curves_schema = store.reader.unified_schema(parts[CURVES])
         old_schema = store.reader.unified_schema(parts[ATTEMPT_CURVES] + parts[CURVES])

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runner.coord.lease_lock import LockLost
 from runner.store import incoming
 from runner.store.columns import PARTITION, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, task_dir, without_partition
@@ -46,10 +47,25 @@ from runner.store.union import stage_union
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
+# Takes of the writers' lock for one flush whose lease lapsed before its commit point (runner.coord).
+COMMIT_TRIES = 3
+
 
 def write_records(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
     """Persist finished runs in one transaction: per task, the attempts, the curves of the kept
     attempts and the runs rows, with the parts holding superseded attempts rewritten without them."""
+    for attempt in range(COMMIT_TRIES):
+        try:
+            _write_once(store, records, schemas)
+            return
+        except LockLost:
+            # this writer's lease lapsed (it was paused) and nothing of the transaction was committed:
+            # take the lock again and build it anew on what others committed meanwhile
+            if attempt == COMMIT_TRIES - 1:
+                raise
+
+
+def _write_once(store: ResultStore, records: Sequence[RunRecord], schemas: SchemaFor) -> None:
     by_task: dict[str, list[RunRecord]] = defaultdict(list)
     for rec in records:
         by_task[rec.task].append(rec)
@@ -106,7 +122,8 @@ def stage_task(
     reader = store.reader
     runs_dir, curves_dir = task_dir(RUNS, task), task_dir(CURVES, task)
     attempts_dir = task_dir(ATTEMPTS, task)
-    seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)))
+    listed_runs = reader.readable(store.parts(runs_dir))
+    seq = store.runs_index.next_seq(reader.readable(store.parts(attempts_dir)), listed_runs)
     rows = [
         {
             **rec.row,
@@ -117,7 +134,7 @@ def stage_task(
         for rec in recs
     ]
     new = pa.Table.from_pylist(rows, schema=runs_schema)
-    run_parts = reader.readable(store.parts(runs_dir))
+    run_parts = reader.readable(listed_runs)  # less any part whose commit_seq was found impossible
     # a store from before this layout has `task` inside its files: the rewritten parts drop it
     target = without_partition(reader.unified_schema(run_parts, base=runs_schema))
     history = [conform(new, target)]
@@ -137,7 +154,8 @@ def stage_task(
         pairs = pc.binary_join_element_wise(newest["run_id"], newest["batch_id"], "/")
         every = pc.binary_join_element_wise(table["run_id"], table["batch_id"], "/")
         history.append(table.filter(pc.invert(pc.is_in(every, value_set=pairs))))
-    store.runs_index.written(_add(store, txn, pa.concat_tables(history), attempts_dir), seq)
+    attempts = pa.concat_tables(history)
+    store.runs_index.written(_add(store, txn, attempts, attempts_dir), seq, attempts.num_rows)
     if newest.num_rows:
         store.runs_index.remember(task, _add(store, txn, newest, runs_dir), newest)
     for part in rewrite:

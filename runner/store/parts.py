@@ -14,6 +14,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from runner.fs.root import Root
@@ -89,6 +90,12 @@ class PartReader:
         self.damaged: dict[str, str] = {}  # relative path -> the error that made it unreadable
 
     def mark_damaged(self, rel: str, error: BaseException) -> None:
+        """Record `rel` as damaged, with a warning; FileNotFoundError instead where it is simply gone (a
+        transaction published or replaced it after the caller listed it: the caller lists again). An
+        object store reports a key gone mid-read as some other error (S3: "NOT_FOUND" in an OSError),
+        which made a part moved by a concurrent commit read as damaged (seen in the issue-44 soak)."""
+        if rel not in self.damaged and not isinstance(error, DamagedPart) and not self.root.exists(rel):
+            raise FileNotFoundError(f"{self.root.abs(rel)} went while it was read: {error}") from error
         if rel not in self.damaged:
             self.damaged[rel] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             warnings.warn(
@@ -122,7 +129,10 @@ class PartReader:
         expected = part_names.expected(rel)
         size = None
         if expected is not None:
-            size = self.root.fs.get_file_info(path).size
+            info = self.root.fs.get_file_info(path)
+            if info.type == pafs.FileType.NotFound:  # published or replaced since it was listed
+                raise FileNotFoundError(path)
+            size = info.size
             if size != expected.size:
                 raise DamagedPart(f"{size} bytes where its name records {expected.size}")
         tail = read_tail(self.root.fs, path, size)
@@ -136,27 +146,13 @@ class PartReader:
         self._metadata[rel] = metadata
         return schema
 
-    def column_max(self, rel: str, column: str) -> int | None:
-        """The largest value of a top-level integer column by the part's footer statistics (None: no such
-        column, or no statistics for some of its values, or a part not readable)."""
-        if self.schema(rel) is None:
-            return None
+    def metadata(self, rel: str) -> pq.FileMetaData:
+        """The footer of a readable part (`schema` first), read once."""
         metadata = self._metadata.get(rel)
         if metadata is None:  # a part this process wrote: its footer was not read
             tail = read_tail(self.root.fs, self.root.abs(rel))
             metadata = self._metadata[rel] = pq.read_metadata(pa.BufferReader(tail))
-        leaves = [i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column]
-        if not leaves:
-            return None
-        found = []
-        for g in range(metadata.num_row_groups):
-            group = metadata.row_group(g)
-            stats = group.column(leaves[0]).statistics
-            if stats is not None and stats.has_min_max:
-                found.append(int(stats.max))
-            elif group.num_rows and (stats is None or stats.null_count != group.num_rows):
-                return None  # values the footer says nothing of
-        return max(found, default=None)
+        return metadata
 
     def known(self, rel: str, schema: pa.Schema) -> None:
         """The schema of a part this process is writing (what its footer will say): the next flush

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from runner.fs.root import Root
 from runner.store.index_keys import PartKeys, part_batches
 from runner.store.parts import PartReader
+from runner.store.seqs import SeqRange, checked_max
 
 # what `RunsIndex.stored_rows` answers
 ROWS_FOUND = pa.schema([("part", pa.string()), ("run_id", pa.string()), ("batch_id", pa.string())])
@@ -22,22 +23,18 @@ class RunsIndex:
     def __init__(self, files: Root, reader: PartReader) -> None:
         self.files, self.reader = files, reader
         self._part_keys: dict[str, dict[str, PartKeys]] = {}  # task -> runs part -> the keys of its run ids
-        self._max_seq: dict[str, int] = {}  # attempts part -> the largest commit sequence in it
+        self._seqs: dict[str, SeqRange | None] = {}  # part -> its commit sequences (runner.store.seqs)
 
-    def next_seq(self, attempt_parts: Sequence[str]) -> int:
+    def next_seq(self, attempt_parts: Sequence[str], run_parts: Sequence[str] = ()) -> int:
         """The commit sequence of the task's next transaction: one more than the largest in its attempts
-        (every attempt ever committed, so a repair or compaction of runs/ never lowers it), read from
-        each part's footer statistics once (parts are immutable)."""
-        largest = 0
-        for part in attempt_parts:
-            if part not in self._max_seq:
-                self._max_seq[part] = self.reader.column_max(part, "commit_seq") or 0
-            largest = max(largest, self._max_seq[part])
-        return largest + 1
+        (every attempt ever committed, so a repair or compaction of runs/ never lowers it), each part's
+        range read once (parts are immutable) and checked (runner.store.seqs: a part holding a number
+        the store cannot have committed is marked damaged and counts for nothing)."""
+        return checked_max(self.reader, attempt_parts, run_parts, self._seqs) + 1
 
-    def written(self, part: str, seq: int) -> None:
-        """An attempts part this process is writing holds commit sequence `seq` at most."""
-        self._max_seq[part] = seq
+    def written(self, part: str, seq: int, rows: int) -> None:
+        """An attempts part this process is writing holds `rows` rows, of commit sequence `seq` at most."""
+        self._seqs[part] = SeqRange(1, seq, rows)
 
     def remember(self, task: str, part: str, table: pa.Table) -> None:
         """Index a runs part this process is writing, sparing the next flush from reading it back

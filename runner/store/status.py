@@ -18,11 +18,13 @@ from runner.errors import printable
 from runner.settings import settings
 from runner.store.index import lookup, newest_of, order_values, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
-from runner.store.layout import LOGS, RUNS, TASK_KINDS, task_dir
+from runner.store.layout import ATTEMPTS, LOGS, RUNS, TASK_KINDS, task_dir
 from runner.store.logs import logged_runs
 from runner.store.parts import DamagedPartWarning
+from runner.store.seqs import checked_max
 from runner.store.spill import KeySpill, matched
 from runner.store.store import ResultStore
+from runner.store.union_check import union_problems
 from tasks.status import ALL_STATUSES, DIVERGED, RETRY_ON_REQUEST, TIMEOUT
 
 COLUMNS = (*ALL_STATUSES, "missing")
@@ -38,6 +40,7 @@ class StatusReport:
     drivers: list[tuple[str, DriverInfo, int, float]] = field(default_factory=list)  # claims.live_claims
     logged: set[str] = field(default_factory=set)  # run ids with a stored log (runner.store.logs)
     diverged_logged: list[tuple[str, str]] = field(default_factory=list)  # (task, run_id): diverged, with a log
+    unions: dict[str, str] = field(default_factory=dict)  # folder -> what is wrong with its union part
 
     def format(self, max_errors: int = 10) -> str:
         lines = []
@@ -68,6 +71,9 @@ class StatusReport:
                 f"damaged parts ({len(self.damaged)}; skipped by every reader, `convgrid compact --repair` moves them):"
             )
             lines.extend(f"  {path}: {why}" for path, why in sorted(self.damaged.items()))
+        if self.unions:
+            lines.append("union schema parts plain Parquet clients must not trust (`convgrid compact` rebuilds them):")
+            lines.extend(f"  {kind}/task=_schema: {why}" for kind, why in sorted(self.unions.items()))
         if self.drivers:
             lines.append(f"drivers sharing grids ({len(self.drivers)}; a live one beats every lease/4 seconds):")
             for key, info, held, age in self.drivers:
@@ -84,6 +90,8 @@ def damaged_parts(store: ResultStore) -> dict[str, str]:
     """Every visible part that cannot be read to its last page (checksums verified): path -> error."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedPartWarning)  # listed in the report instead
+        for task in store.tasks():  # a commit_seq the store cannot have committed (runner.store.seqs)
+            checked_max(store.reader, store.parts(task_dir(ATTEMPTS, task)), store.parts(task_dir(RUNS, task)))
         for directory in [*(task_dir(k, t) for t in store.tasks() for k in TASK_KINDS), "members", "trials", LOGS]:
             for part in store.parts(directory):
                 try:
@@ -143,6 +151,7 @@ def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
     report.by_grid, report.by_grid_task = dict(by_grid), dict(by_grid_task)
     report.errors = sorted((e for f in failures for e in f.errors()), key=lambda e: e[1])
     report.damaged = damaged
+    report.unions = union_problems(store)
     report.drivers = live_claims(store.files, settings().lease_s)
     report.logged, report.diverged_logged = _logged(store, tasks)
     return report

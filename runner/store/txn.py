@@ -34,8 +34,9 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from runner.coord.lease_lock import LockLost
 from runner.fs.files import delete_quietly, ensure_dir, fsync_dir, is_local, read_bytes, write_bytes
-from runner.fs.root import Root, UnsafePath, check_relative
+from runner.fs.root import Root, SymlinkInRoot, UnsafePath, check_relative
 from runner.store.files import encode_parquet, read_tail, write_durably
 from runner.store.layout import LOGS, MEMBERS, TASK_KINDS, TRIALS
 from runner.store.part_names import name_for, new_id, renamed, tail_of
@@ -123,6 +124,22 @@ class Marker:
             if not ok:
                 raise MarkerError(f"a {where} path outside its place: {path[:200]!r}")
 
+    def paths(self) -> list[str]:
+        return [
+            *(p for add in self.adds for p in add),
+            *self.removes,
+            *(p for move in self.moves for p in move),
+        ]
+
+    def check_links(self, root: Root) -> None:
+        """No path this marker touches, nor a folder on the way to it, is a symbolic link (lstat'ed,
+        never followed): a legal-looking path through a planted link (`runs/task=evil` -> /elsewhere)
+        would delete or move outside the root. MarkerError naming the link."""
+        try:
+            root.safe_all(self.paths())
+        except SymlinkInRoot as exc:
+            raise MarkerError(f"a path of it passes through a symbolic link: {exc.link}") from None
+
 
 class MarkerError(ValueError):
     """A file in _store/txn/ that is not a marker this store wrote (damaged, or planted)."""
@@ -137,7 +154,9 @@ def read_markers(root: Root, quarantine: bool = False) -> list[Marker]:
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json") or info.base_name.startswith("."):
             continue
         try:
-            markers.append(Marker.from_json(read_bytes(root.fs, info.path)))
+            marker = Marker.from_json(read_bytes(root.fs, info.path))
+            marker.check_links(root)
+            markers.append(marker)
         except FileNotFoundError:
             continue  # finished between the listing and the read: its effects are in place
         except MarkerError as exc:
@@ -285,13 +304,23 @@ class Transaction:
             self._writes.append(_POOL.submit(write_bytes, fs, self.root.abs(tmp), self.marker.to_json()))
         for write in self._writes:
             write.result()  # a failed write raises here, before anything is committed
+        self.root.safe_all(self.marker.paths())  # SymlinkInRoot: nothing is committed through a planted link
         reached("staged", self.label)
         self.root.fence()
         ensure_dir(fs, self.root.abs(TXN_DIR))
         if is_local(fs):
             fs.move(self.root.abs(tmp), self.root.abs(marker))
         else:
-            write_bytes(fs, self.root.abs(marker), self.marker.to_json())  # an upload appears whole
+            body = self.marker.to_json()
+            try:
+                # the commit point: a put-if-absent of the next numbered commit (runner.coord.fenced_commits),
+                # then the marker where readers look (an upload appears whole)
+                self.root.seal(body, lambda: write_bytes(fs, self.root.abs(marker), body))
+            except LockLost:
+                for staged, _ in self.marker.adds:  # never committed: what only it staged goes now
+                    if staged.startswith(f"{STAGING_DIR}/"):
+                        delete_quietly(fs, self.root.abs(staged))
+                raise
         # The staged names and the marker's are made durable together, not one fsync after the other:
         # a power cut between them can leave a durable marker whose parts have no names, which
         # `recover` rolls back (`_lost_before_publishing`); nothing is published before both are done.
@@ -307,6 +336,7 @@ class Transaction:
 
 def apply(root: Root, marker: Marker, label: str = "recover") -> None:
     """Steps 3 to 5 of the protocol; idempotent, so recovery simply runs it again."""
+    marker.check_links(root)  # read_markers checked too: a link planted since is refused, not followed
     fs = root.fs
     published: set[str | None] = set()
     if marker.adds:
@@ -369,11 +399,33 @@ def _lost_before_publishing(root: Root, marker: Marker) -> bool:
     return lost and not any(root.exists(final) for _, final in marker.adds)
 
 
+def _unsealed(root: Root) -> int:
+    """On an object store, the newest commit record whose writer died before it wrote the marker
+    (runner.coord.fenced_commits): committed, so its marker is written now (and applied below). A record
+    whose staged parts are gone was applied and its marker deleted long ago. Returns 1 for a marker written."""
+    data = root.unsealed()
+    if data is None:
+        return 0
+    try:
+        marker = Marker.from_json(data)
+        marker.check_links(root)
+    except MarkerError as exc:
+        warnings.warn(
+            f"convgrid: ignoring the newest commit record of {root.base}: {exc}", BadMarkerWarning, stacklevel=3
+        )
+        return 0
+    # adds are published in order, the first alone first (`apply`): unpublished, it is still staged
+    if not marker.adds or root.exists(f"{TXN_DIR}/{marker.txn}.json") or not root.exists(marker.adds[0][0]):
+        return 0
+    write_bytes(root.fs, root.abs(f"{TXN_DIR}/{marker.txn}.json"), data)
+    return 1
+
+
 def recover(root: Root, locked: bool) -> int:
     """Finish what dead writers left: roll committed transactions forward, uncommitted staging back,
     and delete temporary files. `locked`: the caller holds the writer lock, so no staging is live.
     Returns how many leftovers were dealt with."""
-    done = 0
+    done = _unsealed(root)
     for marker in read_markers(root, quarantine=True):  # recovery runs under the writers' lock
         if _lost_before_publishing(root, marker):
             for staged, _ in marker.adds:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import ConfigError, redact
+from runner.tune.journal_lock import journal_lock
 from runner.tune.journal_tail import repair_tail
 from runner.tune.space import CategoricalParam, FloatParam, FloatVectorParam, IntParam, element_name
 from runner.tune.spec import StudyPlan, load_study
@@ -302,9 +303,8 @@ def _journal_backend(path: Path) -> Any:
             finally:
                 self._lock.release()
 
-    # The lock file is Optuna's default (optuna-dashboard uses the same); a driver SIGKILLed while
-    # appending leaves it behind, and the next driver breaks it after 5 s instead of 30.
-    return RepairingJournal(str(path), lock_obj=JournalFileSymlinkLock(str(path), grace_period=5))
+    # Optuna's lock file and grace; a wait for it says so (runner.tune.journal_lock)
+    return RepairingJournal(str(path), lock_obj=journal_lock(str(path), JournalFileSymlinkLock))
 
 
 def storage_label(storage: str | None, store: ResultStore) -> str:

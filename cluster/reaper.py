@@ -1,0 +1,119 @@
+"""The Ray a driver starts dies with it, however the driver dies (issue 44).
+
+An embedded Ray (`connect(None)`) is a tree of processes under the driver: GCS, raylet, dashboard and
+log monitor, and under the raylet its DashboardAgent and RuntimeEnvAgent. `ray.shutdown` stops them
+all, and most of them share the driver's fate on their own; but a SIGKILLed driver (an OOM kill, a
+scheduler's kill -9) left the two agents running for good, holding ports and memory.
+
+So the driver starts one small watcher process (`start`), in a session of its own, holding the read
+end of a pipe whose write end only the driver has. The watcher looks every LOOK_S at the driver's
+descendants (pid and start time, from /proc) and, once the pipe reads end-of-file (the driver is gone,
+by whatever means), kills those of the last look that are still the same processes (pid and start
+time: never a pid reused by another process since). It kills nothing else: only processes the driver
+started, and only after the driver is gone. A driver that ends normally has stopped its Ray already.
+Linux only (/proc); elsewhere nothing is started.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+LOOK_S = 1.0  # a process the driver started is watched from this long after it started
+GRACE_S = 2.0  # between SIGTERM and SIGKILL of what is left
+_PIPE: int | None = None  # the write end, held until this process exits
+
+
+def _table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time) of every process /proc shows."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 19:
+            found[int(entry)] = (int(fields[1]), fields[19].decode())
+    return found
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> start time of every process under `pid`."""
+    table = _table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = table[child][1]
+            todo.append(child)
+    return found
+
+
+def _still(pids: dict[int, str]) -> dict[int, str]:
+    table = _table()
+    return {pid: start for pid, start in pids.items() if pid in table and table[pid][1] == start}
+
+
+def reap(pids: dict[int, str]) -> int:
+    """SIGTERM, then SIGKILL after GRACE_S, to those of `pids` that are still the same processes; how many."""
+    alive = _still(pids)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + GRACE_S
+    while _still(alive) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in _still(alive):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    return len(alive)
+
+
+def watch(driver: int, pipe: int) -> None:
+    """In the watcher: look at `driver`'s descendants until `pipe` reads end-of-file, then reap them."""
+    last: dict[int, str] = {}
+    while True:
+        ready, _, _ = select.select([pipe], [], [], LOOK_S)
+        if ready and not os.read(pipe, 1):
+            break
+        last = {pid: start for pid, start in descendants(driver).items() if pid != os.getpid()}
+    reap(last)
+
+
+def start() -> None:
+    """Start this process's watcher (once; Linux only)."""
+    global _PIPE
+    if _PIPE is not None or not os.path.isdir("/proc/self"):
+        return
+    read_end, write_end = os.pipe()  # neither is inherited by other children (PEP 446)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `cluster` imports from
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    subprocess.Popen(
+        [sys.executable, "-m", "cluster.reaper", str(os.getpid())],
+        stdin=read_end,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C to the driver's terminal is not the watcher's
+        close_fds=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    os.close(read_end)
+    _PIPE = write_end
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), sys.stdin.fileno())
