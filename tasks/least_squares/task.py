@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from tasks.base import Checkpoint, FieldType, Result, RunContext, is_diverged
-from tasks.common import generator, torch_dtype, with_singular_values
+from tasks.common import by_resume_step, generator, torch_dtype, with_singular_values
 from tasks.least_squares.params import SPEC, CommonParams, ConstStep, OptimalStep
 from tasks.status import DIVERGED, OK, Status
 
@@ -86,14 +86,9 @@ class LeastSquaresTask:
         """GD on every member at once (a leading config axis); each member stops, diverges, reports and
         saves its checkpoints on its own, exactly as its single run. Members resuming from different steps
         run as one batch per step (each member's rows compute the same bits whatever its batch)."""
-        starts = [ctx.resume.step if ctx.resume is not None else 0 for ctx in ctxs]
-        if len(set(starts)) > 1:
-            results: list[Result | None] = [None] * len(ps)
-            for start in sorted(set(starts)):
-                idx = [i for i, s in enumerate(starts) if s == start]
-                for i, r in zip(idx, self.run_batch([ps[i] for i in idx], [ctxs[i] for i in idx]), strict=True):
-                    results[i] = r
-            return [r for r in results if r is not None]
+        grouped = by_resume_step(ps, ctxs, self.run_batch)
+        if grouped is not None:
+            return grouped
         members = [_Member(p, ctx) for p, ctx in zip(ps, ctxs, strict=True)]
         device = ctxs[0].device
         sxx = torch.stack([m.sxx for m in members]).to(device)
@@ -101,9 +96,10 @@ class LeastSquaresTask:
         w_star = torch.stack([m.w_star for m in members]).to(device)
         lr = torch.tensor([m.lr for m in members], dtype=sxx.dtype, device=device).view(-1, 1, 1)
         err0 = _errors(torch.zeros_like(syx) - w_star, sxx)  # the start, W = 0, as the first step computes it
-        w = torch.stack([m.restore() for m in members]).to(device) if starts[0] else torch.zeros_like(syx)
+        resumed = ctxs[0].resume is not None
+        w = torch.stack([m.restore() for m in members]).to(device) if resumed else torch.zeros_like(syx)
         going = [m.it < m.p.n_iters for m in members]
-        for it in range(starts[0] + 1, max(p.n_iters for p in ps) + 1):
+        for it in range(members[0].it + 1, max(p.n_iters for p in ps) + 1):
             if not any(going):
                 break
             w = w - lr * (w @ sxx - syx)
