@@ -40,6 +40,7 @@ from runner.errors import (
     raise_terminated,
     redact,
 )
+from runner.execute.checkpointing import begin_preemption, preempted
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -282,6 +283,16 @@ def driver_allocators() -> None:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
+def preempt_or_terminate(signum: int, frame: object) -> None:
+    """SIGTERM: preempt the runs in flight where some are (then the command ends 143 once they are back,
+    or at the grace's end by this signal again), else unwind at once like Ctrl-C."""
+    if hasattr(signal, "alarm"):
+        signal.alarm(0)  # Ray's abort timer (see runner.errors.raise_terminated)
+    if begin_preemption(lambda: os.kill(os.getpid(), signal.SIGTERM)):
+        return
+    raise_terminated(signum, frame)
+
+
 def console() -> NoReturn:
     """The `convgrid` command (and `python -m runner.cli`): `main`, then the process ends without the
     interpreter's teardown (runner.cli.process_exit)."""
@@ -293,10 +304,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "tasks":
         driver_allocators()
     # SIGTERM (schedulers, `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C: flush, stop workers.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, raise_terminated)
+    # While runs execute, SIGTERM first preempts them (they save their state and stop, within
+    # --preempt-grace; runner.execute.checkpointing); a second SIGTERM, or the grace's end, unwinds.
+    signal.signal(signal.SIGTERM, preempt_or_terminate)
+    signal.signal(signal.SIGHUP, raise_terminated)
     try:
         code = COMMANDS[args.command](args)
+        if preempted():
+            print(
+                "convgrid: stopped by SIGTERM; finished runs are in the store and running ones saved their state; "
+                "rerun the same command to resume them",
+                file=sys.stderr,
+            )
+            shutdown_if_owned()
+            return 128 + signal.SIGTERM
         # Everything is committed: stop the embedded Ray now rather than in Ray's exit hook, which first
         # sleeps half a second for workers' last log lines (docs/architecture.md, "Start-up and teardown").
         shutdown_if_owned()

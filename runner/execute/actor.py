@@ -14,6 +14,7 @@ namespace (two pools of one grid in one driver would collide) and is not needed 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ import ray
 
 from runner.execute import provenance
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
+from runner.execute.checkpointing import PREEMPT, preempt_on_sigterm
 from runner.execute.staging import Stager, StagingTarget, answer_probe, open_target
 from runner.execute.worker import claim_device, configure_threads, run_items
 from runner.fs.root import Root
@@ -38,8 +40,12 @@ class _ChunkActor:
         gpu_fraction: float | None = None,
         label: str = "convgrid",
         code: provenance.Shipped | None = None,
+        preempt_grace_s: float = 30.0,
     ) -> None:
         self.label = label
+        # SIGTERM (a node drained, a spot instance reclaimed): the runs here save their state and stop, the
+        # driver hands them to other workers, and this process exits once idle (at most the grace later)
+        preempt_on_sigterm(preempt_grace_s, lambda: self._current is None)
         provenance.adopt(code)  # the driver's code version, where this process runs the driver's files
         configure_threads(threads)
         self.threads = threads
@@ -66,6 +72,8 @@ class _ChunkActor:
         the results root here and the records sent carry the staged part's name instead
         (runner.execute.staging: a record may then be held a moment, to share a part)."""
         stager = self._stager(staging)
+        if stager is None:  # a node the root is not reachable from: checkpoints would land on its own disk
+            items = [dataclasses.replace(i, checkpoints=None) if i.checkpoints else i for i in items]
         for record in run_items(
             items,
             device=self.device,
@@ -103,6 +111,11 @@ class _ChunkActor:
                 return None
             run_ids, t0 = self._current
             return run_ids, time.monotonic() - t0
+
+    @ray.method(concurrency_group="control")
+    def preempt(self) -> None:
+        """The driver is being preempted: runs here save their state and stop, queued ones do not start."""
+        PREEMPT.set()
 
     @ray.method(concurrency_group="control")
     def pid(self) -> int:

@@ -1,0 +1,231 @@
+"""Where runs' checkpoints live (issue 42): under the results root, through the store's filesystem layer.
+
+    _store/checkpoints/<task>/runs/<run_id>/<step>-<sha256>.ckpt           a run not yet committed
+    _store/checkpoints/<task>/final/<lineage>/<step>-<run_id>-<sha256>.ckpt  a run's final state
+
+A run's own checkpoints (runs/) are kept until the run is committed: the driver deletes them after each
+commit (`discard_committed`), `compact` deletes those a killed driver left. Only the newest two are
+kept while it runs, so that a damaged newest one falls back to the one before. Final states (final/)
+are kept where the learner's budget can grow (tasks.base.Checkpointable.growable_budget): `<lineage>`
+names the run's config without its budget (`lineage_key`), `<step>` the budget it ran, so a run of the
+same lineage with a larger budget starts from the largest final state below its own.
+
+A file is the checkpoint as `torch.save` writes a dict of tensors and plain data (no object of any
+class), named with the SHA-256 of its bytes. It is written under a temporary name and renamed (a plain
+upload on an object store, where an object appears whole), and loaded only after its checksum matches,
+with `torch.load(weights_only=True)`, which executes no code. A file that does not pass (damaged,
+planted, truncated, of another shape) is skipped with a warning naming it, and the next older one is
+tried, else the run starts from step 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.fs as pafs
+
+from runner.fs.files import delete_quietly, ensure_dir, read_bytes, replace_bytes
+from runner.fs.root import Root
+from runner.grid.identity import canonical_json, hash_id
+
+if TYPE_CHECKING:
+    from tasks.base import Checkpoint
+
+CHECKPOINTS_DIR = "_store/checkpoints"
+RUNS_SUB, FINAL_SUB = "runs", "final"
+SUFFIX = ".ckpt"
+KEEP_PER_RUN = 2  # the newest and the one before it (a damaged newest falls back to it)
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+_RUN_FILE = re.compile(r"^(\d{12})-([0-9a-f]{64})\.ckpt$")
+_FINAL_FILE = re.compile(r"^(\d{12})-([A-Za-z0-9_.-]{1,200})-([0-9a-f]{64})\.ckpt$")
+
+
+class CheckpointSkipped(UserWarning):
+    """A checkpoint file that could not be used (its name is in the message); an older one, or step 0, is used."""
+
+
+def lineage_key(task: str, version: str, canonical: dict[str, Any], budget: str) -> str:
+    """The identity of a run without its budget: what runs that differ only in `budget` share (a run id
+    hashes the same payload with the budget in it, runner.grid.identity.run_id)."""
+    rest = {k: v for k, v in canonical.items() if k != budget}
+    return hash_id(canonical_json({"task": task, "version": version, "params": rest, "budget": budget}))
+
+
+@dataclass(frozen=True)
+class Held:
+    """One checkpoint file: of a run not yet committed (`run_id`), or a final state (`lineage`)."""
+
+    rel: str
+    task: str
+    step: int
+    size: int
+    run_id: str
+    lineage: str | None = None
+
+
+def _safe(name: str, what: str) -> str:
+    if not _NAME.match(name) or name in (".", ".."):
+        raise ValueError(f"not a plain {what} name for a checkpoint path: {name[:200]!r}")
+    return name
+
+
+def encode(ckpt: Checkpoint) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"step": int(ckpt.step), "tensors": dict(ckpt.tensors), "state": dict(ckpt.state)}, buf)
+    return buf.getvalue()
+
+
+def decode(data: bytes, step: int) -> Checkpoint:
+    """The checkpoint in `data` (checksum checked by the caller); ValueError where it is not one of `step`."""
+    import torch
+
+    from tasks.base import Checkpoint
+
+    try:
+        raw = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - any failure to unpickle safely is a damaged file
+        raise ValueError(f"not a checkpoint torch loads safely: {type(exc).__name__}: {str(exc)[:200]}") from exc
+    if not isinstance(raw, dict) or set(raw) != {"step", "tensors", "state"}:
+        raise ValueError("not a checkpoint's dict (step, tensors, state)")
+    tensors, state = raw["tensors"], raw["state"]
+    if raw["step"] != step or not isinstance(tensors, dict) or not isinstance(state, dict):
+        raise ValueError(f"holds step {raw['step']!r}, its name says {step}")
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
+        raise ValueError("its tensors are not tensors by name")
+    return Checkpoint(step=step, tensors=tensors, state=state)
+
+
+class CheckpointStore:
+    """The checkpoints under one results root (see the module docstring)."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+
+    def _run_dir(self, task: str, run_id: str) -> str:
+        return f"{CHECKPOINTS_DIR}/{_safe(task, 'task')}/{RUNS_SUB}/{_safe(run_id, 'run id')}"
+
+    def _final_dir(self, task: str, lineage: str) -> str:
+        return f"{CHECKPOINTS_DIR}/{_safe(task, 'task')}/{FINAL_SUB}/{_safe(lineage, 'lineage')}"
+
+    def _write(self, folder: str, name: str, data: bytes) -> str:
+        ensure_dir(self.root.fs, self.root.abs(folder))
+        rel = f"{folder}/{name}"
+        replace_bytes(self.root.fs, self.root.abs(rel), data)  # a temporary name, then renamed: whole or absent
+        return rel
+
+    def save(self, task: str, run_id: str, ckpt: Checkpoint) -> str:
+        """Save a run's checkpoint; drop its older ones but the one before. Returns the file's path."""
+        data = encode(ckpt)
+        folder = self._run_dir(task, run_id)
+        rel = self._write(folder, f"{ckpt.step:012d}-{hashlib.sha256(data).hexdigest()}{SUFFIX}", data)
+        for old in sorted(self._files(folder, _RUN_FILE), reverse=True)[KEEP_PER_RUN:]:
+            delete_quietly(self.root.fs, self.root.abs(f"{folder}/{old[1]}"))
+        return rel
+
+    def save_final(self, task: str, lineage: str, run_id: str, ckpt: Checkpoint) -> str:
+        """Save a run's final state, for runs of its lineage with a larger budget to start from."""
+        data = encode(ckpt)
+        name = f"{ckpt.step:012d}-{_safe(run_id, 'run id')}-{hashlib.sha256(data).hexdigest()}{SUFFIX}"
+        return self._write(self._final_dir(task, lineage), name, data)
+
+    def _files(self, folder: str, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
+        """(step, file name) of the checkpoint files in `folder` (temporaries and strangers ignored)."""
+        out = []
+        for info in self.root.listing(folder):
+            name = info.base_name
+            match = pattern.match(name)
+            if info.type == pafs.FileType.File and match:
+                out.append((int(match.group(1)), name))
+        return out
+
+    def _load(self, rel: str, step: int, digest: str) -> Checkpoint | None:
+        try:
+            data = read_bytes(self.root.fs, self.root.abs(rel))
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise ValueError("its checksum does not match its contents")
+            return decode(data, step)
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"convgrid: skipped checkpoint {rel}: {exc}", CheckpointSkipped, stacklevel=3)
+            return None
+
+    def latest(self, task: str, run_id: str) -> Checkpoint | None:
+        """The run's newest checkpoint that passes its checks, or None."""
+        folder = self._run_dir(task, run_id)
+        for step, name in sorted(self._files(folder, _RUN_FILE), reverse=True):
+            ckpt = self._load(f"{folder}/{name}", step, name[13:77])
+            if ckpt is not None:
+                return ckpt
+        return None
+
+    def finals(self, task: str, lineage: str) -> list[tuple[int, str, str]]:
+        """(step, run id, file name) of the lineage's final states, largest step first."""
+        out = []
+        for _, name in self._files(self._final_dir(task, lineage), _FINAL_FILE):
+            match = _FINAL_FILE.match(name)
+            assert match is not None
+            out.append((int(match.group(1)), match.group(2), name))
+        return sorted(out, reverse=True)
+
+    def grow_source(self, task: str, lineage: str, budget: int) -> tuple[Checkpoint, str] | None:
+        """The final state with the largest step up to `budget` of a run of this lineage that passes its
+        checks, with that run's id; None where there is none."""
+        folder = self._final_dir(task, lineage)
+        for step, run_id, name in self.finals(task, lineage):
+            if step <= budget:
+                ckpt = self._load(f"{folder}/{name}", step, name[-69:-5])
+                if ckpt is not None:
+                    return ckpt, run_id
+        return None
+
+    def held(self) -> Iterator[Held]:
+        """Every checkpoint file under the root."""
+        for task_info in self.root.listing(CHECKPOINTS_DIR):
+            task = task_info.base_name
+            for sub, pattern in ((RUNS_SUB, _RUN_FILE), (FINAL_SUB, _FINAL_FILE)):
+                for key_info in self.root.listing(f"{CHECKPOINTS_DIR}/{task}/{sub}"):
+                    folder = f"{CHECKPOINTS_DIR}/{task}/{sub}/{key_info.base_name}"
+                    for info in self.root.listing(folder):
+                        match = pattern.match(info.base_name)
+                        if not match or info.type != pafs.FileType.File:
+                            continue
+                        step = int(match.group(1))
+                        if sub == RUNS_SUB:
+                            yield Held(f"{folder}/{info.base_name}", task, step, info.size or 0, key_info.base_name)
+                        else:
+                            rel = f"{folder}/{info.base_name}"
+                            yield Held(rel, task, step, info.size or 0, match.group(2), key_info.base_name)
+
+    def uncommitted_runs(self, task: str) -> list[str]:
+        """Run ids with a folder of checkpoints (one listing)."""
+        return [i.base_name for i in self.root.listing(f"{CHECKPOINTS_DIR}/{_safe(task, 'task')}/{RUNS_SUB}")]
+
+    def discard(self, task: str, run_ids: Iterable[str]) -> int:
+        """Delete the checkpoints of these runs (committed: no longer needed); how many folders went."""
+        gone = 0
+        for run_id in run_ids:
+            folder = self.root.abs(self._run_dir(task, run_id))
+            try:
+                self.root.fs.delete_dir(folder)
+                gone += 1
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if "not found" not in str(exc).lower() and "no such" not in str(exc).lower():
+                    raise
+        return gone
+
+    def discard_committed(self, committed: dict[str, set[str]]) -> int:
+        """After a commit: delete the checkpoints of the committed runs (task -> run ids), one listing
+        per task and a delete only for runs that have a folder."""
+        gone = 0
+        for task, run_ids in committed.items():
+            gone += self.discard(task, run_ids.intersection(self.uncommitted_runs(task)))
+        return gone
