@@ -41,6 +41,7 @@ from runner.errors import (
     redact,
 )
 from runner.execute.checkpointing import begin_preemption, preempted
+from runner.store.checkpoints import CHECKPOINTS_DIR
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -165,6 +166,10 @@ def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool, only: lis
             raise ConfigError("no cell of this grid has that run id", file=grid.source, key="--only")
     print(printable(f"{grid.name} ({grid.source}): {len(grid)} cells over tasks {', '.join(grid.tasks())}"))
     print(f"  done: {planned.done}   failed/timeout skipped: {planned.skipped}   to run: {len(todo)}")
+    if len(todo) and store.files.exists(CHECKPOINTS_DIR):  # a store without checkpoints: no line, no cost
+        from runner.run.growth import plan_growth
+
+        print(plan_growth(store, grid.cells_at(todo)).line())
     for cell in grid.cells_at(todo[:5]):
         print(f"  {cell.run_id[:12]} {cell.task} {json.dumps(cell.params_json(), sort_keys=True)}")
     if len(todo) > 5:

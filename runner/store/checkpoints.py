@@ -156,6 +156,10 @@ class CheckpointStore:
             warnings.warn(f"convgrid: skipped checkpoint {rel}: {exc}", CheckpointSkipped, stacklevel=3)
             return None
 
+    def steps(self, task: str, run_id: str) -> list[int]:
+        """The steps of a run's own checkpoints (from their names: nothing is read)."""
+        return [step for step, _ in self._files(self._run_dir(task, run_id), _RUN_FILE)]
+
     def latest(self, task: str, run_id: str) -> Checkpoint | None:
         """The run's newest checkpoint that passes its checks, or None."""
         folder = self._run_dir(task, run_id)
