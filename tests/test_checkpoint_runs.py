@@ -7,7 +7,6 @@ with a real SIGKILL of the actor below (ray, faults)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import pickle
 import signal
@@ -19,9 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import torch
 
-from runner.execute.checkpointing import PREEMPT, begin_preemption
+from runner.execute.checkpointing import PREEMPT, begin_preemption, encode
 from runner.execute.options import ExecutionOptions
 from runner.fs.root import Root, open_root
 from runner.grid.identity import validate_params
@@ -107,13 +105,12 @@ def test_a_run_resumes_from_its_newest_sound_checkpoint_and_stores_the_run_alone
     first, _ = cell_ids(spec)
     store = checkpoints_of(root)
     good, damaged, planted = saved_steps(spec, 0, {100, 150, 200})
-    store.save(TASK, first, good)
-    store.save(TASK, first, damaged)
-    store.save(TASK, first, planted)
+    for ckpt in (good, damaged, planted):
+        store.save(TASK, first, ckpt.step, encode(ckpt))
     folder = root / CHECKPOINTS_DIR / TASK / "runs" / first
     names = sorted(p.name for p in folder.iterdir())
     assert [int(n[:12]) for n in names] == [150, 200]  # only the newest two are kept: put 100 back by hand
-    data = store_bytes(good)
+    data = encode(good)
     (folder / f"{100:012d}-{hashlib.sha256(data).hexdigest()}.ckpt").write_bytes(data)
     # 150: its bytes changed after its checksum was taken; 200: a pickle that would run code, checksum right
     (folder / names[0]).write_bytes((folder / names[0]).read_bytes()[:-7] + b"garbage")
@@ -131,12 +128,6 @@ def test_a_run_resumes_from_its_newest_sound_checkpoint_and_stores_the_run_alone
     assert (report.resumes.runs, report.resumes.steps) == (1, 100)
     assert_same_store(root, tmp_path / "alone")
     assert not folder.exists(), "a committed run's checkpoints are deleted"
-
-
-def store_bytes(ckpt: Checkpoint) -> bytes:
-    buf = io.BytesIO()
-    torch.save({"step": ckpt.step, "tensors": ckpt.tensors, "state": ckpt.state}, buf)
-    return buf.getvalue()
 
 
 class Exploit:

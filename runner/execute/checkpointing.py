@@ -16,6 +16,7 @@ stop with status `preempted`, which the driver never stores; a run not yet start
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import threading
@@ -27,8 +28,8 @@ from typing import Any
 
 from runner.execute.base import CheckpointTarget, WorkItem
 from runner.fs.root import Root, open_root
-from runner.grid.identity import canonical_params
-from runner.store.checkpoints import CheckpointStore, lineage_key
+from runner.grid.identity import canonical_params, lineage_key
+from runner.store.checkpoints import CheckpointStore
 from tasks.base import Checkpoint, RunContext, Task, is_checkpointable
 
 PREEMPT = threading.Event()
@@ -50,6 +51,34 @@ class Resumed:
     grown_from: str | None = None
 
 
+def encode(ckpt: Checkpoint) -> bytes:
+    """A checkpoint's bytes: `torch.save` of a dict of its step, tensors and plain data (no class)."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"step": int(ckpt.step), "tensors": dict(ckpt.tensors), "state": dict(ckpt.state)}, buf)
+    return buf.getvalue()
+
+
+def decode(data: bytes, step: int) -> Checkpoint:
+    """The checkpoint in `data` (its checksum checked by the store), loaded without running code
+    (`weights_only`); ValueError where it is not a checkpoint of `step`."""
+    import torch
+
+    try:
+        raw = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - whatever a safe load refuses is a damaged or planted file
+        raise ValueError(f"not a checkpoint torch loads safely: {type(exc).__name__}: {str(exc)[:200]}") from exc
+    if not isinstance(raw, dict) or set(raw) != {"step", "tensors", "state"}:
+        raise ValueError("not a checkpoint's dict (step, tensors, state)")
+    tensors, state = raw["tensors"], raw["state"]
+    if raw["step"] != step or not isinstance(tensors, dict) or not isinstance(state, dict):
+        raise ValueError(f"holds step {raw['step']!r}, its name says {step}")
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
+        raise ValueError("its tensors are not tensors by name")
+    return Checkpoint(step=step, tensors=tensors, state=state)
+
+
 def _store(root: str) -> CheckpointStore:
     with _LOCK:
         if root not in _STORES:
@@ -68,7 +97,7 @@ def run_context(item: WorkItem, task: Task, params: Any, **base: Any) -> tuple[R
     lineage, budget = None, None
     if budget_name is not None:
         budget = int(getattr(params, budget_name))
-        lineage = lineage_key(task.name, task.version, canonical_params(task, params), budget_name)
+        lineage = lineage_key(task, canonical_params(task, params), budget_name)
     resume, resumed = _resume_point(store, item, lineage, budget)
     every = target.every_s if target.every_s is not None else DEFAULT_EVERY_S
     ctx = RunContext(**base, resume=resume, checkpoint_every=every, preempt=PREEMPT, keep_final=lineage is not None)
@@ -80,8 +109,10 @@ def _resume_point(
     store: CheckpointStore, item: WorkItem, lineage: str | None, budget: int | None
 ) -> tuple[Checkpoint | None, Resumed]:
     try:
-        own = store.latest(item.task, item.run_id)
-        grown = store.grow_source(item.task, lineage, budget) if lineage is not None and budget is not None else None
+        own = store.latest(item.task, item.run_id, decode)
+        grown = None
+        if lineage is not None and budget is not None:
+            grown = store.grow_source(item.task, lineage, budget, decode)
     except OSError as exc:
         warnings.warn(f"convgrid: run {item.run_id} starts from step 0: {exc}", CheckpointWriteWarning, stacklevel=3)
         return None, Resumed()
@@ -103,9 +134,9 @@ def _saver(
         t0 = time.monotonic()
         try:
             if lineage is not None and ckpt.step == budget:  # the state its budget ended at: runs may grow it
-                store.save_final(item.task, lineage, item.run_id, ckpt)
+                store.save_final(item.task, lineage, item.run_id, ckpt.step, encode(ckpt))
             else:
-                store.save(item.task, item.run_id, ckpt)
+                store.save(item.task, item.run_id, ckpt.step, encode(ckpt))
         except (OSError, ValueError) as exc:
             warnings.warn(
                 f"convgrid: run {item.run_id} goes on without checkpoints: {exc}", CheckpointWriteWarning, stacklevel=2

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from runner.grid.cells import Cell
-from runner.grid.identity import canonical_params, validate_params
+from runner.grid.identity import canonical_params, lineage_key, validate_params
 from runner.store import ResultStore
-from runner.store.checkpoints import CHECKPOINTS_DIR, FINAL_SUB, CheckpointStore, lineage_key
+from runner.store.checkpoints import CHECKPOINTS_DIR, FINAL_SUB, CheckpointStore
 
 
 @dataclass
@@ -53,7 +53,7 @@ def plan_growth(store: ResultStore, cells: Iterable[Cell]) -> Growth:
             params = validate_params(task, cell.params_json())
             budget = task.growable_budget(params) if is_checkpointable(task) else None
             if budget is not None:
-                lineage = lineage_key(task.name, task.version, canonical_params(task, params), budget)
+                lineage = lineage_key(task, canonical_params(task, params), budget)
                 limit = int(getattr(params, budget))
                 grown = max((s for s, _, _ in checkpoints.finals(cell.task, lineage) if s <= limit), default=0)
         if grown > step:

@@ -10,32 +10,33 @@ are kept where the learner's budget can grow (tasks.base.Checkpointable.growable
 names the run's config without its budget (`lineage_key`), `<step>` the budget it ran, so a run of the
 same lineage with a larger budget starts from the largest final state below its own.
 
-A file is the checkpoint as `torch.save` writes a dict of tensors and plain data (no object of any
-class), named with the SHA-256 of its bytes. It is written under a temporary name and renamed (a plain
-upload on an object store, where an object appears whole), and loaded only after its checksum matches,
-with `torch.load(weights_only=True)`, which executes no code. A file that does not pass (damaged,
-planted, truncated, of another shape) is skipped with a warning naming it, and the next older one is
-tried, else the run starts from step 0.
+A file holds a checkpoint's bytes (what runner.execute.checkpointing encodes: `torch.save` of a dict of
+tensors and plain data, no object of any class; this module knows bytes only), named with their
+SHA-256. It is written under a temporary name and renamed (a plain upload on an object store, where an
+object appears whole), and handed to the caller's decoder (`torch.load(weights_only=True)`, which
+executes no code) only after its checksum matches. A file that does not pass (damaged, planted,
+truncated, of another shape) is skipped with a warning naming it, and the next older one is tried,
+else the run starts from step 0. (`lineage_key` is runner.grid.identity's.)
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TypeVar
 
 import pyarrow.fs as pafs
 
 from runner.fs.files import delete_quietly, ensure_dir, read_bytes, replace_bytes
 from runner.fs.root import Root
-from runner.grid.identity import canonical_json, hash_id
 
-if TYPE_CHECKING:
-    from tasks.base import Checkpoint
+T = TypeVar("T")
+# What a file's bytes become once their checksum matched: (bytes, the step its name says) -> the checkpoint,
+# or ValueError where they are not one (the caller's format: runner.execute.checkpointing, which knows torch)
+Decode = Callable[[bytes, int], T]
 
 CHECKPOINTS_DIR = "_store/checkpoints"
 RUNS_SUB, FINAL_SUB = "runs", "final"
@@ -48,13 +49,6 @@ _FINAL_FILE = re.compile(r"^(\d{12})-([A-Za-z0-9_.-]{1,200})-([0-9a-f]{64})\.ckp
 
 class CheckpointSkipped(UserWarning):
     """A checkpoint file that could not be used (its name is in the message); an older one, or step 0, is used."""
-
-
-def lineage_key(task: str, version: str, canonical: dict[str, Any], budget: str) -> str:
-    """The identity of a run without its budget: what runs that differ only in `budget` share (a run id
-    hashes the same payload with the budget in it, runner.grid.identity.run_id)."""
-    rest = {k: v for k, v in canonical.items() if k != budget}
-    return hash_id(canonical_json({"task": task, "version": version, "params": rest, "budget": budget}))
 
 
 @dataclass(frozen=True)
@@ -75,34 +69,6 @@ def _safe(name: str, what: str) -> str:
     return name
 
 
-def encode(ckpt: Checkpoint) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save({"step": int(ckpt.step), "tensors": dict(ckpt.tensors), "state": dict(ckpt.state)}, buf)
-    return buf.getvalue()
-
-
-def decode(data: bytes, step: int) -> Checkpoint:
-    """The checkpoint in `data` (checksum checked by the caller); ValueError where it is not one of `step`."""
-    import torch
-
-    from tasks.base import Checkpoint
-
-    try:
-        raw = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - any failure to unpickle safely is a damaged file
-        raise ValueError(f"not a checkpoint torch loads safely: {type(exc).__name__}: {str(exc)[:200]}") from exc
-    if not isinstance(raw, dict) or set(raw) != {"step", "tensors", "state"}:
-        raise ValueError("not a checkpoint's dict (step, tensors, state)")
-    tensors, state = raw["tensors"], raw["state"]
-    if raw["step"] != step or not isinstance(tensors, dict) or not isinstance(state, dict):
-        raise ValueError(f"holds step {raw['step']!r}, its name says {step}")
-    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
-        raise ValueError("its tensors are not tensors by name")
-    return Checkpoint(step=step, tensors=tensors, state=state)
-
-
 class CheckpointStore:
     """The checkpoints under one results root (see the module docstring)."""
 
@@ -121,19 +87,18 @@ class CheckpointStore:
         replace_bytes(self.root.fs, self.root.abs(rel), data)  # a temporary name, then renamed: whole or absent
         return rel
 
-    def save(self, task: str, run_id: str, ckpt: Checkpoint) -> str:
-        """Save a run's checkpoint; drop its older ones but the one before. Returns the file's path."""
-        data = encode(ckpt)
+    def save(self, task: str, run_id: str, step: int, data: bytes) -> str:
+        """Save a run's checkpoint after `step` (its encoded bytes); drop its older ones but the one before.
+        Returns the file's path."""
         folder = self._run_dir(task, run_id)
-        rel = self._write(folder, f"{ckpt.step:012d}-{hashlib.sha256(data).hexdigest()}{SUFFIX}", data)
+        rel = self._write(folder, f"{step:012d}-{hashlib.sha256(data).hexdigest()}{SUFFIX}", data)
         for old in sorted(self._files(folder, _RUN_FILE), reverse=True)[KEEP_PER_RUN:]:
             delete_quietly(self.root.fs, self.root.abs(f"{folder}/{old[1]}"))
         return rel
 
-    def save_final(self, task: str, lineage: str, run_id: str, ckpt: Checkpoint) -> str:
+    def save_final(self, task: str, lineage: str, run_id: str, step: int, data: bytes) -> str:
         """Save a run's final state, for runs of its lineage with a larger budget to start from."""
-        data = encode(ckpt)
-        name = f"{ckpt.step:012d}-{_safe(run_id, 'run id')}-{hashlib.sha256(data).hexdigest()}{SUFFIX}"
+        name = f"{step:012d}-{_safe(run_id, 'run id')}-{hashlib.sha256(data).hexdigest()}{SUFFIX}"
         return self._write(self._final_dir(task, lineage), name, data)
 
     def _files(self, folder: str, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
@@ -146,7 +111,7 @@ class CheckpointStore:
                 out.append((int(match.group(1)), name))
         return out
 
-    def _load(self, rel: str, step: int, digest: str) -> Checkpoint | None:
+    def _load(self, rel: str, step: int, digest: str, decode: Decode[T]) -> T | None:
         try:
             data = read_bytes(self.root.fs, self.root.abs(rel))
             if hashlib.sha256(data).hexdigest() != digest:
@@ -160,11 +125,11 @@ class CheckpointStore:
         """The steps of a run's own checkpoints (from their names: nothing is read)."""
         return [step for step, _ in self._files(self._run_dir(task, run_id), _RUN_FILE)]
 
-    def latest(self, task: str, run_id: str) -> Checkpoint | None:
-        """The run's newest checkpoint that passes its checks, or None."""
+    def latest(self, task: str, run_id: str, decode: Decode[T]) -> T | None:
+        """The run's newest checkpoint that passes its checks (`decode` the last), or None."""
         folder = self._run_dir(task, run_id)
         for step, name in sorted(self._files(folder, _RUN_FILE), reverse=True):
-            ckpt = self._load(f"{folder}/{name}", step, name[13:77])
+            ckpt = self._load(f"{folder}/{name}", step, name[13:77], decode)
             if ckpt is not None:
                 return ckpt
         return None
@@ -178,13 +143,13 @@ class CheckpointStore:
             out.append((int(match.group(1)), match.group(2), name))
         return sorted(out, reverse=True)
 
-    def grow_source(self, task: str, lineage: str, budget: int) -> tuple[Checkpoint, str] | None:
+    def grow_source(self, task: str, lineage: str, budget: int, decode: Decode[T]) -> tuple[T, str] | None:
         """The final state with the largest step up to `budget` of a run of this lineage that passes its
         checks, with that run's id; None where there is none."""
         folder = self._final_dir(task, lineage)
         for step, run_id, name in self.finals(task, lineage):
             if step <= budget:
-                ckpt = self._load(f"{folder}/{name}", step, name[-69:-5])
+                ckpt = self._load(f"{folder}/{name}", step, name[-69:-5], decode)
                 if ckpt is not None:
                     return ckpt, run_id
         return None
