@@ -35,6 +35,8 @@ INCREASE_RTOL = 1e-10  # an iteration "increases" the error when err_new > err_o
 NOISE_FLOOR = 1e-20  # ... and err_old > this * err_0: below it (float64 floor ~1e-29) changes are rounding
 NAN = math.nan
 _TENSORS = ("x", "y", "sxx", "syx", "xh", "sv", "w_ls", "w_star")
+# A Tracker's running books that a Result (`Final`) and a checkpoint (`Tracker.state`) both carry
+BOOKS = ("t", "err", "err_min", "iters_to_tol", "flops_to_tol", "n_inc", "max_inc", "ratio_max", "violations")
 
 
 def theory_summary(p: AnyParams, prob: Problem, w0: torch.Tensor) -> dict[str, Any]:
@@ -162,17 +164,9 @@ class Tracker:
         A BatchTracker gives a member's books in the same form (`BatchTracker.member_state`), so a member
         saved in a batch resumes alone and the other way round."""
         return dict(
+            self._books(),
             curve={k: list(v) for k, v in self.curve.items()},
             lrs=list(self.lrs),
-            t=self.t,
-            err=self.err,
-            err_min=self.err_min,
-            iters_to_tol=self.iters_to_tol,
-            flops_to_tol=self.flops_to_tol,
-            n_inc=self.n_inc,
-            max_inc=self.max_inc,
-            ratio_max=self.ratio_max,
-            violations=self.violations,
             tail_sum=self.tail_sum,
             tail_n=self.tail_n,
             err_sweep1=float(self.setup.summary["err_sweep1"]),
@@ -184,14 +178,15 @@ class Tracker:
         """Take the books of `state` (see `state`; the counter's total too) instead of starting."""
         st = resumed_state(state, self.p.n_iters)
         self.curve, self.lrs = st["curve"], st["lrs"]
-        # the error before the next iteration is this one's (a final state's `prev` is one step behind)
-        self.t, self.err, self.prev, self.err_min = st["t"], st["err"], st["err"], st["err_min"]
-        self.iters_to_tol, self.flops_to_tol = st["iters_to_tol"], st["flops_to_tol"]
-        self.n_inc, self.max_inc = st["n_inc"], st["max_inc"]
-        self.ratio_max, self.violations = st["ratio_max"], st["violations"]
+        for name in BOOKS:
+            setattr(self, name, st[name])
+        self.prev = self.err  # the error before the next iteration (a final state's `prev` is a step behind)
         self.tail_sum, self.tail_n = st["tail_sum"], st["tail_n"]
         self.setup.summary["err_sweep1"] = st["err_sweep1"]
         self.counter.total = self.flops_learner = st["flops"]  # the latter read where the run ends at once
+
+    def _books(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in BOOKS}
 
     def ended_by_budget(self) -> bool:
         """The run stopped because its budget ran out (not at tol, not diverged, not stopped)."""
@@ -265,17 +260,9 @@ class Tracker:
     def result(self, stats: BCSGDStats | None = None) -> Result:
         lrs = np.array(self.lrs, dtype=np.float64).reshape(-1, 1)
         final = Final(
+            **self._books(),
             status=self.status,
             diverged_step=self.diverged_step,
-            t=self.t,
-            err=self.err,
-            err_min=self.err_min,
-            iters_to_tol=self.iters_to_tol,
-            flops_to_tol=self.flops_to_tol,
-            n_inc=self.n_inc,
-            max_inc=self.max_inc,
-            ratio_max=self.ratio_max,
-            violations=self.violations,
             lr_median=float(finite_lower_median(lrs, np.array([len(self.lrs)]))[0]),
             err_tail=self.tail_sum / self.tail_n if self.tail_n else NAN,
             flops_learner=self.flops_learner,
