@@ -1,7 +1,7 @@
 """What checkpoints cost and save (issue 42), on least_squares, whose cost is linear in its budget, through the
 worker's own path (runner.execute.worker.run_item: the store's lookups, saves with checksums, loads).
 
-    python benchmarks/checkpoint.py [--repeats 3] [--d-in 96] [--short 5000] [--long 50000]
+    python benchmarks/checkpoint.py [--repeats 3] [--d-in 192] [--short 5000] [--long 50000]
 
 - overhead: a run of `--long` steps with checkpoints at the default cadence (every DEFAULT_EVERY_S seconds,
   stretched to keep saving under 1 %) against the same run with none; contenders interleaved, `--repeats`
@@ -118,7 +118,7 @@ def killed_at(work: WorkItem, kill_s: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--d-in", type=int, default=128)
+    parser.add_argument("--d-in", type=int, default=192)
     parser.add_argument("--short", type=int, default=5000)
     parser.add_argument("--long", type=int, default=50000)
     args = parser.parse_args()

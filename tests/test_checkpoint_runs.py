@@ -36,6 +36,7 @@ BASE = {"d_in": 8, "d_out": 2, "m": 30, "lr": 0.02, "tol": 1e-300}
 # what a run's own computation gives: its summary and curve (the rest of a row is where and when it ran)
 OWN = ["status", "n_steps", "flops", "diverged_step", *get_task(TASK).summary_fields]
 LOCAL = ExecutionOptions(executor="local", progress=False)
+RAY_STEPS = 100_000  # seconds of a run on Ray: long enough to be killed in its middle on a loaded machine
 
 
 def grid(n_iters: int, seeds: tuple[int, ...] = (0, 1), log_every: int = 1) -> dict[str, Any]:
@@ -201,7 +202,7 @@ def test_sigterm_without_runs_in_flight_stops_at_once() -> None:
 def test_on_ray_a_run_whose_actor_is_sigkilled_resumes_from_its_checkpoint(tmp_path: Path, ray_local: Any) -> None:
     from runner.execute.ray_pool import RayExecutor
 
-    spec = grid(30_000, (0,), log_every=500)
+    spec = grid(RAY_STEPS, (0,), log_every=1000)
     root = tmp_path / "killed"
     folder = root / CHECKPOINTS_DIR / TASK / "runs" / cell_ids(spec)[0]
     executor = RayExecutor(workers=1)
@@ -222,7 +223,42 @@ def test_on_ray_a_run_whose_actor_is_sigkilled_resumes_from_its_checkpoint(tmp_p
     finally:
         executor.close()
     resumed_from, _ = attempts(root)[cell_ids(spec)[0]]
-    assert resumed_from is not None and 0 < resumed_from < 30_000, "the rerun after the kill resumed"
+    assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the rerun after the kill resumed"
     assert reports[0].resumes.runs == 1
+    run(spec, tmp_path / "alone", checkpoints=False)
+    assert_same_store(root, tmp_path / "alone")
+
+
+@pytest.mark.faults
+def test_on_ray_a_sigtermed_worker_saves_its_run_which_resumes(tmp_path: Path, ray_local: Any) -> None:
+    import ray
+
+    from runner.execute.ray_pool import RayExecutor
+
+    spec = grid(RAY_STEPS, (0,), log_every=1000)
+    root = tmp_path / "drained"
+    folder = root / CHECKPOINTS_DIR / TASK / "runs" / cell_ids(spec)[0]
+    executor = RayExecutor(workers=1)
+    executor.start()
+    reports: list[RunReport] = []
+    options = LOCAL.with_(checkpoint_every_s=60.0)  # no save on the cadence: the one on SIGTERM is the one
+    worker = threading.Thread(target=lambda: reports.append(run_grid(spec, root, options, executor=executor)))
+    try:
+        (pid,) = executor.worker_pids()
+        worker.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the run is going (its actor says so)
+            busy = ray.get(executor.actors[0].current.remote(), timeout=10)
+            if busy is not None and busy[1] > 0.5:
+                break
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGTERM)
+        worker.join(180)
+        assert not worker.is_alive()
+    finally:
+        executor.close()
+    resumed_from, _ = attempts(root)[cell_ids(spec)[0]]
+    assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the run saved on SIGTERM and resumed"
+    assert reports[0].counts == {"ok": 1} and not folder.exists()
     run(spec, tmp_path / "alone", checkpoints=False)
     assert_same_store(root, tmp_path / "alone")

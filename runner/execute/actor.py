@@ -30,6 +30,7 @@ from runner.execute.staging import Stager, StagingTarget, answer_probe, open_tar
 from runner.execute.worker import claim_device, configure_threads, run_items
 from runner.fs.root import Root
 from runner.store.records import RunRecord
+from tasks.status import PREEMPTED
 
 
 class _ChunkActor:
@@ -83,7 +84,8 @@ class _ChunkActor:
             policy=policy,
             on_start=self._started,
         ):
-            ready = [record] if stager is None else stager.offer(record)
+            # a preempted run is never stored: its record goes to the driver as it is, to be handed out again
+            ready = [record] if stager is None or record.status == PREEMPTED else stager.offer(record)
             if ready:
                 yield ready
         if stager is not None and (rest := stager.drain()):

@@ -161,6 +161,7 @@ def preempt_on_sigterm(grace_s: float, idle: Callable[[], bool]) -> bool:
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline and not idle():
                 time.sleep(0.05)
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # the last records on their way out
             os._exit(128 + signum)
 
         threading.Thread(target=leave, name="convgrid-preempted", daemon=True).start()
