@@ -36,7 +36,7 @@ BASE = {"d_in": 8, "d_out": 2, "m": 30, "lr": 0.02, "tol": 1e-300}
 # what a run's own computation gives: its summary and curve (the rest of a row is where and when it ran)
 OWN = ["status", "n_steps", "flops", "diverged_step", *get_task(TASK).summary_fields]
 LOCAL = ExecutionOptions(executor="local", progress=False)
-RAY_STEPS = 100_000  # seconds of a run on Ray: long enough to be killed in its middle on a loaded machine
+RAY_STEPS = 80_000  # seconds of a run on Ray: long enough to be killed in its middle on a loaded machine
 
 
 def grid(n_iters: int, seeds: tuple[int, ...] = (0, 1), log_every: int = 1) -> dict[str, Any]:
@@ -198,8 +198,18 @@ def test_sigterm_without_runs_in_flight_stops_at_once() -> None:
     assert not PREEMPT.is_set()
 
 
+@pytest.fixture(scope="module")
+def ray_alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Ray tests' run stored uninterrupted, in process (once for both)."""
+    root = tmp_path_factory.mktemp("alone")
+    run(grid(RAY_STEPS, (0,), log_every=1000), root, checkpoints=False)
+    return root
+
+
 @pytest.mark.faults
-def test_on_ray_a_run_whose_actor_is_sigkilled_resumes_from_its_checkpoint(tmp_path: Path, ray_local: Any) -> None:
+def test_on_ray_a_run_whose_actor_is_sigkilled_resumes_from_its_checkpoint(
+    tmp_path: Path, ray_local: Any, ray_alone: Path
+) -> None:
     from runner.execute.ray_pool import RayExecutor
 
     spec = grid(RAY_STEPS, (0,), log_every=1000)
@@ -225,12 +235,11 @@ def test_on_ray_a_run_whose_actor_is_sigkilled_resumes_from_its_checkpoint(tmp_p
     resumed_from, _ = attempts(root)[cell_ids(spec)[0]]
     assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the rerun after the kill resumed"
     assert reports[0].resumes.runs == 1
-    run(spec, tmp_path / "alone", checkpoints=False)
-    assert_same_store(root, tmp_path / "alone")
+    assert_same_store(root, ray_alone)
 
 
 @pytest.mark.faults
-def test_on_ray_a_sigtermed_worker_saves_its_run_which_resumes(tmp_path: Path, ray_local: Any) -> None:
+def test_on_ray_a_sigtermed_worker_saves_its_run_which_resumes(tmp_path: Path, ray_local: Any, ray_alone: Path) -> None:
     import ray
 
     from runner.execute.ray_pool import RayExecutor
@@ -260,5 +269,4 @@ def test_on_ray_a_sigtermed_worker_saves_its_run_which_resumes(tmp_path: Path, r
     resumed_from, _ = attempts(root)[cell_ids(spec)[0]]
     assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the run saved on SIGTERM and resumed"
     assert reports[0].counts == {"ok": 1} and not folder.exists()
-    run(spec, tmp_path / "alone", checkpoints=False)
-    assert_same_store(root, tmp_path / "alone")
+    assert_same_store(root, ray_alone)
