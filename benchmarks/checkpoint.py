@@ -69,7 +69,7 @@ def item(d_in: int, n_iters: int, root: str | None) -> WorkItem:
     raw = {"d_in": d_in, "d_out": d_in // 4, "m": 2 * d_in, "lr": 0.002, "tol": 1e-300, "n_iters": n_iters}
     raw["log_every"] = 50
     params = validate_params(task, raw)
-    target = CheckpointTarget(root) if root is not None else None
+    target = CheckpointTarget(root, keep_final_s=0.0) if root is not None else None
     return WorkItem(run_id(task, params), TASK, params.model_dump(mode="json"), target)
 
 

@@ -142,8 +142,13 @@ def exploited() -> None:
     os.environ["CONVGRID_EXPLOITED"] = "1"
 
 
-def test_a_larger_budget_grows_the_stored_run_and_equals_the_run_from_scratch(tmp_path: Path) -> None:
+def test_a_larger_budget_grows_the_stored_run_and_equals_the_run_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "grown"
+    run(grid(200), tmp_path / "short")
+    assert not (tmp_path / "short" / CHECKPOINTS_DIR).exists(), "runs of milliseconds keep no final state"
+    monkeypatch.setenv("CONVGRID_KEEP_FINAL_S", "0")  # these do
     run(grid(200), root)
     short = cell_ids(grid(200))
     growth = plan_growth(ResultStore(root), load_grid(grid(600)).cells_at(range(2)))

@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 class CheckpointTarget:
     """Where and how often a worker saves its runs' checkpoints (runner.execute.checkpointing): under the
     results root `root` (a local path or a URI, possibly with credentials: never printed), every
-    `every_s` seconds of a run (None: the default cadence, which adapts so saving costs at most 1 %)."""
+    `every_s` seconds of a run (None: the default cadence, which adapts so saving costs at most 1 %); a
+    run's final state, where its budget can grow, if the run took `keep_final_s` seconds or more."""
 
     root: str = field(repr=False)
     every_s: float | None = None
+    keep_final_s: float = 1.0
 
     def __repr__(self) -> str:
         return f"CheckpointTarget(every_s={self.every_s!r})"

@@ -35,7 +35,9 @@ from tasks.base import Checkpoint, RunContext, Task, is_checkpointable
 PREEMPT = threading.Event()
 DEFAULT_EVERY_S = 10.0
 MAX_OVERHEAD = 0.01  # the default cadence's bound on the time spent saving, as a fraction of the run's
+ABSENT_TTL_S = 5.0  # how long a task's checkpoint folder found absent is taken as absent (_may_hold)
 _STORES: dict[str, CheckpointStore] = {}
+_ABSENT: dict[tuple[int, str], float] = {}
 _LOCK = threading.Lock()
 
 
@@ -108,6 +110,8 @@ def run_context(item: WorkItem, task: Task, params: Any, **base: Any) -> tuple[R
 def _resume_point(
     store: CheckpointStore, item: WorkItem, lineage: str | None, budget: int | None
 ) -> tuple[Checkpoint | None, Resumed]:
+    if not _may_hold(store, item.task):
+        return None, Resumed()
     try:
         own = store.latest(item.task, item.run_id, decode)
         grown = None
@@ -122,6 +126,27 @@ def _resume_point(
     return own, Resumed(own.step if own is not None else None)
 
 
+def _may_hold(store: CheckpointStore, task: str) -> bool:
+    """Whether the task's checkpoint folder may hold anything: one look per task every ABSENT_TTL_S while
+    it is absent, so a grid of many short runs that never saved pays no look-up per run (on an object store,
+    a request each). A checkpoint first saved within that window is missed (its run starts from step 0)."""
+    now = time.monotonic()
+    with _LOCK:
+        seen = _ABSENT.get((id(store), task))
+    if seen is not None and now - seen < ABSENT_TTL_S:
+        return False
+    try:
+        held = store.holds(task)
+    except OSError:
+        return True  # the look-up itself will say why
+    with _LOCK:
+        if held:
+            _ABSENT.pop((id(store), task), None)
+        else:
+            _ABSENT[(id(store), task)] = now
+    return held
+
+
 def _saver(
     store: CheckpointStore,
     item: WorkItem,
@@ -130,10 +155,16 @@ def _saver(
     lineage: str | None,
     budget: int | None,
 ) -> Callable[[Checkpoint], None]:
+    started = time.monotonic()
+
     def save(ckpt: Checkpoint) -> None:
         t0 = time.monotonic()
+        final = lineage is not None and ckpt.step == budget  # the state its budget ended at: runs may grow it
+        if final and t0 - started < target.keep_final_s:
+            return  # a run this short is cheaper to run again than to keep (a file per run of a big grid)
         try:
-            if lineage is not None and ckpt.step == budget:  # the state its budget ended at: runs may grow it
+            if final:
+                assert lineage is not None
                 store.save_final(item.task, lineage, item.run_id, ckpt.step, encode(ckpt))
             else:
                 store.save(item.task, item.run_id, ckpt.step, encode(ckpt))
@@ -143,6 +174,8 @@ def _saver(
             )
             ctx.checkpointer = None  # the learner asks again at its next step: it then costs nothing
             return
+        with _LOCK:
+            _ABSENT.pop((id(store), item.task), None)  # it holds something now
         if target.every_s is None:  # the default cadence: never more than MAX_OVERHEAD of the run saving
             ctx.checkpoint_every = max(DEFAULT_EVERY_S, (time.monotonic() - t0) / MAX_OVERHEAD)
 

@@ -279,7 +279,9 @@ def execute_cells(
 
 def checkpoint_target(store: ResultStore, options: ExecutionOptions) -> CheckpointTarget | None:
     """Where the runs of a command save their checkpoints: under its results root, unless turned off."""
-    return CheckpointTarget(store.root, options.checkpoint_every_s) if options.checkpoints else None
+    if not options.checkpoints:
+        return None
+    return CheckpointTarget(store.root, options.checkpoint_every_s, settings().keep_final_s)
 
 
 def execute_shared(

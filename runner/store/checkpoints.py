@@ -81,6 +81,10 @@ class CheckpointStore:
     def _final_dir(self, task: str, lineage: str) -> str:
         return f"{CHECKPOINTS_DIR}/{_safe(task, 'task')}/{FINAL_SUB}/{_safe(lineage, 'lineage')}"
 
+    def holds(self, task: str) -> bool:
+        """Whether the task has a checkpoint folder at all (one look)."""
+        return self.root.exists(f"{CHECKPOINTS_DIR}/{_safe(task, 'task')}")
+
     def _write(self, folder: str, name: str, data: bytes) -> str:
         ensure_dir(self.root.fs, self.root.abs(folder))
         rel = f"{folder}/{name}"
