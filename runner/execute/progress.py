@@ -44,6 +44,7 @@ class Resumes:
 
     runs: int = 0
     steps: int = 0
+    preempted: int = 0  # runs stopped by this command's preemption (saved, not stored: the next one resumes them)
 
     def add(self, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
@@ -53,7 +54,9 @@ class Resumes:
                 self.steps += int(step)
 
     def text(self) -> str:
-        return f"resumed {self.runs} (saved {self.steps:,} steps)" if self.runs else ""
+        said = [f"resumed {self.runs} (saved {self.steps:,} steps)" if self.runs else ""]
+        said.append(f"preempted {self.preempted} (saved; the next command resumes them)" if self.preempted else "")
+        return "; ".join(filter(None, said))
 
 
 class Progress:
@@ -111,7 +114,7 @@ class Progress:
 
     def _counts(self) -> str:
         counts = [f"{k}={self.counts[k]}" for k in ALL_STATUSES if self.counts[k]]
-        return " ".join([*counts, self.resumes.text()] if self.resumes.runs else counts)
+        return " ".join([*counts, self.resumes.text()] if self.resumes.text() else counts)
 
     def rate(self) -> float:
         """Runs per second since the first finished run (0 until a second chunk has finished)."""

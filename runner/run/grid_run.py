@@ -18,6 +18,7 @@ from runner.coord.claims import Claims
 from runner.errors import ConfigError, redact
 from runner.execute.auto import make_executor
 from runner.execute.base import Executor
+from runner.execute.checkpointing import preempted
 from runner.execute.options import ExecutionOptions, ExecutorKind, as_options
 from runner.execute.progress import Resumes
 from runner.fs.exclusive import for_root
@@ -49,7 +50,7 @@ class RunReport:
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "nothing"
         others = f"; {self.by_others} cells ran in other drivers" if self.by_others else ""
-        if self.executed == 0:
+        if self.executed == 0 and not self.resumes.preempted:
             head = f"{self.grid}: all {self.already_done} of {self.cells} cells already done; nothing to run"
             if self.skipped_failed:
                 head = (
@@ -59,7 +60,7 @@ class RunReport:
             if self.by_others:
                 head = f"{self.grid}: nothing ran here{others}"
             return f"{head} (results in {redact(self.results)})"
-        if self.resumes.runs:
+        if self.resumes.text():
             counts += f"; {self.resumes.text()}"
         return (
             f"{self.grid}: ran {self.executed} of {self.cells} cells in {self.wall_s:.1f}s ({counts}); "
@@ -134,7 +135,8 @@ def run_grid(
                 grid, todo, store, runner, claims, retry_failed, grid.name, options, report.resumes
             )
             report.executed = sum(report.counts.values())
-            report.by_others = max(0, len(todo) - report.executed)
+            if not preempted():  # else what is left was preempted here, not run elsewhere
+                report.by_others = max(0, len(todo) - report.executed - report.resumes.preempted)
     finally:
         report.wall_s = time.monotonic() - t0
         if executor is None:

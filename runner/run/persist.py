@@ -171,8 +171,8 @@ class Resubmit:
     worker, unless this driver is being preempted itself (runner.execute.checkpointing.PREEMPT): then
     nothing more starts, and the source ends once the runs in flight are back."""
 
-    def __init__(self, items: Iterator[WorkItem | list[WorkItem] | None]) -> None:
-        self.items = items
+    def __init__(self, items: Iterator[WorkItem | list[WorkItem] | None], resumes: Resumes) -> None:
+        self.items, self.resumes = items, resumes
         self.again: deque[WorkItem] = deque()
         self.in_flight: dict[str, WorkItem] = {}
         self.ended = False
@@ -206,6 +206,8 @@ class Resubmit:
                 kept.append(record)
             elif item is not None and not PREEMPT.is_set():
                 self.again.append(item)
+            else:
+                self.resumes.preempted += 1
         return kept
 
 
@@ -235,7 +237,7 @@ def _pump(
     checkpoints: CheckpointTarget | None = None,
     grace_s: float = 30.0,
 ) -> None:
-    source = Resubmit(work_items(cells, checkpoints))
+    source = Resubmit(work_items(cells, checkpoints), flusher.bar.resumes)
     with preemptible(grace_s):
         for records in executor.execute(source, channel, doorbell):
             records = source.arrived(records)
