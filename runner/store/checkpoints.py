@@ -13,15 +13,16 @@ same lineage with a larger budget starts from the largest final state below its 
 A file holds a checkpoint's bytes (what runner.execute.checkpointing encodes: `torch.save` of a dict of
 tensors and plain data, no object of any class; this module knows bytes only), named with their
 SHA-256. It is written under a temporary name and renamed (a plain upload on an object store, where an
-object appears whole), and handed to the caller's decoder (`torch.load(weights_only=True)`, which
-executes no code) only after its checksum matches. A file that does not pass (damaged, planted,
-truncated, of another shape) is skipped with a warning naming it, and the next older one is tried,
-else the run starts from step 0. (`lineage_key` is runner.grid.identity's.)
+object appears whole), without an fsync (`_write`), and handed to the caller's decoder
+(`torch.load(weights_only=True)`, which executes no code) only after its checksum matches. A file
+that does not pass (damaged, planted, truncated, of another shape) is skipped with a warning naming
+it, and the next older one is tried, else the run starts from step 0. (`lineage_key` is runner.grid.identity's.)
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -30,7 +31,7 @@ from typing import TypeVar
 
 import pyarrow.fs as pafs
 
-from runner.fs.files import delete_quietly, ensure_dir, read_bytes, replace_bytes
+from runner.fs.files import delete_quietly, ensure_dir, is_local, read_bytes
 from runner.fs.root import Root
 
 T = TypeVar("T")
@@ -86,9 +87,21 @@ class CheckpointStore:
         return self.root.exists(f"{CHECKPOINTS_DIR}/{_safe(task, 'task')}")
 
     def _write(self, folder: str, name: str, data: bytes) -> str:
+        """Write a file whole or not at all: locally under a temporary name, then renamed; on an object
+        store one upload. Not fsynced: a process killed after the rename leaves the file whole (the page
+        cache outlives it), and what a machine's crash leaves half-written fails its checksum and is
+        skipped; an fsync per save cost 20-100 ms on this project's shared disk, 2 % of a 12 s run."""
         ensure_dir(self.root.fs, self.root.abs(folder))
         rel = f"{folder}/{name}"
-        replace_bytes(self.root.fs, self.root.abs(rel), data)  # a temporary name, then renamed: whole or absent
+        path = self.root.abs(rel)
+        if not is_local(self.root.fs):
+            with self.root.fs.open_output_stream(path) as out:
+                out.write(data)
+            return rel
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
         return rel
 
     def save(self, task: str, run_id: str, step: int, data: bytes) -> str:

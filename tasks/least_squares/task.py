@@ -99,6 +99,7 @@ class LeastSquaresTask:
         resumed = ctxs[0].resume is not None
         w = torch.stack([m.restore() for m in members]).to(device) if resumed else torch.zeros_like(syx)
         going = [m.it < m.p.n_iters for m in members]
+        saves = any(ctx.checkpointer is not None for ctx in ctxs)  # else no step pays for asking
         for it in range(members[0].it + 1, max(p.n_iters for p in ps) + 1):
             if not any(going):
                 break
@@ -106,9 +107,9 @@ class LeastSquaresTask:
             errs = _errors(w - w_star, sxx)
             for i, member in enumerate(members):
                 if going[i]:
-                    going[i] = member.step(it, errs[i]) and member.saved(it, w[i], going=True)
-                    if member.ended_by_budget():
-                        member.saved(it, w[i], going=False)
+                    going[i] = member.step(it, errs[i])
+                    if saves and (going[i] or member.ended_by_budget()):
+                        going[i] = member.saved(it, w, i, going[i]) and going[i]
         return [member.result(e0) for member, e0 in zip(members, err0, strict=True)]
 
 
@@ -158,14 +159,15 @@ class _Member:
     def ended_by_budget(self) -> bool:
         return self.status == OK and self.it == self.p.n_iters and self.iters_to_tol is None
 
-    def saved(self, it: int, w: torch.Tensor, going: bool) -> bool:
-        """Offer the state after iteration `it` to `ctx.checkpoint`; False when the run was preempted
-        (its state saved), which ends it. `going`: the run continues after `it` (else it ended by its budget)."""
+    def saved(self, it: int, w: torch.Tensor, row: int, going: bool) -> bool:
+        """Offer the state after iteration `it` (this member's weights: `w[row]`) to `ctx.checkpoint`;
+        False when the run was preempted (its state saved), which ends it. `going`: the run continues after
+        `it` (else it ended by its budget)."""
 
         def build() -> Checkpoint:
             state = {"err": self.err, "steps": list(self.steps), "errs": list(self.errs)}
             state.update(losses=list(self.losses), budget_row=self.budget_row)
-            return Checkpoint(it, {"w": w.detach().to("cpu", copy=True)}, state)
+            return Checkpoint(it, {"w": w[row].detach().to("cpu", copy=True)}, state)
 
         if self.ctx.checkpoint(it, build, last=not going) or not going:
             return True
