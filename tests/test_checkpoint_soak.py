@@ -102,6 +102,7 @@ def spec(n_iters: int) -> dict[str, Any]:
     return {"name": "soak", "blocks": [{"task": TASK, "params": params, "product": {"seed": list(range(RUNS))}}]}
 
 
+@pytest.mark.timeout(2400)
 def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(three_nodes: Any, tmp_path: Path) -> None:
     import ray
 
@@ -126,11 +127,12 @@ def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(three_node
         preempted = False
         while not done.wait(rng.uniform(15.0, 25.0)) and len(kills) < KILLS:
             if not preempted and len(kills) >= 2:  # a node preempted: SIGTERM to its workers, then it goes
-                victim = next(iter(three_nodes.worker_nodes))
+                mine = ray.get_runtime_context().get_node_id()  # the driver's node stays
+                victim = next(n for n in three_nodes.worker_nodes if n.node_id != mine)
                 where = ray.get([a.placement.remote() for a in rough.actors], timeout=10)
                 pids = ray.get([a.pid.remote() for a in rough.actors], timeout=10)
                 for (node, _), pid in zip(where, pids, strict=True):
-                    if node == victim.unique_id:
+                    if node == victim.node_id:
                         os.kill(pid, signal.SIGTERM)
                         kills.append(f"SIGTERM {pid}")
                 time.sleep(options.preempt_grace_s)
