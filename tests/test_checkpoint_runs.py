@@ -212,9 +212,15 @@ def ray_alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.faults
-def test_on_ray_a_run_whose_actor_is_sigkilled_resumes_from_its_checkpoint(
-    tmp_path: Path, ray_local: Any, ray_alone: Path
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_on_ray_a_run_whose_worker_is_killed_or_preempted_resumes(
+    tmp_path: Path, ray_local: Any, ray_alone: Path, signum: int
 ) -> None:
+    """SIGKILL to the actor: the run resumes from its last checkpoint on the cadence. SIGTERM (a node
+    drained): the worker saves the run at once (none on the cadence here: every 60 s), its driver hands it
+    out again, and it resumes."""
+    import ray
+
     from runner.execute.ray_pool import RayExecutor
 
     spec = grid(RAY_STEPS, (0,), log_every=1000)
@@ -223,55 +229,24 @@ def test_on_ray_a_run_whose_actor_is_sigkilled_resumes_from_its_checkpoint(
     executor = RayExecutor(workers=1)
     executor.start()
     reports: list[RunReport] = []
-    worker = threading.Thread(
-        target=lambda: reports.append(run_grid(spec, root, LOCAL.with_(checkpoint_every_s=0.02), executor=executor))
-    )
-    try:
-        worker.start()
-        deadline = time.monotonic() + 120
-        while not (folder.exists() and any(folder.iterdir())) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        (pid,) = executor.worker_pids()
-        os.kill(pid, signal.SIGKILL)
-        worker.join(180)
-        assert not worker.is_alive()
-    finally:
-        executor.close()
-    resumed_from, _ = attempts(root)[cell_ids(spec)[0]]
-    assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the rerun after the kill resumed"
-    assert reports[0].resumes.runs == 1
-    assert_same_store(root, ray_alone)
-
-
-@pytest.mark.faults
-def test_on_ray_a_sigtermed_worker_saves_its_run_which_resumes(tmp_path: Path, ray_local: Any, ray_alone: Path) -> None:
-    import ray
-
-    from runner.execute.ray_pool import RayExecutor
-
-    spec = grid(RAY_STEPS, (0,), log_every=1000)
-    root = tmp_path / "drained"
-    folder = root / CHECKPOINTS_DIR / TASK / "runs" / cell_ids(spec)[0]
-    executor = RayExecutor(workers=1)
-    executor.start()
-    reports: list[RunReport] = []
-    options = LOCAL.with_(checkpoint_every_s=60.0)  # no save on the cadence: the one on SIGTERM is the one
+    options = LOCAL.with_(checkpoint_every_s=0.02 if signum == signal.SIGKILL else 60.0)
     worker = threading.Thread(target=lambda: reports.append(run_grid(spec, root, options, executor=executor)))
     try:
         (pid,) = executor.worker_pids()
         worker.start()
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # until the run is going (its actor says so)
+        while time.monotonic() < deadline:  # until the run is going (its actor says so) and, to kill, has saved
             busy = ray.get(executor.actors[0].current.remote(), timeout=10)
-            if busy is not None and busy[1] > 0.5:
+            saved = signum == signal.SIGTERM or (folder.exists() and any(folder.iterdir()))
+            if busy is not None and busy[1] > 0.5 and saved:
                 break
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGTERM)
+            time.sleep(0.02)
+        os.kill(pid, signum)
         worker.join(180)
         assert not worker.is_alive()
     finally:
         executor.close()
     resumed_from, _ = attempts(root)[cell_ids(spec)[0]]
-    assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the run saved on SIGTERM and resumed"
-    assert reports[0].counts == {"ok": 1} and not folder.exists()
+    assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the run's next attempt resumed"
+    assert reports[0].counts == {"ok": 1} and reports[0].resumes.runs == 1 and not folder.exists()
     assert_same_store(root, ray_alone)

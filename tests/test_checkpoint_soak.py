@@ -16,7 +16,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +26,13 @@ from runner.execute.options import ExecutionOptions
 from runner.execute.ray_pool import RayExecutor
 from runner.run.grid_run import run_grid
 from tests.test_checkpoint_runs import BASE, TASK, assert_same_store, attempts
+from tests.test_cluster_faults import three_nodes  # noqa: F401 - a fixture, found by its name here
 
 pytestmark = [pytest.mark.soak, pytest.mark.ray, pytest.mark.faults]
 RUN_S = 30.0  # CPU seconds of a run (on a loaded machine its wall time is longer)
 RUNS = 6
 CADENCE_S = 2.0
 KILLS = 5  # SIGKILLs and SIGTERMs in all, 15-25 s apart (each kill also restarts a worker process: imports)
-
-
-@pytest.fixture(scope="module")
-def three_nodes() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    from cluster import connect
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    ray = connect(cluster.address)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
 
 
 def steps_for(seconds: float) -> int:
@@ -103,12 +87,15 @@ def spec(n_iters: int) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(2400)
-def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(three_nodes: Any, tmp_path: Path) -> None:
+def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     import ray
 
+    cluster = request.getfixturevalue("three_nodes")  # test_cluster_faults' cluster of three nodes
     grid = spec(steps_for(RUN_S))
     options = ExecutionOptions(progress=False, checkpoint_every_s=CADENCE_S, preempt_grace_s=10.0)
-    calm = RayExecutor(address=three_nodes.address, workers=3)
+    calm = RayExecutor(address=cluster.address, workers=3)
     calm.start()
     meter = CpuMeter(calm)
     t0 = time.monotonic()
@@ -116,7 +103,7 @@ def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(three_node
     calm_wall, calm_cpu = time.monotonic() - t0, meter.total()
     calm.close()
 
-    rough = RayExecutor(address=three_nodes.address, workers=3)
+    rough = RayExecutor(address=cluster.address, workers=3)
     rough.start()
     meter = CpuMeter(rough)
     done = threading.Event()
@@ -128,7 +115,7 @@ def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(three_node
         while not done.wait(rng.uniform(15.0, 25.0)) and len(kills) < KILLS:
             if not preempted and len(kills) >= 2:  # a node preempted: SIGTERM to its workers, then it goes
                 mine = ray.get_runtime_context().get_node_id()  # the driver's node stays
-                victim = next(n for n in three_nodes.worker_nodes if n.node_id != mine)
+                victim = next(n for n in cluster.worker_nodes if n.node_id != mine)
                 where = ray.get([a.placement.remote() for a in rough.actors], timeout=10)
                 pids = ray.get([a.pid.remote() for a in rough.actors], timeout=10)
                 for (node, _), pid in zip(where, pids, strict=True):
@@ -136,7 +123,7 @@ def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(three_node
                         os.kill(pid, signal.SIGTERM)
                         kills.append(f"SIGTERM {pid}")
                 time.sleep(options.preempt_grace_s)
-                three_nodes.remove_node(victim)
+                cluster.remove_node(victim)
                 preempted = True
                 continue
             try:  # an actor well into a run: one that has saved (killing an idle one proves nothing)
@@ -160,7 +147,7 @@ def test_kills_and_a_preempted_node_cost_within_1_2x_and_lose_nothing(three_node
         killer.join()
     rough_wall, rough_cpu = time.monotonic() - t0, meter.total()
     rough.close()
-    three_nodes.add_node(num_cpus=1)  # as it was, for whoever comes next
+    cluster.add_node(num_cpus=1)  # as it was, for whoever comes next
     ratio = rough_cpu / calm_cpu
     print(
         f"\nsoak: {RUNS} runs of ~{RUN_S:g} s on 3 workers; calm {calm_wall:.0f} s wall, {calm_cpu:.0f} CPU-s; "
