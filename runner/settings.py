@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     head_grace_s: float = Field(
         15.0, gt=0, description="seconds a joined cluster's head may be unreachable before the driver gives up"
     )
+    keep_final_s: float = Field(
+        1.0,
+        ge=0,
+        description="a run whose budget can grow keeps its final state (for a longer run to start from) only where "
+        "it took at least this many seconds: a shorter one is cheaper to run again than to keep",
+    )
     learners: str = Field("", description="learners outside this repository: name=package[,name=package...]")
     lease_s: float = Field(
         30.0,

@@ -42,7 +42,9 @@ from runner.errors import (
     raise_terminated,
     redact,
 )
+from runner.execute.checkpointing import begin_preemption, preempted
 from runner.settings import settings
+from runner.store.checkpoints import CHECKPOINTS_DIR
 
 if TYPE_CHECKING:
     from runner.grid.cells import CellSource
@@ -171,6 +173,10 @@ def _dry_run(grid: CellSource, store: ResultStore, retry_failed: bool, only: lis
             raise ConfigError("no cell of this grid has that run id", file=grid.source, key="--only")
     print(printable(f"{grid.name} ({grid.source}): {len(grid)} cells over tasks {', '.join(grid.tasks())}"))
     print(f"  done: {planned.done}   failed/timeout skipped: {planned.skipped}   to run: {len(todo)}")
+    if len(todo) and store.files.exists(CHECKPOINTS_DIR):  # a store without checkpoints: no line, no cost
+        from runner.run.growth import plan_growth
+
+        print(plan_growth(store, grid.cells_at(todo)).line())
     for cell in grid.cells_at(todo[:5]):
         print(f"  {cell.run_id[:12]} {cell.task} {json.dumps(cell.params_json(), sort_keys=True)}")
     if len(todo) > 5:
@@ -297,6 +303,16 @@ def driver_allocators() -> None:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
+def preempt_or_terminate(signum: int, frame: object) -> None:
+    """SIGTERM: preempt the runs in flight where some are (then the command ends 143 once they are back,
+    or at the grace's end by this signal again), else unwind at once like Ctrl-C."""
+    if hasattr(signal, "alarm"):
+        signal.alarm(0)  # Ray's abort timer (see runner.errors.raise_terminated)
+    if begin_preemption(lambda: os.kill(os.getpid(), signal.SIGTERM)):
+        return
+    raise_terminated(signum, frame)
+
+
 def console() -> NoReturn:
     """The `convgrid` command (and `python -m runner.cli`): `main`, then the process ends without the
     interpreter's teardown (runner.cli.process_exit)."""
@@ -310,11 +326,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "tasks":
         driver_allocators()
     # SIGTERM (schedulers, `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C: flush, stop workers.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, raise_terminated)
+    # While runs execute, SIGTERM first preempts them (they save their state and stop, within
+    # --preempt-grace; runner.execute.checkpointing); a second SIGTERM, or the grace's end, unwinds.
+    signal.signal(signal.SIGTERM, preempt_or_terminate)
+    signal.signal(signal.SIGHUP, raise_terminated)
     try:
         settings()  # every CONVGRID_ knob checked before anything starts (a malformed one is exit 2, naming it)
         code = COMMANDS[args.command](args)
+        if preempted():
+            print(
+                "convgrid: stopped by SIGTERM; finished runs are in the store and running ones saved their state; "
+                "rerun the same command to resume them",
+                file=sys.stderr,
+            )
+            shutdown_if_owned()
+            return 128 + signal.SIGTERM
         # Everything is committed: stop the embedded Ray now rather than in Ray's exit hook, which first
         # sleeps half a second for workers' last log lines (docs/architecture.md, "Start-up and teardown").
         shutdown_if_owned()

@@ -93,6 +93,22 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
         "(--nodes=2 --gpus-per-task=1 --time=4:00:00 ...). The script is written to RESULTS/slurm/",
     )
     p.add_argument(
+        "--checkpoint-every",
+        type=nonnegative_float,
+        default=None,
+        help="seconds between a run's checkpoints, for learners that save them (default: the grid file's "
+        "checkpoint_every, else every 10 s, stretched so that saving costs under 1 %% of a run); a killed or "
+        "preempted run resumes from its last one",
+    )
+    p.add_argument("--no-checkpoints", action="store_true", help="save no checkpoints and resume from none")
+    p.add_argument(
+        "--preempt-grace",
+        type=nonnegative_float,
+        default=ExecutionOptions.preempt_grace_s,
+        help="on SIGTERM, seconds running runs get to save their state and stop; they resume with the next "
+        f"command (default {ExecutionOptions.preempt_grace_s:g})",
+    )
+    p.add_argument(
         "--no-batch",
         action="store_true",
         help="run every cell alone, never as a batched call of cells with equal batch keys (comparisons, debugging)",
@@ -138,6 +154,9 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         batch=not args.no_batch,
         flush=FlushPolicy(args.flush_every, args.flush_seconds),
         progress=not args.no_progress,
+        checkpoint_every_s=args.checkpoint_every,
+        checkpoints=not args.no_checkpoints,
+        preempt_grace_s=args.preempt_grace,
     )
 
 

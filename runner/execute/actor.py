@@ -15,6 +15,7 @@ namespace (two pools of one grid in one driver would collide) and is not needed 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -25,11 +26,13 @@ import ray
 
 from runner.execute import provenance, run_output
 from runner.execute.base import BatchPolicy, ReporterFactory, WorkItem
+from runner.execute.checkpointing import PREEMPT, preempt_on_sigterm
 from runner.execute.live_output import LiveFiles
 from runner.execute.staging import Stager, StagingTarget, answer_probe, open_target
 from runner.execute.worker import claim_device, configure_threads, run_items
 from runner.fs.root import Root
 from runner.store.records import RunRecord
+from tasks.status import PREEMPTED
 
 
 class _ChunkActor:
@@ -40,8 +43,12 @@ class _ChunkActor:
         gpu_fraction: float | None = None,
         label: str = "convgrid",
         code: provenance.Shipped | None = None,
+        preempt_grace_s: float = 30.0,
     ) -> None:
         self.label = label
+        # SIGTERM (a node drained, a spot instance reclaimed): the runs here save their state and stop, the
+        # driver hands them to other workers, and this process exits once idle (at most the grace later)
+        preempt_on_sigterm(preempt_grace_s, lambda: self._current is None)
         provenance.adopt(code)  # the driver's code version, where this process runs the driver's files
         configure_threads(threads)
         self.threads = threads
@@ -68,6 +75,8 @@ class _ChunkActor:
         the results root here and the records sent carry the staged part's name instead
         (runner.execute.staging: a record may then be held a moment, to share a part)."""
         stager = self._stager(staging)
+        if stager is None:  # a node the root is not reachable from: checkpoints would land on its own disk
+            items = [dataclasses.replace(i, checkpoints=None) if i.checkpoints else i for i in items]
         # where it stages, a run's output is also written there as it grows: a death keeps it (live_output)
         files = LiveFiles(stager.files, stager.target.folder) if stager is not None else None
         with run_output.live(files, files.ended) if files is not None else contextlib.nullcontext():
@@ -80,7 +89,8 @@ class _ChunkActor:
                 policy=policy,
                 on_start=self._started,
             ):
-                ready = [record] if stager is None else stager.offer(record)
+                # a preempted run is never stored: its record goes to the driver as it is, to be handed out again
+                ready = [record] if stager is None or record.status == PREEMPTED else stager.offer(record)
                 if ready:
                     yield ready
         if stager is not None and (rest := stager.drain()):
@@ -113,6 +123,11 @@ class _ChunkActor:
     def output(self, run_ids: list[str]) -> dict[str, str]:
         """The output so far of those of `run_ids` computing here (the hard timeout asks before it kills)."""
         return {r: text for r in run_ids if (text := run_output.snapshot(r)) is not None}
+
+    @ray.method(concurrency_group="control")
+    def preempt(self) -> None:
+        """The driver is being preempted: runs here save their state and stop, queued ones do not start."""
+        PREEMPT.set()
 
     @ray.method(concurrency_group="control")
     def pid(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from runner.store.records import RunRecord
@@ -21,12 +21,29 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class CheckpointTarget:
+    """Where and how often a worker saves its runs' checkpoints (runner.execute.checkpointing): under the
+    results root `root` (a local path or a URI, possibly with credentials: never printed), every
+    `every_s` seconds of a run (None: the default cadence, which adapts so saving costs at most 1 %); a
+    run's final state, where its budget can grow, if the run took `keep_final_s` seconds or more."""
+
+    root: str = field(repr=False)
+    every_s: float | None = None
+    keep_final_s: float = 1.0
+
+    def __repr__(self) -> str:
+        return f"CheckpointTarget(every_s={self.every_s!r})"
+
+
+@dataclass(frozen=True)
 class WorkItem:
-    """What travels to a worker: enough to rebuild and run one cell."""
+    """What travels to a worker: enough to rebuild and run one cell (and, where its learner can, to save
+    and resume it: `checkpoints`)."""
 
     run_id: str
     task: str
     params: dict[str, Any]  # full validated params, JSON-ready
+    checkpoints: CheckpointTarget | None = None
 
 
 @dataclass(frozen=True)

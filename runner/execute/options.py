@@ -32,6 +32,11 @@ class ExecutionOptions:
     batch: bool = True  # run cells with equal batch keys as one batched call
     flush: FlushPolicy = field(default_factory=FlushPolicy)
     progress: bool = True
+    # checkpoints (runner.execute.checkpointing): seconds between a run's saves (None: the default cadence,
+    # which keeps saving under 1 % of a run); `checkpoints=False` saves and resumes nothing
+    checkpoint_every_s: float | None = None
+    checkpoints: bool = True
+    preempt_grace_s: float = 30.0  # on SIGTERM, how long running runs get to save their state and stop
 
     def with_(self, **changes: Any) -> ExecutionOptions:
         return replace(self, **changes)

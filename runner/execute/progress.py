@@ -14,7 +14,8 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -36,6 +37,28 @@ def terminal_width(stream: TextIO) -> int:
         return 0
 
 
+@dataclass
+class Resumes:
+    """Runs that did not start from step 0 (runner.execute.checkpointing): resumed from their own
+    checkpoint or grown from a shorter run's final state, and the steps they did not compute again."""
+
+    runs: int = 0
+    steps: int = 0
+    preempted: int = 0  # runs stopped by this command's preemption (saved, not stored: the next one resumes them)
+
+    def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        for row in rows:
+            step = row.get("resumed_from")
+            if step:
+                self.runs += 1
+                self.steps += int(step)
+
+    def text(self) -> str:
+        said = [f"resumed {self.runs} (saved {self.steps:,} steps)" if self.runs else ""]
+        said.append(f"preempted {self.preempted} (saved; the next command resumes them)" if self.preempted else "")
+        return "; ".join(filter(None, said))
+
+
 class Progress:
     def __init__(
         self,
@@ -45,7 +68,9 @@ class Progress:
         every_s: float = 10.0,
         enabled: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        resumes: Resumes | None = None,
     ) -> None:
+        self.resumes = resumes if resumes is not None else Resumes()
         self.stream = stream or sys.stderr
         self.total = total
         self.label = label
@@ -88,7 +113,8 @@ class Progress:
             print(self.line(), file=self.stream, flush=True)
 
     def _counts(self) -> str:
-        return " ".join(f"{k}={self.counts[k]}" for k in ALL_STATUSES if self.counts[k])
+        counts = [f"{k}={self.counts[k]}" for k in ALL_STATUSES if self.counts[k]]
+        return " ".join([*counts, self.resumes.text()] if self.resumes.text() else counts)
 
     def rate(self) -> float:
         """Runs per second since the first finished run (0 until a second chunk has finished)."""

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from runner.execute import staging as workers_stage
 from runner.execute.base import BatchPolicy, FeedStalled, Judge, ReportChannel, ReportSpec, WorkItem, WorkSource
+from runner.execute.checkpointing import on_preempt
 from runner.execute.doorbell import Doorbell
 from runner.execute.feed import Feed
 from runner.execute.staging import StagingTarget, probe_nodes
@@ -92,6 +93,7 @@ class RayExecutor:
     hard_kills: int = field(default=0, init=False)
     # run id -> what an attempt lost with its actor had written (runner.execute.live_output)
     lost_output: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    _unlisten: Callable[[], None] = field(default=lambda: None, init=False, repr=False)  # see start
 
     def start(self) -> None:
         if self.actors:
@@ -120,6 +122,13 @@ class RayExecutor:
         self.actors += [cpu.remote(self.threads, "cpu", None, self._actor_label(i, "cpu"), code) for i in range(n)]
         self.kinds = ["gpu"] * n_gpu + ["cpu"] * (len(self.actors) - n_gpu)
         self.down = {}
+        self._unlisten = on_preempt(self._preempt)  # the driver's SIGTERM reaches the runs in the actors
+
+    def _preempt(self) -> None:
+        """Tell every actor that its runs are preempted (they save their state and stop)."""
+        import ray
+
+        ray.get([a.preempt.remote() for a in self.actors], timeout=10)
 
     def stage_to(self, root: str) -> str | None:
         """Have the actors on nodes that reach `root` (found by a probe, runner.execute.staging) write
@@ -391,6 +400,7 @@ class RayExecutor:
         import ray
 
         self.merges.wait(MERGE_CLOSE_S)  # a merge is safe to stop, but the command's own merge comes next
+        self._unlisten()
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

@@ -18,12 +18,13 @@ from typing import Any
 from runner.execute import provenance, run_output
 from runner.execute.base import BatchPolicy, Reporter, ReporterFactory, WorkItem
 from runner.execute.batching import Group, Member, plan_groups
+from runner.execute.checkpointing import PREEMPT, Resumed, run_context
 from runner.grid.identity import validate_params
 from runner.grid.schema import stored_curve
 from runner.store.records import RunRecord
-from tasks.base import Result, RunContext, device_for
+from tasks.base import Result, device_for
 from tasks.registry import get_task
-from tasks.status import FAILED, TIMEOUT
+from tasks.status import FAILED, PREEMPTED, TIMEOUT
 
 
 def configure_threads(threads: int) -> None:
@@ -68,9 +69,16 @@ def _version(name: str) -> str:
 
 
 def _record(
-    item: WorkItem, result: Result, started: datetime, wall: float, device: str, version: str | None = None
+    item: WorkItem,
+    result: Result,
+    started: datetime,
+    wall: float,
+    device: str,
+    version: str | None = None,
+    resumed: Resumed | None = None,
 ) -> RunRecord:
-    """The run's record; `version`: its task's, where the caller holds the task (else looked up)."""
+    """The run's record; `version`: its task's, where the caller holds the task (else looked up);
+    `resumed`: the step it resumed from and the run it grew, where it did."""
     gpu_name, gpu_memory_gb = provenance.gpu(device)
     row: dict[str, Any] = {
         "run_id": item.run_id,
@@ -91,6 +99,8 @@ def _record(
         "gpu_memory_gb": gpu_memory_gb,
         "code_version": provenance.code_version(),
         "packages": provenance.packages(),
+        "resumed_from": resumed.step if resumed is not None else None,
+        "grown_from": resumed.grown_from if resumed is not None else None,
     }
     row.update(item.params)
     row.update(result.summary)
@@ -112,21 +122,29 @@ def run_item(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     deadline = time.time() + timeout_s if timeout_s else None
-    used, version = device, "unknown"
+    used, version, resumed = device, "unknown", Resumed()
     with run_output.capture([item.run_id]) as out:
         try:
             task = get_task(item.task)
             used, version = device_for(task, device), task.version
             params = validate_params(task, item.params)
-            ctx = RunContext(device=used, threads=threads, deadline=deadline, reporter=reporter)
+            ctx, resumed = run_context(
+                item, task, params, device=used, threads=threads, deadline=deadline, reporter=reporter
+            )
             result = task.run(params, ctx)
             result.validate(task)
         except Exception as exc:  # noqa: BLE001 - a task's bug is a recorded failure, not a crash
             result = Result(status=FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     wall = time.perf_counter() - t0
-    record = _record(item, _explained(result, timeout_s, wall), started, wall, used, version)
+    record = _record(item, _explained(result, timeout_s, wall), started, wall, used, version, resumed)
     record.log = out.text()
     return record
+
+
+def preempted_record(item: WorkItem) -> RunRecord:
+    """The record of a run that did not start because its worker is being preempted (never stored)."""
+    now = datetime.now(UTC)
+    return _record(item, Result(status=PREEMPTED), now, 0.0, "cpu")  # type: ignore[arg-type]  # never stored
 
 
 def _explained(result: Result, timeout_s: float | None, wall_s: float) -> Result:
@@ -154,6 +172,9 @@ def run_items(
     `on_start(group_items)` is told what is about to run (the actor's hard-timeout bookkeeping);
     `members`: the items' batch members where the caller keyed them already (the local executor)."""
     for group in plan_groups(items, policy or BatchPolicy(), device, members):
+        if PREEMPT.is_set():  # this worker is being preempted: what has not started waits for the next attempt
+            yield from (preempted_record(item) for item in group.items)
+            continue
         if on_start is not None:
             on_start(group.items)
         if group.task is None:
@@ -180,13 +201,24 @@ def _run_batch(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     deadline = time.time() + timeout_s if timeout_s else None
-    ctxs = [
-        RunContext(device=used, threads=threads, deadline=deadline, reporter=reporters(i) if reporters else None)
-        for i in group.items
-    ]
     try:
         with run_output.capture([i.run_id for i in group.items]) as out:
-            results = group.task.run_batch(list(group.params), ctxs)
+            ctxs, resumed = zip(
+                *(
+                    run_context(
+                        item,
+                        group.task,
+                        p,
+                        device=used,
+                        threads=threads,
+                        deadline=deadline,
+                        reporter=reporters(item) if reporters else None,
+                    )
+                    for item, p in zip(group.items, group.params, strict=True)
+                ),
+                strict=True,
+            )
+            results = group.task.run_batch(list(group.params), list(ctxs))
         if len(results) != len(group.items):
             raise ValueError(f"run_batch returned {len(results)} results for {len(group.items)} configs")
         for result in results:
@@ -200,8 +232,8 @@ def _run_batch(
     share = wall / len(group.items)
     # a batched call's output cannot be told apart by member: each member keeps all of it
     log = _batch_log(out.text(), len(group.items))
-    for item, result in zip(group.items, results, strict=True):
-        record = _record(item, _explained(result, timeout_s, wall), started, share, used, group.task.version)
+    for item, result, r in zip(group.items, results, resumed, strict=True):
+        record = _record(item, _explained(result, timeout_s, wall), started, share, used, group.task.version, r)
         record.log = log
         yield record
 

@@ -104,6 +104,7 @@ class GridFile:
     blocks: list[Block]
     sources: list[BlockIds]
     dropped: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    checkpoint_every: float | None = None  # the file's cadence of checkpoints, if it sets one
 
     def __len__(self) -> int:
         return int(self._offsets[-1]) - len(self.dropped)

@@ -112,6 +112,14 @@ def run_id(task: TaskIdentity, params: BaseModel) -> str:
     return hash_id(canonical_json(id_payload(task, canonical_params(task, params))))
 
 
+def lineage_key(task: TaskIdentity, canonical: dict[str, Any], budget: str) -> str:
+    """The identity of a run without its budget param `budget`: what runs that differ only in their
+    budget share (runner.execute.checkpointing grows one from another's final state). `canonical`: the
+    run's canonical params (`canonical_params`)."""
+    rest = {k: v for k, v in canonical.items() if k != budget}
+    return hash_id(canonical_json({**id_payload(task, rest), "budget": budget}))
+
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 

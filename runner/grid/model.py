@@ -33,6 +33,8 @@ class GridSpec(BaseModel):
     name: str | None = None
     description: str = ""
     blocks: list[BlockSpec] = Field(min_length=1)
+    # seconds between a run's checkpoints (runner.execute.checkpointing); --checkpoint-every overrides it
+    checkpoint_every: float | None = Field(None, ge=0.0)
 
 
 def read_source(source: str | Path | Mapping[str, Any], kind: str, name: str | None = None) -> tuple[str, Any, str]:

@@ -58,7 +58,8 @@ def load_grid(
             key="blocks",
         )
     blocks = [check_block(b, file, i) for i, b in enumerate(spec.blocks)]
-    every = GridFile(grid_name, file, spec.description, blocks, [block_ids(b) for b in blocks])
+    ids = [block_ids(b) for b in blocks]
+    every = GridFile(grid_name, file, spec.description, blocks, ids, checkpoint_every=spec.checkpoint_every)
     return dataclasses.replace(every, dropped=_repeated(every))
 
 

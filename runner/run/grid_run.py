@@ -18,7 +18,9 @@ from runner.coord.claims import Claims
 from runner.errors import ConfigError, redact
 from runner.execute.auto import make_executor
 from runner.execute.base import Executor
+from runner.execute.checkpointing import preempted
 from runner.execute.options import ExecutionOptions, ExecutorKind, as_options
+from runner.execute.progress import Resumes
 from runner.fs.exclusive import for_root
 from runner.grid.cells import CellSource, Grid, GridFile
 from runner.grid.key import grid_key_of
@@ -43,11 +45,12 @@ class RunReport:
     compacted: str | None = None  # what the automatic compaction after the run did, if it ran
     executor: str | None = None  # the executor that ran the cells (auto picks one)
     by_others: int = 0  # cells of this plan that other drivers on the same store ran meanwhile
+    resumes: Resumes = field(default_factory=Resumes)  # runs resumed from checkpoints, steps they saved
 
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "nothing"
         others = f"; {self.by_others} cells ran in other drivers" if self.by_others else ""
-        if self.executed == 0:
+        if self.executed == 0 and not self.resumes.preempted:
             head = f"{self.grid}: all {self.already_done} of {self.cells} cells already done; nothing to run"
             if self.skipped_failed:
                 head = (
@@ -57,6 +60,8 @@ class RunReport:
             if self.by_others:
                 head = f"{self.grid}: nothing ran here{others}"
             return f"{head} (results in {redact(self.results)})"
+        if self.resumes.text():
+            counts += f"; {self.resumes.text()}"
         return (
             f"{self.grid}: ran {self.executed} of {self.cells} cells in {self.wall_s:.1f}s ({counts}); "
             f"{self.already_done} were already done, {self.skipped_failed} failed ones skipped{others}; "
@@ -92,6 +97,8 @@ def run_grid(
     heartbeat); `only` never shares: it reruns."""
     options = as_options(options)
     grid: CellSource = source if isinstance(source, Grid | GridFile) else load_grid(source)
+    if options.checkpoint_every_s is None and isinstance(grid, GridFile) and grid.checkpoint_every is not None:
+        options = options.with_(checkpoint_every_s=grid.checkpoint_every)  # the file's, where the command sets none
     store = ResultStore(results)
     store.recover()  # finish or undo what a killed command left before planning from the store
     if only is not None:
@@ -120,11 +127,16 @@ def run_grid(
     claims = claims_for(store, grid, lease_s) if share and only is None else None
     try:
         if claims is None:
-            report.counts = execute_cells(grid.cells_at(todo), store, runner, grid.name, options, total=len(todo))
+            report.counts = execute_cells(
+                grid.cells_at(todo), store, runner, grid.name, options, total=len(todo), resumes=report.resumes
+            )
         else:
-            report.counts = execute_shared(grid, todo, store, runner, claims, retry_failed, grid.name, options)
+            report.counts = execute_shared(
+                grid, todo, store, runner, claims, retry_failed, grid.name, options, report.resumes
+            )
             report.executed = sum(report.counts.values())
-            report.by_others = max(0, len(todo) - report.executed)
+            if not preempted():  # else what is left was preempted here, not run elsewhere
+                report.by_others = max(0, len(todo) - report.executed - report.resumes.preempted)
     finally:
         report.wall_s = time.monotonic() - t0
         if executor is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from contextlib import contextmanager
 from types import TracebackType
@@ -27,10 +27,11 @@ import numpy as np
 
 from runner.coord.claims import Claims
 from runner.errors import StoreIOError
-from runner.execute.base import Executor, ReportChannel, WorkItem
+from runner.execute.base import CheckpointTarget, Executor, ReportChannel, WorkItem
+from runner.execute.checkpointing import PREEMPT, preemptible
 from runner.execute.doorbell import Doorbell
 from runner.execute.options import ExecutionOptions, FlushPolicy
-from runner.execute.progress import Progress
+from runner.execute.progress import Progress, Resumes
 from runner.execute.staging import stage_results
 from runner.execute.unwritable import write_isolated
 from runner.execute.waves import WaveSource
@@ -40,7 +41,9 @@ from runner.grid.schema import task_schemas
 from runner.run.plan import plan_grid
 from runner.settings import settings
 from runner.store import ResultStore, RunRecord, incoming
+from runner.store.checkpoints import CheckpointStore
 from runner.store.group_commit import GroupCommit
+from tasks.status import PREEMPTED
 
 Refused = tuple[str, RunRecord]  # (status a record arrived with, the failed record stored instead)
 STORE_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0)  # pauses before trying a commit the store's I/O refused again
@@ -77,6 +80,7 @@ class Flusher:
 
     def add(self, records: Sequence[RunRecord]) -> None:
         self._buffer.extend(records)
+        self.bar.resumes.add([r.row for r in records])
         self.bar.update([r.status for r in records])
         if len(self._buffer) >= self.policy.every or self.clock() - self._last >= self.policy.seconds:
             self.flush()
@@ -146,14 +150,81 @@ def staged_by_workers(executor: Executor, store: ResultStore) -> Iterator[None]:
                 warnings.warn(f"convgrid: staged parts left in {folder} for a later sweep: {exc}", stacklevel=3)
 
 
-def work_item(cell: Cell) -> WorkItem:
-    return WorkItem(cell.run_id, cell.task, cell.params_json())
+def work_item(cell: Cell, checkpoints: CheckpointTarget | None = None) -> WorkItem:
+    return WorkItem(cell.run_id, cell.task, cell.params_json(), checkpoints)
 
 
-def work_items(cells: Iterable[Cell | list[Cell] | None]) -> Iterator[WorkItem | list[WorkItem] | None]:
+def work_items(
+    cells: Iterable[Cell | list[Cell] | None], checkpoints: CheckpointTarget | None = None
+) -> Iterator[WorkItem | list[WorkItem] | None]:
     """Cells as the executor's lazy source (a group stays a group; None, "nothing yet", passes through)."""
     for c in cells:
-        yield None if c is None else [work_item(x) for x in c] if isinstance(c, list) else work_item(c)
+        if c is None:
+            yield None
+        else:
+            yield [work_item(x, checkpoints) for x in c] if isinstance(c, list) else work_item(c, checkpoints)
+
+
+class Resubmit:
+    """The executor's source around the work items: a run that comes back `preempted` (its worker was
+    told to stop, and it saved its state) is not stored; it is handed out again, to resume on another
+    worker, unless this driver is being preempted itself (runner.execute.checkpointing.PREEMPT): then
+    nothing more starts, and the source ends once the runs in flight are back."""
+
+    def __init__(self, items: Iterator[WorkItem | list[WorkItem] | None], resumes: Resumes) -> None:
+        self.items, self.resumes = items, resumes
+        self.again: deque[WorkItem] = deque()
+        self.in_flight: dict[str, WorkItem] = {}
+        self.ended = False
+
+    def __iter__(self) -> Iterator[WorkItem | list[WorkItem] | None]:
+        while not PREEMPT.is_set():
+            if self.again:
+                item = self.again.popleft()
+                self.in_flight[item.run_id] = item
+                yield item
+            elif not self.ended:
+                try:
+                    nxt = next(self.items)
+                except StopIteration:
+                    self.ended = True
+                    continue
+                for item in nxt if isinstance(nxt, list) else [] if nxt is None else [nxt]:
+                    self.in_flight[item.run_id] = item
+                yield nxt
+            elif self.in_flight:
+                yield None  # runs still out may come back preempted: wait for them
+            else:
+                return
+
+    def arrived(self, records: Sequence[RunRecord]) -> list[RunRecord]:
+        """The records to store: all but the preempted ones, which go out again."""
+        kept = []
+        for record in records:
+            item = self.in_flight.pop(record.run_id, None)
+            if record.status != PREEMPTED:
+                kept.append(record)
+            elif item is not None and not PREEMPT.is_set():
+                self.again.append(item)
+            else:
+                self.resumes.preempted += 1
+        return kept
+
+
+def discard_checkpoints(store: ResultStore) -> Callable[[Sequence[RunRecord]], None]:
+    """A commit listener: the committed runs' own checkpoints are not needed any more."""
+    checkpoints = CheckpointStore(store.files)
+
+    def committed(records: Sequence[RunRecord]) -> None:
+        by_task: dict[str, set[str]] = {}
+        for record in records:
+            by_task.setdefault(record.task, set()).add(record.run_id)
+        try:
+            checkpoints.discard_committed(by_task)
+        except OSError as exc:  # left for `compact`, which removes those of committed runs
+            warnings.warn(f"convgrid: checkpoints of committed runs left for compact: {exc}", stacklevel=2)
+
+    return committed
 
 
 def _pump(
@@ -163,11 +234,16 @@ def _pump(
     channel: ReportChannel | None,
     listeners: Sequence[Callable[[list[RunRecord]], None]],
     doorbell: Doorbell | None = None,
+    checkpoints: CheckpointTarget | None = None,
+    grace_s: float = 30.0,
 ) -> None:
-    for records in executor.execute(work_items(cells), channel, doorbell):
-        for listener in listeners:
-            listener(records)
-        flusher.add(records)
+    source = Resubmit(work_items(cells, checkpoints), flusher.bar.resumes)
+    with preemptible(grace_s):
+        for records in executor.execute(source, channel, doorbell):
+            records = source.arrived(records)
+            for listener in listeners:
+                listener(records)
+            flusher.add(records)
 
 
 def execute_cells(
@@ -181,21 +257,33 @@ def execute_cells(
     sink: Callable[[list[RunRecord]], None] | None = None,
     total: int | None = None,
     doorbell: Doorbell | None = None,
+    resumes: Resumes | None = None,
 ) -> Counter[str]:
     """Run cells, persisting records as they complete on the options' flush policy; all is committed
     when this returns. `channel` (from `executor.report_channel`) carries intermediate values to a
     judge; `sink` sees every finished record too, before it is flushed (the tuner tells its trials
     from them). `cells` is pulled lazily, as the executor's workers free up (`Executor.execute`);
     `doorbell`: rung by `cells` when it has an answer after a None (runner.execute.doorbell);
-    `total` (default: its length, where it has one) sizes the progress bar."""
+    `total` (default: its length, where it has one) sizes the progress bar; `resumes` counts the runs that
+    resumed and the steps they saved."""
     options = options or ExecutionOptions()
     if total is None:
         total = len(cells) if isinstance(cells, Sized) else 0
-    bar = Progress(total, label, enabled=options.progress)
+    bar = Progress(total, label, enabled=options.progress, resumes=resumes)
     with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
         flusher.on_commit(MergeCadence(executor, store.root, store.base, settings().compact_parts))
-        _pump(cells, executor, flusher, channel, [sink] if sink is not None else [], doorbell)
+        flusher.on_commit(discard_checkpoints(store))
+        listeners = [sink] if sink is not None else []
+        target = checkpoint_target(store, options)
+        _pump(cells, executor, flusher, channel, listeners, doorbell, target, options.preempt_grace_s)
     return flusher.counts
+
+
+def checkpoint_target(store: ResultStore, options: ExecutionOptions) -> CheckpointTarget | None:
+    """Where the runs of a command save their checkpoints: under its results root, unless turned off."""
+    if not options.checkpoints:
+        return None
+    return CheckpointTarget(store.root, options.checkpoint_every_s, settings().keep_final_s)
 
 
 def execute_shared(
@@ -207,6 +295,7 @@ def execute_shared(
     retry_failed: bool,
     label: str,
     options: ExecutionOptions,
+    resumes: Resumes | None = None,
 ) -> Counter[str]:
     """Run the blocks of the grid this driver claims (runner.coord.claims), claimed lazily as the executor
     asks for work (runner.execute.waves): drivers started on the same grid and root split its cells, and
@@ -217,12 +306,14 @@ def execute_shared(
 
     claims.start()
     try:
-        bar = Progress(len(todo), label, enabled=options.progress)
+        bar = Progress(len(todo), label, enabled=options.progress, resumes=resumes)
         with staged_by_workers(executor, store), Flusher(store, options.flush, bar) as flusher:
             source = WaveSource(claims, grid, todo, still_todo, settle=flusher.settle)
             flusher.on_commit(source.committed)
             flusher.on_commit(MergeCadence(executor, store.root, store.base, settings().compact_parts))
-            _pump(source, executor, flusher, None, [source.arrived])
+            flusher.on_commit(discard_checkpoints(store))
+            target = checkpoint_target(store, options)
+            _pump(source, executor, flusher, None, [source.arrived], None, target, options.preempt_grace_s)
         return flusher.counts
     finally:
         claims.close()  # after the last commit: what this driver leaves unfinished is free at once

@@ -44,6 +44,11 @@ RUN_COLUMNS: list[pa.Field] = [
     # more than the task's largest before it), so the newest attempt never depends on a clock. Null in
     # rows written before it existed (ordered by `finished`, oldest first).
     pa.field("commit_seq", pa.int64()),
+    # Where the attempt started (runner.execute.checkpointing): the step of the checkpoint it resumed from
+    # (null: step 0), and the run whose final state it grew (a run of the same config with a smaller
+    # budget; null: its own checkpoint, or none).
+    pa.field("resumed_from", pa.int64()),
+    pa.field("grown_from", pa.string()),
 ]
 SHARED_RUN_COLUMNS: list[str] = [f.name for f in RUN_COLUMNS] + [PARTITION]
 # curves/ holds the rows of each run's kept attempt only, so its rows need no attempt id: they join runs/

@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 from runner.coord.claims import remove_idle_claims
 from runner.fs.files import delete_quietly
 from runner.store import incoming
+from runner.store.checkpoints import CheckpointStore
 from runner.store.columns import MEMBER_SCHEMA, TRIAL_SCHEMA, legacy_curve_columns
 from runner.store.layout import ATTEMPT_CURVES, ATTEMPTS, CURVES, RUNS, TASK_KINDS, task_dir, without_partition
 from runner.store.parts import DamagedPartWarning
@@ -52,6 +53,7 @@ class CompactReport:
     claims_removed: int = 0  # claims folders of grids that no driver may still use
     orphans_removed: int = 0  # parts workers staged that no manifest will name any more (runner.store.incoming)
     unions_rebuilt: list[str] = field(default_factory=list)  # folders whose union part was missing or wrong
+    checkpoints_removed: int = 0  # checkpoint folders of runs committed (a killed driver's leftovers)
 
     def line(self) -> str:
         text = (
@@ -70,6 +72,8 @@ class CompactReport:
             text += f"; rebuilt the missing or wrong union schema part of {', '.join(self.unions_rebuilt)}"
         if self.orphans_removed:
             text += f"; deleted {self.orphans_removed} staged parts no driver will commit"
+        if self.checkpoints_removed:
+            text += f"; removed the checkpoints of {self.checkpoints_removed} committed runs"
         return text
 
 
@@ -87,7 +91,21 @@ def compact(store: ResultStore, repair: bool = False) -> CompactReport:
         txn.commit()
         store.reader.damaged.clear()  # quarantined ones are gone; any others are found again on read
     report.claims_removed = remove_idle_claims(store.files)  # claims are not part of the transaction
+    report.checkpoints_removed = remove_committed_checkpoints(store)
     return report
+
+
+def remove_committed_checkpoints(store: ResultStore) -> int:
+    """Delete the checkpoints of runs the store holds (a driver deletes them after each commit; one killed
+    between its commit and that leaves them). Final states stay: runs with larger budgets grow them."""
+    checkpoints = CheckpointStore(store.files)
+    removed = 0
+    for task in store.tasks():
+        held = set(checkpoints.uncommitted_runs(task))
+        if held:
+            stored = set(store.read_runs(task, ["run_id"])["run_id"].to_pylist())
+            removed += checkpoints.discard(task, held & stored)
+    return removed
 
 
 def _delete_old_temporaries(store: ResultStore) -> None:

@@ -16,6 +16,7 @@ from runner.coord.claims import live_claims
 from runner.coord.liveness import DriverInfo
 from runner.errors import printable
 from runner.settings import settings
+from runner.store.checkpoints import CheckpointStore, Held
 from runner.store.index import lookup, newest_of, order_values, spill_from, spill_runs, stream_parts
 from runner.store.index_keys import any_keys
 from runner.store.layout import ATTEMPTS, LOGS, RUNS, TASK_KINDS, task_dir
@@ -41,6 +42,7 @@ class StatusReport:
     logged: set[str] = field(default_factory=set)  # run ids with a stored log (runner.store.logs)
     diverged_logged: list[tuple[str, str]] = field(default_factory=list)  # (task, run_id): diverged, with a log
     unions: dict[str, str] = field(default_factory=dict)  # folder -> what is wrong with its union part
+    checkpoints: list[Held] = field(default_factory=list)  # runner.store.checkpoints: files held
 
     def format(self, max_errors: int = 10) -> str:
         lines = []
@@ -82,6 +84,8 @@ class StatusReport:
                     f"  grid {key} driver {info.driver} (host {info.host}, pid {info.pid}): "
                     f"{held} blocks claimed, {finished} finished, last heartbeat {age:.0f}s ago"
                 )
+        if self.checkpoints:
+            lines.extend(["", *checkpoint_lines(self.checkpoints)])
         # names come from the store's files: a newline or an escape sequence in one is shown, not obeyed
         return printable("\n".join(lines).rstrip(), keep="\n") or "the store is empty"
 
@@ -154,6 +158,7 @@ def store_status(store: ResultStore, verify: bool = True) -> StatusReport:
     report.unions = union_problems(store)
     report.drivers = live_claims(store.files, settings().lease_s)
     report.logged, report.diverged_logged = _logged(store, tasks)
+    report.checkpoints = list(CheckpointStore(store.files).held())
     return report
 
 
@@ -167,6 +172,31 @@ def _logged(store: ResultStore, tasks: list[str]) -> tuple[set[str], list[tuple[
         table = store.read_table(RUNS, task, ["run_id"], pc.field("status") == DIVERGED)
         diverged += [(task, rid) for rid in sorted(table["run_id"].to_pylist()) if rid in logged]
     return logged, diverged
+
+
+def checkpoint_lines(held: list[Held]) -> list[str]:
+    """The checkpoints held, per task: of runs not yet committed (a run that was killed or preempted, or
+    one running now) and final states kept for budgets that may grow, with their sizes."""
+    lines = ["checkpoints held (`convgrid compact` removes those of committed runs):"]
+    for task in sorted({h.task for h in held}):
+        runs = [h for h in held if h.task == task and h.lineage is None]
+        finals = [h for h in held if h.task == task and h.lineage is not None]
+        lines.append(
+            f"  {task}: {len({h.run_id for h in runs})} runs not committed ({len(runs)} files, "
+            f"{_size(sum(h.size for h in runs))}); {len(finals)} final states ({_size(sum(h.size for h in finals))})"
+        )
+    return lines
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KB", "MB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 MEMBER_ROW = {"task": np.int32, "grid": np.int32}

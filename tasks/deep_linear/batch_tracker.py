@@ -35,6 +35,7 @@ from tasks.deep_linear.tracker import (
     Tracker,
     finite_lower_median,
     make_result,
+    resumed_state,
 )
 from tasks.status import DIVERGED, OK, Status
 
@@ -51,6 +52,15 @@ class Bookkeeping(Protocol):
     def step(self, t: int, rows: np.ndarray, errs: np.ndarray, lrs: np.ndarray, layer: int) -> np.ndarray: ...
 
     def results(self) -> list[Result]: ...
+
+    # checkpoints (tasks.base.Checkpointable): a member's books in the form a Tracker keeps them
+    def member_state(self, i: int) -> dict[str, Any]: ...
+
+    def restore(self, states: Sequence[dict[str, Any]]) -> np.ndarray: ...
+
+    def ended_by_budget(self, i: int, t: int) -> bool: ...
+
+    def preempt(self, i: int) -> np.ndarray: ...
 
 
 def _may_stop(ctx: RunContext) -> bool:
@@ -99,6 +109,7 @@ class BatchTracker:
         self.logged: list[np.ndarray] = [np.ones(n, dtype=bool)]
         self.layers: list[int] = [0]
         self.flops: list[float] = [counter.total]
+        self._cut: tuple[int, tuple[np.ndarray, ...]] | None = None  # the history stacked for checkpoints
 
     def start(self) -> np.ndarray:
         """Step 0 reported to the members that may stop; False where a member must not even start."""
@@ -156,28 +167,40 @@ class BatchTracker:
         self.flops.append(self.counter.total)
         return self.going
 
+    def _history(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """errors, steps and logged flags (members x iterations), layers and flops (per iteration)."""
+        errs, lrs, logged = np.stack(self.errs, 1), np.stack(self.lrs, 1), np.stack(self.logged, 1)
+        return errs, lrs, logged, np.array(self.layers), np.array(self.flops)
+
+    def _curve(self, i: int, history: tuple[np.ndarray, ...], upto: int | None = None) -> dict[str, list[Any]]:
+        """Member i's curve, cut out of `history` at its logged steps (up to iteration `upto`)."""
+        errs, lrs, logged, layers, flops = history
+        steps = np.flatnonzero(logged[i] if upto is None else logged[i, : upto + 1])
+        err = errs[i, steps]
+        s = self.setups[i]
+        curve: dict[str, list[Any]] = {
+            "step": steps.tolist(),
+            "err": err.tolist(),
+            "loss": (err + s.obj.loss_star).tolist(),
+            "lr": lrs[i, steps].tolist(),
+            "layer": layers[steps].tolist(),
+            "sweep": (steps / s.per_sweep).tolist(),
+            "flops": flops[steps].tolist(),
+        }
+        # Where a Tracker leaves a NaN it leaves the one `math.nan` object (its start's step, a metric never
+        # set), so that `==` on lists and dicts, which tries identity first, holds between two such runs
+        curve["lr"][0] = NAN
+        return curve
+
     def results(self) -> list[Result]:
         """Each member's Result: its summary from the final state, its curve cut out at its logged steps."""
-        errs, lrs, logged = np.stack(self.errs, 1), np.stack(self.lrs, 1), np.stack(self.logged, 1)
-        layers, flops = np.array(self.layers), np.array(self.flops)
+        history = self._history()
+        errs, lrs, _, _, flops = history
         lr_median = finite_lower_median(lrs[:, 1:].T, self.stopped_at)
         out = []
         for i, (p, s) in enumerate(zip(self.ps, self.setups, strict=True)):
             t = int(self.stopped_at[i])
-            steps = np.flatnonzero(logged[i])
-            err = errs[i, steps]
-            curve: dict[str, list[Any]] = {
-                "step": steps.tolist(),
-                "err": err.tolist(),
-                "loss": (err + s.obj.loss_star).tolist(),
-                "lr": lrs[i, steps].tolist(),
-                "layer": layers[steps].tolist(),
-                "sweep": (steps / s.per_sweep).tolist(),
-                "flops": flops[steps].tolist(),
-            }
-            # Where a Tracker leaves a NaN it leaves the one `math.nan` object (its start's step, a metric never
-            # set), so that `==` on lists and dicts, which tries identity first, holds between two such runs
-            curve["lr"][0] = NAN
+            curve = self._curve(i, history)
             if not math.isnan(self.err_sweep1[i]):  # recorded (a finite error): the member finished a sweep
                 s.summary["err_sweep1"] = float(self.err_sweep1[i])
             final = Final(
@@ -199,6 +222,71 @@ class BatchTracker:
             )
             out.append(make_result(p, s, final))
         return out
+
+    def member_state(self, i: int) -> dict[str, Any]:
+        """Member i's books after the last iteration accounted for, as `Tracker.state` gives them (the
+        tail average, BCSGD's alone, left at its start: the batch key keeps BCSGD out)."""
+        t = len(self.errs) - 1
+        if self._cut is None or self._cut[0] != t:  # one stack per checkpoint of the batch, not per member
+            self._cut = (t, self._history())
+        history = self._cut[1]
+        errs, lrs, logged, _, _ = history
+        p = self.ps[i]
+        budget_row = bool(self.ended_by_budget(i, t) and t % p.log_every != 0)
+        return dict(
+            curve=self._curve(i, history, t),
+            lrs=lrs[i, 1 : t + 1].tolist(),
+            t=t,
+            err=float(errs[i, t]),
+            err_min=float(self.err_min[i]),
+            iters_to_tol=int(self.iters_to_tol[i]) if self.iters_to_tol[i] >= 0 else None,
+            flops_to_tol=float(self.flops_to_tol[i]),
+            n_inc=int(self.n_inc[i]),
+            max_inc=float(self.max_inc[i]),
+            ratio_max=NAN,
+            violations=0,
+            tail_sum=0.0,
+            tail_n=0,
+            err_sweep1=float(self.err_sweep1[i]),
+            flops=self.counter.total,
+            budget_row=budget_row,
+        )
+
+    def restore(self, states: Sequence[dict[str, Any]]) -> np.ndarray:
+        """Take every member's books from `states` (all after the same iteration) instead of starting; the
+        members that go on."""
+        sts = [resumed_state(st, p.n_iters) for st, p in zip(states, self.ps, strict=True)]
+        t0, n = int(sts[0]["t"]), len(sts)
+        errs, lrs = np.full((t0 + 1, n), NAN), np.full((t0 + 1, n), NAN)
+        logged = np.zeros((t0 + 1, n), dtype=bool)
+        layers, flops = [0] * (t0 + 1), [0.0] * (t0 + 1)
+        for i, st in enumerate(sts):
+            curve, steps = st["curve"], st["curve"]["step"]
+            errs[steps, i], logged[steps, i] = curve["err"], True
+            errs[t0, i] = self.prev[i] = st["err"]
+            self.err_min[i] = st["err_min"]
+            lrs[1:, i] = st["lrs"]
+            for step, layer, f in zip(steps, curve["layer"], curve["flops"], strict=True):
+                layers[step], flops[step] = layer, f
+            self.err_sweep1[i], self.n_inc[i], self.max_inc[i] = st["err_sweep1"], st["n_inc"], st["max_inc"]
+            self.iters_to_tol[i] = -1 if st["iters_to_tol"] is None else st["iters_to_tol"]
+            self.flops_to_tol[i] = st["flops_to_tol"]
+        self.errs, self.lrs, self.logged = list(errs), list(lrs), list(logged)
+        flops[t0] = self.counter.total = sts[0]["flops"]  # the learner's flops of a member that ends at once
+        self.layers, self.flops = layers, flops
+        self.going = self.n_iters > t0
+        self.stopped_at[~self.going] = t0
+        return self.going
+
+    def ended_by_budget(self, i: int, t: int) -> bool:
+        at_tol = self.iters_to_tol[i] == t and self.stop_at_tol[i]
+        return bool(self.status[i] == OK and self.stopped_at[i] == t == self.n_iters[i] and not at_tol)
+
+    def preempt(self, i: int) -> np.ndarray:
+        """Member i stops here, preempted (its state saved); the members that go on."""
+        self.status[i] = self.ctxs[i].stop_status()
+        self.going[i], self.stopped_at[i] = False, len(self.errs) - 1
+        return self.going
 
 
 class MemberTrackers:
@@ -222,3 +310,21 @@ class MemberTrackers:
 
     def results(self) -> list[Result]:
         return [tr.result() for tr in self.trackers]
+
+    def member_state(self, i: int) -> dict[str, Any]:
+        return self.trackers[i].state()
+
+    def restore(self, states: Sequence[dict[str, Any]]) -> np.ndarray:
+        for tr, st in zip(self.trackers, states, strict=True):
+            tr.restore(st)
+        self.going = np.array([tr.t < tr.p.n_iters for tr in self.trackers], dtype=bool)
+        return self.going
+
+    def ended_by_budget(self, i: int, t: int) -> bool:
+        return self.trackers[i].t == t and self.trackers[i].ended_by_budget()
+
+    def preempt(self, i: int) -> np.ndarray:
+        tr = self.trackers[i]
+        tr.status = tr.ctx.stop_status()
+        self.going[i] = tr.stop()
+        return self.going

@@ -31,7 +31,8 @@ from collections.abc import Generator, Hashable, Sequence
 import numpy as np
 import torch
 
-from tasks.base import FieldType, Result, RunContext
+from tasks.base import Checkpoint, FieldType, Result, RunContext
+from tasks.common import by_resume_step
 from tasks.deep_linear.batch_tracker import BatchTracker, Bookkeeping, MemberTrackers
 from tasks.deep_linear.bcgd import apply_update, layer_gradients
 from tasks.deep_linear.flops import FlopCounter, Product, stack_product
@@ -39,7 +40,7 @@ from tasks.deep_linear.gd import gd_steps
 from tasks.deep_linear.objective import L2Objective
 from tasks.deep_linear.params import AnyParams, BCGDParams, GDParams
 from tasks.deep_linear.sweep import gauss_seidel_slots
-from tasks.deep_linear.tracker import Setup, initial_weights, prepare
+from tasks.deep_linear.tracker import Setup, initial_weights, prepare, restored_weights, weight_tensors
 
 # Below this many members one Tracker per member costs less than a BatchTracker's array operations. Measured
 # on this project's 2-core CPU (steps and results, per step, three runs): 1 member 3 us with Trackers against
@@ -89,6 +90,9 @@ def run_batch(
     keys = {batch_key(p) for p in ps}
     if len(keys) != 1 or None in keys:
         raise ValueError(f"deep_linear.run_batch needs configs of one batch key; got {sorted(map(str, keys))}")
+    grouped = by_resume_step(ps, ctxs, lambda qs, cs: run_batch(qs, cs, summary_fields, per_member))
+    if grouped is not None:
+        return grouped
     device = ctxs[0].device
     setups = [prepare(p, summary_fields, device, ws) for p, ws in zip(ps, initial_weights(ps), strict=True)]
     # every member counts the same operations: one counter stands for each; its kernel is the batch key's
@@ -96,26 +100,59 @@ def run_batch(
     if per_member is None:
         per_member = len(ps) < PER_MEMBER_BELOW
     books: Bookkeeping = (MemberTrackers if per_member else BatchTracker)(ps, setups, counter, ctxs)
-    going = books.start()
+    resumes = [ctx.resume for ctx in ctxs]
+    starts = [restored_weights(r) for r in resumes if r is not None]
+    going = books.restore([r.state for r in resumes if r is not None]) if starts else books.start()
     if going.any():
-        ws = [torch.stack([s.ws[j] for s in setups]) for j in range(len(setups[0].ws))]
+        inits = starts or [s.ws for s in setups]
+        ws = [torch.stack([w[j] for w in inits]).to(device) for j in range(len(inits[0]))]
         sxx = torch.stack([s.prob.sxx for s in setups])
         syx = torch.stack([s.prob.syx for s in setups])
         compacts = ps[0].algo == "gd"  # GD's state is its weights: dropping stopped rows is one gather
-        updates = _gd(ps, setups, sxx, syx, ws, counter) if compacts else _bcgd(ps, sxx, syx, ws, counter)
+        updates = (
+            _gd(ps, setups, sxx, syx, ws, counter, resumed=bool(starts))
+            if compacts
+            else _bcgd(ps, sxx, syx, ws, counter)
+        )
         errors = _Errors(setups, counter.product)
         rows = np.arange(len(ps))  # the member of each row of the stack
+        saves = any(ctx.checkpointer is not None for ctx in ctxs)
         keep: list[int] | None = None
-        t = 0
+        t = resumes[0].step if starts and resumes[0] is not None else 0
         while going.any():
             t += 1
             layer, lrs, m = updates.send(keep)
             going = books.step(t, rows, errors(m, keep), lrs, layer)
+            if saves and t % setups[0].per_sweep == 0:  # between sweeps: see DeepLinearTask.run
+                going = _checkpoint(books, ctxs, t, rows, ws, going)
             alive = np.flatnonzero(going[rows])
             keep = alive.tolist() if compacts and 0 < len(alive) < len(rows) else None
             if keep is not None:
                 rows = rows[alive]
     return books.results()
+
+
+def _checkpoint(
+    books: Bookkeeping,
+    ctxs: Sequence[RunContext],
+    t: int,
+    rows: np.ndarray,
+    ws: list[torch.Tensor],
+    going: np.ndarray,
+) -> np.ndarray:
+    """Offer each member's state after iteration `t` to its `ctx.checkpoint` (members that go on, and those
+    whose budget ended here); a member preempted stops. The members that go on."""
+    for pos, i in enumerate(rows.tolist()):
+        on = bool(going[i])
+        if not on and not books.ended_by_budget(i, t):
+            continue
+
+        def build(i: int = i, pos: int = pos) -> Checkpoint:
+            return Checkpoint(t, weight_tensors([w[pos] for w in ws]), books.member_state(i))
+
+        if not ctxs[i].checkpoint(t, build, last=not on) and on:
+            going = books.preempt(i)
+    return going
 
 
 def _gd(
@@ -125,14 +162,16 @@ def _gd(
     syx: torch.Tensor,
     ws: list[torch.Tensor],
     counter: FlopCounter,
+    resumed: bool = False,
 ) -> Generator[BatchUpdate, list[int] | None, None]:
-    """GD on the stack; rows sent back (members that stopped dropped) are all that compute next."""
+    """GD on the stack; rows sent back (members that stopped dropped) are all that compute next.
+    `resumed`: the weights are checkpoints' (tasks.deep_linear.gd.gd_steps)."""
     lr_list = [s.lr_const for s in setups]
     # the single run multiplies by the Python float lr * grad_scale; the same number in the weights' dtype
     step = [lr * p.grad_scale for lr, p in zip(lr_list, ps, strict=True)]
     lrs = np.array(lr_list)
     steps = torch.tensor(step, dtype=ws[0].dtype, device=ws[0].device).view(-1, 1, 1)
-    learner = gd_steps(sxx, syx, ws, steps, counter)
+    learner = gd_steps(sxx, syx, ws, steps, counter, resumed)
     m = next(learner)
     while True:
         keep = yield -1, lrs, m

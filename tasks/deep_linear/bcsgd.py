@@ -41,12 +41,20 @@ class BCSGDStats:
 
 
 def bcsgd(
-    prob: Problem, ws: list[torch.Tensor], p: BCSGDParams, counter: FlopCounter, stats: BCSGDStats
+    prob: Problem,
+    ws: list[torch.Tensor],
+    p: BCSGDParams,
+    counter: FlopCounter,
+    stats: BCSGDStats,
+    gen: torch.Generator | None = None,
 ) -> Iterator[Update]:
+    """Yield one Update per layer update, forever; the data are sampled from `gen` (default: the run's
+    own generator, seeded; a resumed run passes the one restored from its checkpoint)."""
     x, y, sxx = prob.x, prob.y, prob.sxx
     d_out, d_in = prob.w_ls.shape
     eta_bar = float(p.eta_bar)  # type: ignore[arg-type]  # bcsgd requires eta_bar (validator)
-    gen = generator(p.seed, "deep_linear", "bcsgd_sample")
+    if gen is None:
+        gen = generator(p.seed, "deep_linear", "bcsgd_sample")
     for slot in gauss_seidel_slots(ws, p.order, counter):
         a, pm = slot.a, slot.p
         eig_a = a_gram_eigs(a, d_out, counter)

@@ -34,21 +34,30 @@ def _prefixes(ws: list[torch.Tensor], counter: FlopCounter) -> tuple[list[torch.
     return pref, m
 
 
-def gd(prob: Problem, ws: list[torch.Tensor], lr: float, grad_scale: int, counter: FlopCounter) -> Iterator[Update]:
-    """Yield one Update (layer=-1: all layers) per GD iteration, forever."""
-    for m in gd_steps(prob.sxx, prob.syx, ws, lr * grad_scale, counter):
+def gd(
+    prob: Problem, ws: list[torch.Tensor], lr: float, grad_scale: int, counter: FlopCounter, resumed: bool = False
+) -> Iterator[Update]:
+    """Yield one Update (layer=-1: all layers) per GD iteration, forever (`resumed`: see gd_steps)."""
+    for m in gd_steps(prob.sxx, prob.syx, ws, lr * grad_scale, counter, resumed):
         yield Update(-1, lr, m)
 
 
 def gd_steps(
-    sxx: torch.Tensor, syx: torch.Tensor, ws: list[torch.Tensor], step: float | torch.Tensor, counter: FlopCounter
+    sxx: torch.Tensor,
+    syx: torch.Tensor,
+    ws: list[torch.Tensor],
+    step: float | torch.Tensor,
+    counter: FlopCounter,
+    resumed: bool = False,
 ) -> Generator[torch.Tensor, list[int] | None, None]:
     """Update `ws` in place by GD steps of size `step` (the gradient's scale included) and yield the
     end-to-end matrix after each, forever. Written for one config's matrices or a stack of them with a
     leading config axis (then `step` has shape (B, 1, 1)): the same operations either way. A stack's
-    owner may send the rows to keep (members that stopped dropped): the next steps compute only those."""
+    owner may send the rows to keep (members that stopped dropped): the next steps compute only those.
+    `resumed`: `ws` are a checkpoint's, whose flop count already holds the products of these weights (the
+    run computed them after its last step), so they are counted again nowhere."""
     depth = len(ws)
-    pref, m = _prefixes(ws, counter)
+    pref, m = _prefixes(ws, FlopCounter(counter.product) if resumed else counter)
     while True:
         r = counter.mm(m, sxx) - syx
         counter.add(entries(r))

@@ -9,17 +9,19 @@ computation (tasks.deep_linear.batched), the members' books kept together (a Bat
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
-from tasks.base import FieldType, Result, RunContext
+from tasks.base import Checkpoint, FieldType, Result, RunContext
+from tasks.common import generator
 from tasks.deep_linear import batched
 from tasks.deep_linear.bcgd import bcgd
 from tasks.deep_linear.bcsgd import BCSGDStats, bcsgd
 from tasks.deep_linear.flops import FlopCounter
 from tasks.deep_linear.gd import gd
 from tasks.deep_linear.params import SPEC, AnyParams, BCSGDParams, GDParams
-from tasks.deep_linear.tracker import Tracker, prepare
+from tasks.deep_linear.tracker import Tracker, prepare, restored_weights, weight_tensors
 
 
 class DeepLinearTask:
@@ -108,25 +110,50 @@ class DeepLinearTask:
         "n_iters": 200,
     }
 
+    def growable_budget(self, p: AnyParams) -> str | None:
+        """n_iters, save for BCSGD, whose tail average (`err_tail`) starts at a fraction of the budget."""
+        return None if isinstance(p, BCSGDParams) else "n_iters"
+
     def run(self, p: AnyParams, ctx: RunContext) -> Result:
         if batched.batch_key(p) is not None:
             return batched.run_batch([p], [ctx], self.summary_fields)[0]  # same kernels as in a batch: see batched
         setup = prepare(p, self.summary_fields, ctx.device)
         counter = FlopCounter()
         stats = BCSGDStats()
+        tracker = Tracker(p, setup, counter, ctx)
+        resume = ctx.resume
+        if resume is not None:  # the state after a sweep (checkpoints are taken between sweeps only)
+            setup.ws[:] = [w.to(ctx.device) for w in restored_weights(resume)]
+            tracker.restore(resume.state)
+            stats = BCSGDStats(**resume.state.get("bcsgd", {}))
+        gen = generator(p.seed, "deep_linear", "bcsgd_sample")
+        if resume is not None and "bcsgd_gen" in resume.tensors:
+            gen.set_state(resume.tensors["bcsgd_gen"])
         if isinstance(p, GDParams):
-            updates = gd(setup.prob, setup.ws, setup.lr_const, p.grad_scale, counter)
+            updates = gd(setup.prob, setup.ws, setup.lr_const, p.grad_scale, counter, resumed=resume is not None)
         elif isinstance(p, BCSGDParams):
-            updates = bcsgd(setup.prob, setup.ws, p, counter, stats)
+            updates = bcsgd(setup.prob, setup.ws, p, counter, stats, gen)
         else:
             updates = bcgd(setup.prob, setup.ws, p, counter)
-        tracker = Tracker(p, setup, counter, ctx)
-        going = tracker.start()
-        t = 0
+
+        def build() -> Checkpoint:
+            state = tracker.state()
+            tensors = weight_tensors(setup.ws)
+            if isinstance(p, BCSGDParams):
+                state["bcsgd"] = dataclasses.asdict(stats)
+                tensors["bcsgd_gen"] = gen.get_state()
+            return Checkpoint(tracker.t, tensors, state)
+
+        t = tracker.t
+        going = t < p.n_iters if resume is not None else tracker.start()
         while going:
             t += 1
             u = next(updates)
             going = tracker.step(t, setup.obj.err(u.m), u.lr, u.layer, u.gamma2)
+            saving = t % setup.per_sweep == 0 and (going or tracker.ended_by_budget())
+            if saving and not ctx.checkpoint(t, build, last=not going) and going:
+                tracker.status = ctx.stop_status()
+                going = tracker.stop()
         return tracker.result(stats)
 
     # --- the batched path (tasks.base.BatchableTask): GD and L2 BCGD, see tasks.deep_linear.batched ---

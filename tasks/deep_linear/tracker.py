@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tasks.base import FieldType, Result, RunContext, is_diverged
+from tasks.base import Checkpoint, FieldType, Result, RunContext, is_diverged
 from tasks.common import torch_dtype
 from tasks.deep_linear import theory
 from tasks.deep_linear.bcsgd import BCSGDStats
@@ -35,6 +35,8 @@ INCREASE_RTOL = 1e-10  # an iteration "increases" the error when err_new > err_o
 NOISE_FLOOR = 1e-20  # ... and err_old > this * err_0: below it (float64 floor ~1e-29) changes are rounding
 NAN = math.nan
 _TENSORS = ("x", "y", "sxx", "syx", "xh", "sv", "w_ls", "w_star")
+# A Tracker's running books that a Result (`Final`) and a checkpoint (`Tracker.state`) both carry
+BOOKS = ("t", "err", "err_min", "iters_to_tol", "flops_to_tol", "n_inc", "max_inc", "ratio_max", "violations")
 
 
 def theory_summary(p: AnyParams, prob: Problem, w0: torch.Tensor) -> dict[str, Any]:
@@ -154,6 +156,42 @@ class Tracker:
         self.tail_start = int(math.ceil(p.n_iters * (1 - getattr(p, "tail_frac", 0.25))))
         self.tail_sum, self.tail_n = 0.0, 0
         self.flops_learner = 0.0
+        self.budget_row = False  # the last curve row is there only because the budget ended at it
+
+    def state(self) -> dict[str, Any]:
+        """The books after iteration `self.t`, as plain data (a checkpoint's `state`, tasks.base.Checkpoint):
+        with the weights and the counter's total, what a run resumed there needs to go on bit for bit.
+        A BatchTracker gives a member's books in the same form (`BatchTracker.member_state`), so a member
+        saved in a batch resumes alone and the other way round."""
+        return dict(
+            self._books(),
+            curve={k: list(v) for k, v in self.curve.items()},
+            lrs=list(self.lrs),
+            tail_sum=self.tail_sum,
+            tail_n=self.tail_n,
+            err_sweep1=float(self.setup.summary["err_sweep1"]),
+            flops=self.counter.total,
+            budget_row=self.budget_row,
+        )
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take the books of `state` (see `state`; the counter's total too) instead of starting."""
+        st = resumed_state(state, self.p.n_iters)
+        self.curve, self.lrs = st["curve"], st["lrs"]
+        for name in BOOKS:
+            setattr(self, name, st[name])
+        self.prev = self.err  # the error before the next iteration (a final state's `prev` is a step behind)
+        self.tail_sum, self.tail_n = st["tail_sum"], st["tail_n"]
+        self.setup.summary["err_sweep1"] = st["err_sweep1"]
+        self.counter.total = self.flops_learner = st["flops"]  # the latter read where the run ends at once
+
+    def _books(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in BOOKS}
+
+    def ended_by_budget(self) -> bool:
+        """The run stopped because its budget ran out (not at tol, not diverged, not stopped)."""
+        at_tol = self.iters_to_tol == self.t and self.p.stop_at_tol
+        return self.status == OK and self.t == self.p.n_iters and not at_tol
 
     def _log(self, step: int, err: float, lr: float, layer: int) -> None:
         c = self.curve
@@ -168,6 +206,10 @@ class Tracker:
     def _stop(self) -> bool:
         self.flops_learner = self.counter.total
         return False
+
+    def stop(self) -> bool:
+        """End the run here (after a preemption saved its state): False, as `step` answers at an end."""
+        return self._stop()
 
     def start(self) -> bool:
         """Log step 0 and report it; False when the run must not even start (pruned or past its deadline)."""
@@ -205,6 +247,7 @@ class Tracker:
             self.iters_to_tol, self.flops_to_tol = t, self.counter.total
         done = t == p.n_iters or (crossed and p.stop_at_tol)
         if t % p.log_every == 0 or crossed or done:
+            self.budget_row = not (t % p.log_every == 0 or crossed)
             self._log(t, err, lr, layer)
             if not self.ctx.report(t, err=err):
                 self.status = self.ctx.stop_status()
@@ -217,23 +260,38 @@ class Tracker:
     def result(self, stats: BCSGDStats | None = None) -> Result:
         lrs = np.array(self.lrs, dtype=np.float64).reshape(-1, 1)
         final = Final(
+            **self._books(),
             status=self.status,
             diverged_step=self.diverged_step,
-            t=self.t,
-            err=self.err,
-            err_min=self.err_min,
-            iters_to_tol=self.iters_to_tol,
-            flops_to_tol=self.flops_to_tol,
-            n_inc=self.n_inc,
-            max_inc=self.max_inc,
-            ratio_max=self.ratio_max,
-            violations=self.violations,
             lr_median=float(finite_lower_median(lrs, np.array([len(self.lrs)]))[0]),
             err_tail=self.tail_sum / self.tail_n if self.tail_n else NAN,
             flops_learner=self.flops_learner,
             curve=self.curve,
         )
         return make_result(self.p, self.setup, final, stats)
+
+
+def weight_tensors(ws: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One run's weights as a checkpoint's tensors (on the CPU, copied: the run goes on changing them)."""
+    return {f"w{j}": w.detach().to("cpu", copy=True) for j, w in enumerate(ws)}
+
+
+def restored_weights(ckpt: Checkpoint) -> list[torch.Tensor]:
+    """The weights of a checkpoint made by `weight_tensors`, in layer order."""
+    depth = sum(1 for k in ckpt.tensors if k.startswith("w"))
+    return [ckpt.tensors[f"w{j}"] for j in range(depth)]
+
+
+def resumed_state(state: dict[str, Any], n_iters: int) -> dict[str, Any]:
+    """`state` as a run with budget `n_iters` goes on from it: a shorter run's final state (its budget
+    grown) loses the curve row that only its budget's end logged."""
+    st = dict(state)
+    st["curve"] = {k: list(v) for k, v in state["curve"].items()}
+    st["lrs"] = list(state["lrs"])
+    if st["budget_row"] and n_iters > st["t"]:
+        for column in st["curve"].values():
+            del column[-1]
+    return st
 
 
 @dataclass

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import FieldType, Result, RunContext, is_diverged
-from tasks.common import generator, torch_dtype, with_singular_values
+from tasks.base import Checkpoint, FieldType, Result, RunContext, is_diverged
+from tasks.common import by_resume_step, generator, torch_dtype, with_singular_values
 from tasks.least_squares.params import SPEC, CommonParams, ConstStep, OptimalStep
 from tasks.status import DIVERGED, OK, Status
 
@@ -64,6 +64,10 @@ class LeastSquaresTask:
     ]
     diverging_example: ClassVar[dict[str, Any] | None] = {"d_in": 8, "d_out": 2, "m": 30, "lr": 5.0, "n_iters": 500}
 
+    def growable_budget(self, p: ConstStep | OptimalStep) -> str | None:
+        # constant step, no schedule: a longer run's iterates are this run's, then more (tasks.base.Checkpointable)
+        return "n_iters"
+
     def run(self, p: ConstStep | OptimalStep, ctx: RunContext) -> Result:
         # A batch of one: the batched kernels give a member the same bits whatever the batch size (see
         # tasks.deep_linear.batched), so a member of a batch equals its single run exactly.
@@ -79,25 +83,33 @@ class LeastSquaresTask:
         return itemsize * ((p.d_in + p.d_out) * p.m + 2 * p.d_in * p.d_in + 6 * p.d_out * p.d_in)
 
     def run_batch(self, ps: Sequence[ConstStep | OptimalStep], ctxs: Sequence[RunContext]) -> list[Result]:
-        """GD on every member at once (a leading config axis); each member stops, diverges and reports
-        on its own, exactly as its single run."""
+        """GD on every member at once (a leading config axis); each member stops, diverges, reports and
+        saves its checkpoints on its own, exactly as its single run. Members resuming from different steps
+        run as one batch per step (each member's rows compute the same bits whatever its batch)."""
+        grouped = by_resume_step(ps, ctxs, self.run_batch)
+        if grouped is not None:
+            return grouped
         members = [_Member(p, ctx) for p, ctx in zip(ps, ctxs, strict=True)]
         device = ctxs[0].device
         sxx = torch.stack([m.sxx for m in members]).to(device)
         syx = torch.stack([m.syx for m in members]).to(device)
         w_star = torch.stack([m.w_star for m in members]).to(device)
         lr = torch.tensor([m.lr for m in members], dtype=sxx.dtype, device=device).view(-1, 1, 1)
-        w = torch.zeros_like(syx)
-        err0 = _errors(w - w_star, sxx)
-        going = [True] * len(members)
-        for it in range(1, max(p.n_iters for p in ps) + 1):
+        err0 = _errors(torch.zeros_like(syx) - w_star, sxx)  # the start, W = 0, as the first step computes it
+        resumed = ctxs[0].resume is not None
+        w = torch.stack([m.restore() for m in members]).to(device) if resumed else torch.zeros_like(syx)
+        going = [m.it < m.p.n_iters for m in members]
+        saves = any(ctx.checkpointer is not None for ctx in ctxs)  # else no step pays for asking
+        for it in range(members[0].it + 1, max(p.n_iters for p in ps) + 1):
+            if not any(going):
+                break
             w = w - lr * (w @ sxx - syx)
             errs = _errors(w - w_star, sxx)
             for i, member in enumerate(members):
                 if going[i]:
                     going[i] = member.step(it, errs[i])
-            if not any(going):
-                break
+                    if saves and (going[i] or member.ended_by_budget()):
+                        going[i] = member.saved(it, w, i, going[i]) and going[i]
         return [member.result(e0) for member, e0 in zip(members, err0, strict=True)]
 
 
@@ -130,6 +142,37 @@ class _Member:
         self.diverged_step: int | None = None
         self.it = 0
         self.err = math.nan
+        self.budget_row = False  # the last curve row is there only because the budget ended at it
+
+    def restore(self) -> torch.Tensor:
+        """Take the books of `ctx.resume` (the state after its step) and return its weights."""
+        ckpt = self.ctx.resume
+        assert ckpt is not None
+        st = ckpt.state
+        self.it, self.err = ckpt.step, float(st["err"])
+        self.steps, self.errs, self.losses = list(st["steps"]), list(st["errs"]), list(st["losses"])
+        if st["budget_row"] and self.p.n_iters > ckpt.step:  # a shorter run's final state, grown: that row
+            del self.steps[-1], self.errs[-1], self.losses[-1]  # is not logged by a run that goes on
+        w: torch.Tensor = ckpt.tensors["w"]
+        return w
+
+    def ended_by_budget(self) -> bool:
+        return self.status == OK and self.it == self.p.n_iters and self.iters_to_tol is None
+
+    def saved(self, it: int, w: torch.Tensor, row: int, going: bool) -> bool:
+        """Offer the state after iteration `it` (this member's weights: `w[row]`) to `ctx.checkpoint`;
+        False when the run was preempted (its state saved), which ends it. `going`: the run continues after
+        `it` (else it ended by its budget)."""
+
+        def build() -> Checkpoint:
+            state = {"err": self.err, "steps": list(self.steps), "errs": list(self.errs)}
+            state.update(losses=list(self.losses), budget_row=self.budget_row)
+            return Checkpoint(it, {"w": w[row].detach().to("cpu", copy=True)}, state)
+
+        if self.ctx.checkpoint(it, build, last=not going) or not going:
+            return True
+        self.status = self.ctx.stop_status()
+        return False
 
     def step(self, it: int, trace: float) -> bool:
         """Account for iteration `it`; False when the run is over."""
@@ -140,6 +183,7 @@ class _Member:
             self.status, self.diverged_step = DIVERGED, it
             return False
         if it % p.log_every == 0 or err <= p.tol or it == p.n_iters:
+            self.budget_row = not (it % p.log_every == 0 or err <= p.tol)
             self.steps.append(it)
             self.errs.append(err)
             self.losses.append(self.loss_star + 0.5 * p.m * err)
