@@ -235,9 +235,10 @@ def _showwarning(
     tail = current()
     if tail is not None:
         if tail.warn_once(key):
-            text = warnings.formatwarning(message, category, filename, lineno, line)
-            tail.write(text)
-            _raw(file or sys.stderr).write(text)
+            tail.write(warnings.formatwarning(message, category, filename, lineno, line))
+            # and on to where it went before (the terminal, or a `catch_warnings(record=True)` around the run),
+            # past this thread's tee so that the run does not keep it twice
+            _previous(message, category, filename, lineno, _raw(file or sys.stderr), line)
         return
     with _lock:
         if key in _shown:
