@@ -58,6 +58,9 @@ class Checkpoint:
     step: int
     tensors: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    # set by `RunContext.checkpoint` on the save of the run's last step (`last=True`): the state a run of
+    # the same config with a larger budget may start from. Not part of what is stored with the state.
+    final: bool = False
 
 
 @dataclass
@@ -102,7 +105,9 @@ class RunContext:
         now = time.monotonic()
         due = self.checkpoint_every is not None and now - self._last_save >= self.checkpoint_every
         if preempted or due or (last and self.keep_final):
-            self.checkpointer(build())
+            ckpt = build()
+            ckpt.final = last
+            self.checkpointer(ckpt)
             self._last_save = time.monotonic()
         if self.preempt is not None and self.preempt.is_set():
             self.stop_reason = PREEMPTED

@@ -38,7 +38,7 @@ def roundtrip(ckpt: Checkpoint) -> Checkpoint:
     torch.save({"step": ckpt.step, "tensors": ckpt.tensors, "state": ckpt.state}, buf)
     buf.seek(0)
     raw = torch.load(buf, weights_only=True)
-    return Checkpoint(step=raw["step"], tensors=raw["tensors"], state=raw["state"])
+    return Checkpoint(step=raw["step"], tensors=raw["tensors"], state=raw["state"], final=ckpt.final)
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -131,6 +131,8 @@ def test_grown_budget_equals_the_long_run_from_scratch(name: str, i: int) -> Non
     short = {**raw, budget: max(1, full // 3)}
     saved, save = collecting()
     run(name, short, checkpointer=save, keep_final=True)
+    assert not saved or saved[-1].final, "the run's last save is marked final: ctx.checkpoint(..., last=True)"
+    assert not any(c.final for c in saved[:-1]), "only the last save is final"
     if not saved:
         pytest.skip("the shorter run stopped before its budget (tolerance or divergence): nothing to grow")
     assert_same_result(run(name, raw, resume=saved[-1]), run(name, raw), f"grown from {budget}={full // 3}")

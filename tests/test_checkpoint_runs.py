@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -30,6 +31,7 @@ from runner.store import ResultStore
 from runner.store.checkpoints import CHECKPOINTS_DIR, CheckpointSkipped, CheckpointStore
 from tasks import Checkpoint, RunContext, get_task
 from tasks.base import is_checkpointable
+from tasks.registry import builtin_task_names
 
 TASK = "least_squares"
 BASE = {"d_in": 8, "d_out": 2, "m": 30, "lr": 0.02, "tol": 1e-300}
@@ -250,3 +252,61 @@ def test_on_ray_a_run_whose_worker_is_killed_or_preempted_resumes(
     assert resumed_from is not None and 0 < resumed_from < RAY_STEPS, "the run's next attempt resumed"
     assert reports[0].counts == {"ok": 1} and reports[0].resumes.runs == 1 and not folder.exists()
     assert_same_store(root, ray_alone)
+
+
+def _growable_example(name: str) -> tuple[dict[str, Any], str, int] | None:
+    """A learner's first example whose budget grows, its budget param and the budget to grow to (at least 3,
+    so that a third of it is a shorter run)."""
+    task = get_task(name)
+    for raw in task.examples:
+        params = validate_params(task, raw)
+        budget = task.growable_budget(params)
+        if budget is not None:
+            return dict(raw), budget, max(3, int(getattr(params, budget)))
+    return None
+
+
+GROWABLE = [n for n in sorted({*builtin_task_names()}) if _growable_example(n) is not None]
+
+
+@pytest.mark.parametrize("name", GROWABLE)
+def test_every_learner_s_budget_grows_through_the_runner(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the store, for each learner with a growable example: a run of a third of the budget keeps its
+    final state, the full budget grows it (attempts say from which run) and stores what it stores from
+    scratch. A learner's steps need not count its budget (hierarchical's count every epoch, its budget is the
+    final phase's): final states are filed by the budget, not the step."""
+    monkeypatch.setenv("CONVGRID_KEEP_FINAL_S", "0")
+    found = _growable_example(name)
+    assert found is not None
+    raw, budget, full = found
+
+    def spec(value: int) -> dict[str, Any]:
+        return {"name": f"grow{value}", "blocks": [{"task": name, "params": {**raw, budget: value}}]}
+
+    run(spec(full // 3), tmp_path / "grown")
+    (short,) = cell_ids(spec(full // 3))
+    run(spec(full), tmp_path / "grown")
+    run(spec(full), tmp_path / "scratch", checkpoints=False)
+    (rid,) = cell_ids(spec(full))
+    table = ResultStore(tmp_path / "grown").read_attempts(name, ["run_id", "grown_from"]).to_pylist()
+    assert {r["run_id"]: r["grown_from"] for r in table}[rid] == short, "the longer run grew the shorter one"
+    own = ["status", "n_steps", "flops", "diverged_step", *get_task(name).summary_fields]
+
+    def row(root: Path) -> dict[str, Any]:
+        runs = ResultStore(root).read_runs(name).to_pylist()
+        return {k: r[k] for r in runs if r["run_id"] == rid for k in own}
+
+    def curve(root: Path) -> pa.Table:
+        curves = ResultStore(root).read_curves(name)
+        return curves.filter(pa.compute.equal(curves["run_id"], rid)).sort_by("step")
+
+    grown, scratch = row(tmp_path / "grown"), row(tmp_path / "scratch")
+    assert grown.keys() == scratch.keys()
+    for key in grown:
+        a, b = grown[key], scratch[key]
+        assert a == b or (isinstance(a, float) and a != a and b != b), key
+    pd.testing.assert_frame_equal(
+        curve(tmp_path / "grown").to_pandas(), curve(tmp_path / "scratch").to_pandas(), check_exact=True
+    )

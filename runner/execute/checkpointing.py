@@ -159,13 +159,13 @@ def _saver(
 
     def save(ckpt: Checkpoint) -> None:
         t0 = time.monotonic()
-        final = lineage is not None and ckpt.step == budget  # the state its budget ended at: runs may grow it
+        final = lineage is not None and ckpt.final  # the state its budget ended at: runs may grow it
         if final and t0 - started < target.keep_final_s:
             return  # a run this short is cheaper to run again than to keep (a file per run of a big grid)
         try:
             if final:
-                assert lineage is not None
-                store.save_final(item.task, lineage, item.run_id, ckpt.step, encode(ckpt))
+                assert lineage is not None and budget is not None
+                store.save_final(item.task, lineage, item.run_id, budget, ckpt.step, encode(ckpt))
             else:
                 store.save(item.task, item.run_id, ckpt.step, encode(ckpt))
         except (OSError, ValueError) as exc:

@@ -55,7 +55,8 @@ def plan_growth(store: ResultStore, cells: Iterable[Cell]) -> Growth:
             if budget is not None:
                 lineage = lineage_key(task, canonical_params(task, params), budget)
                 limit = int(getattr(params, budget))
-                grown = max((s for s, _, _ in checkpoints.finals(cell.task, lineage) if s <= limit), default=0)
+                finals = checkpoints.finals(cell.task, lineage)
+                grown = max((step for stored, step, _, _ in finals if stored <= limit), default=0)
         if grown > step:
             out.grown, out.grown_steps = out.grown + 1, out.grown_steps + grown
         elif step:

@@ -1,14 +1,16 @@
 """Where runs' checkpoints live (issue 42): under the results root, through the store's filesystem layer.
 
     _store/checkpoints/<task>/runs/<run_id>/<step>-<sha256>.ckpt           a run not yet committed
-    _store/checkpoints/<task>/final/<lineage>/<step>-<run_id>-<sha256>.ckpt  a run's final state
+    _store/checkpoints/<task>/final/<lineage>/<budget>-<step>-<run_id>-<sha256>.ckpt  a run's final state
 
 A run's own checkpoints (runs/) are kept until the run is committed: the driver deletes them after each
 commit (`discard_committed`), `compact` deletes those a killed driver left. Only the newest two are
 kept while it runs, so that a damaged newest one falls back to the one before. Final states (final/)
 are kept where the learner's budget can grow (tasks.base.Checkpointable.growable_budget): `<lineage>`
-names the run's config without its budget (`lineage_key`), `<step>` the budget it ran, so a run of the
-same lineage with a larger budget starts from the largest final state below its own.
+names the run's config without its budget (`lineage_key`), `<budget>` the value of its budget param and
+`<step>` the learner's step it ended at (a learner's steps need not count its budget: hierarchical's count
+every epoch, its budget the final phase's), so a run of the same lineage with a larger budget starts from
+the final state of the largest budget up to its own.
 
 A file holds a checkpoint's bytes (what runner.execute.checkpointing encodes: `torch.save` of a dict of
 tensors and plain data, no object of any class; this module knows bytes only), named with their
@@ -45,7 +47,7 @@ SUFFIX = ".ckpt"
 KEEP_PER_RUN = 2  # the newest and the one before it (a damaged newest falls back to it)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _RUN_FILE = re.compile(r"^(\d{12})-([0-9a-f]{64})\.ckpt$")
-_FINAL_FILE = re.compile(r"^(\d{12})-([A-Za-z0-9_.-]{1,200})-([0-9a-f]{64})\.ckpt$")
+_FINAL_FILE = re.compile(r"^(\d{12})-(\d{12})-([A-Za-z0-9_.-]{1,200})-([0-9a-f]{64})\.ckpt$")
 
 
 class CheckpointSkipped(UserWarning):
@@ -113,9 +115,11 @@ class CheckpointStore:
             delete_quietly(self.root.fs, self.root.abs(f"{folder}/{old[1]}"))
         return rel
 
-    def save_final(self, task: str, lineage: str, run_id: str, step: int, data: bytes) -> str:
-        """Save a run's final state, for runs of its lineage with a larger budget to start from."""
-        name = f"{step:012d}-{_safe(run_id, 'run id')}-{hashlib.sha256(data).hexdigest()}{SUFFIX}"
+    def save_final(self, task: str, lineage: str, run_id: str, budget: int, step: int, data: bytes) -> str:
+        """Save a run's final state (its last `step`, at `budget`), for runs of its lineage with a larger
+        budget to start from."""
+        digest = hashlib.sha256(data).hexdigest()
+        name = f"{budget:012d}-{step:012d}-{_safe(run_id, 'run id')}-{digest}{SUFFIX}"
         return self._write(self._final_dir(task, lineage), name, data)
 
     def _files(self, folder: str, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
@@ -151,21 +155,21 @@ class CheckpointStore:
                 return ckpt
         return None
 
-    def finals(self, task: str, lineage: str) -> list[tuple[int, str, str]]:
-        """(step, run id, file name) of the lineage's final states, largest step first."""
+    def finals(self, task: str, lineage: str) -> list[tuple[int, int, str, str]]:
+        """(budget, step, run id, file name) of the lineage's final states, largest budget first."""
         out = []
         for _, name in self._files(self._final_dir(task, lineage), _FINAL_FILE):
             match = _FINAL_FILE.match(name)
             assert match is not None
-            out.append((int(match.group(1)), match.group(2), name))
+            out.append((int(match.group(1)), int(match.group(2)), match.group(3), name))
         return sorted(out, reverse=True)
 
     def grow_source(self, task: str, lineage: str, budget: int, decode: Decode[T]) -> tuple[T, str] | None:
-        """The final state with the largest step up to `budget` of a run of this lineage that passes its
+        """The final state of the largest budget up to `budget` of a run of this lineage that passes its
         checks, with that run's id; None where there is none."""
         folder = self._final_dir(task, lineage)
-        for step, run_id, name in self.finals(task, lineage):
-            if step <= budget:
+        for stored, step, run_id, name in self.finals(task, lineage):
+            if stored <= budget:
                 ckpt = self._load(f"{folder}/{name}", step, name[-69:-5], decode)
                 if ckpt is not None:
                     return ckpt, run_id
@@ -182,12 +186,11 @@ class CheckpointStore:
                         match = pattern.match(info.base_name)
                         if not match or info.type != pafs.FileType.File:
                             continue
-                        step = int(match.group(1))
+                        rel, size = f"{folder}/{info.base_name}", info.size or 0
                         if sub == RUNS_SUB:
-                            yield Held(f"{folder}/{info.base_name}", task, step, info.size or 0, key_info.base_name)
-                        else:
-                            rel = f"{folder}/{info.base_name}"
-                            yield Held(rel, task, step, info.size or 0, match.group(2), key_info.base_name)
+                            yield Held(rel, task, int(match.group(1)), size, key_info.base_name)
+                        else:  # <budget>-<step>-<run_id>-<sha256>
+                            yield Held(rel, task, int(match.group(2)), size, match.group(3), key_info.base_name)
 
     def uncommitted_runs(self, task: str) -> list[str]:
         """Run ids with a folder of checkpoints (one listing)."""
