@@ -6,7 +6,7 @@
     python -m analysis.repro_table update RESULTS TASK CLAIM...  # decide these claims again on RESULTS, in the CSV
     python -m analysis.repro_table reopen TASK CLAIM...  # a claim whose rule changed and whose store is gone: undecided
     python -m analysis.repro_table sync TASK             # the CSV's columns the code owns (statement, rule history)
-    python -m analysis.repro_table tallies               # holds / does not hold / undecided per learner (docs)
+    python -m analysis.repro_table tallies [--write]     # verdict counts per learner (into docs/reproduction.md)
 
 The CSV is the checked-in record of `convgrid check` on the full-grid stores (which are too large and too slow
 for CI); the docs table is written from it between two markers, and tests/test_repro_table.py regenerates it
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims import HOLDS, NO_DATA, UNDECIDED, Claim, ClaimsTable, evaluate, history_text, registry
+from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Claim, ClaimsTable, evaluate, history_text, registry
 
 REPO = Path(__file__).resolve().parents[1]
 CSV_DIR = REPO / "docs" / "claims"
@@ -45,9 +45,10 @@ CSV_COLUMNS = [
 ]
 # the columns the registry owns (the rest come from a store): `sync` refreshes them, the drift test checks them
 CODE_COLUMNS = ["statement", "expected", "regime", "post_hoc", "history"]
+TALLY_BEGIN, TALLY_END = "<!-- tallies: generated -->", "<!-- tallies: end -->"
 TALLY_HEADER = (
     "| learner | holds | does not hold | undecided at this budget | not enough data | post hoc / investigations "
-    "(outside the tallies) |"
+    "(outside the tallies) | surprises (decided against the expected verdict, in the tallies) |"
 )
 
 
@@ -100,13 +101,15 @@ def synced(frame: pd.DataFrame, task: str) -> pd.DataFrame:
 def tallies(frame: pd.DataFrame) -> dict[str, int]:
     """Verdict counts of a claims CSV, post hoc claims apart (issue 43: outside the tallies)."""
     inside = frame[frame["post_hoc"] != "True"]
-    counts = {v: int((inside["verdict"] == v).sum()) for v in (HOLDS, "does not hold", UNDECIDED, NO_DATA)}
-    return counts | {"post hoc": int((frame["post_hoc"] == "True").sum())}
+    counts = {v: int((inside["verdict"] == v).sum()) for v in (HOLDS, FAILS, UNDECIDED, NO_DATA)}
+    decided = inside["verdict"].isin([HOLDS, FAILS]) & (inside["size"] == "full")
+    surprises = int((decided & (inside["verdict"] != inside["expected"])).sum())
+    return counts | {"post hoc": int((frame["post_hoc"] == "True").sum()), "surprises": surprises}
 
 
 def tallies_markdown() -> str:
     """The tally table of docs/reproduction.md, one row per learner with a claims CSV."""
-    lines = [TALLY_HEADER, "|---|---|---|---|---|---|"]
+    lines = [TALLY_HEADER, "|---|---|---|---|---|---|---|"]
     for path in sorted(CSV_DIR.glob("*.csv")):
         t = tallies(read_csv(path.stem))
         lines.append(f"| {path.stem} | " + " | ".join(str(v) for v in t.values()) + " |")
@@ -186,10 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     reopen.add_argument("claims", nargs="+")
     sync = sub.add_parser("sync", help="refresh the CSV's columns the registry owns (statement, regime, history)")
     sync.add_argument("task")
-    sub.add_parser("tallies", help="print the per-learner tally table of docs/reproduction.md")
+    tally = sub.add_parser("tallies", help="print the per-learner tally table of docs/reproduction.md")
+    tally.add_argument("--write", action="store_true", help="write it into docs/reproduction.md between its markers")
     args = parser.parse_args(argv)
     if args.cmd == "tallies":
-        print(tallies_markdown())
+        if not args.write:
+            print(tallies_markdown())
+            return 0
+        page = REPO / "docs" / "reproduction.md"
+        head, rest = page.read_text().split(TALLY_BEGIN, 1)
+        page.write_text(f"{head}{TALLY_BEGIN}\n{tallies_markdown()}\n{TALLY_END}{rest.split(TALLY_END, 1)[1]}")
+        print(f"wrote the tallies of {page}")
         return 0
     # a task without a reproduction page (least_squares, the calibration learner) or CSV yet: say which have
     needed = {

@@ -83,12 +83,13 @@ def test_the_lr_is_chosen_on_the_other_draws() -> None:
             "seed": [0, 0, 1, 1, 2, 2],
             "lr": [1e-6, 1e-7] * 3,
             "run_id": list("abcdef"),
-            "imp_last": [0.90, 0.80, 0.60, 0.81, 0.60, 0.82],  # 1e-6 wins only on seed 0
+            # over all three draws 1e-6 wins (median 0.85 vs 0.81), but on seeds 1 and 2 alone it loses
+            "imp_last": [0.95, 0.80, 0.85, 0.81, 0.60, 0.82],
             "imp_last_opt": [0.75] * 6,
         }
     )
     pairs = held_out_pairs(runs, "imp_last_opt").set_index("seed")
-    assert pairs["lr"].tolist() == [1e-7, 1e-7, 1e-7] and pairs.loc[0, "learner"] == 0.80
+    assert pairs["lr"].tolist() == [1e-7, 1e-7, 1e-6] and pairs.loc[0, "learner"] == 0.80
     assert pairs["held_out"].all() and (pairs["baseline"] == 0.75).all()
 
 
