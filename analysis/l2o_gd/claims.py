@@ -292,7 +292,7 @@ CLAIMS = [
     ),
     _c(
         "c8.lemma5_bounds",
-        ("lemma5_margins",),
+        ("lemma5_margins", "small_lemma5_margins"),
         "Lemmas 5.1-5.4: Thm 4.7's conditions (13a-d) hold once e exceeds a finite lower bound, and that bound falls "
         "with the depth L (the learner's own (13a-d) margins at initialisation over e in 1..1e4, every draw)",
         lemma5_bounds,
