@@ -131,7 +131,7 @@ CLAIMS: list[Claim] = [
         "004.C5.local",
         "004",
         TASK,
-        _grids("c5_locality"),
+        ("c5_locality_adam", "c5_locality", "small_c5_locality_adam", "small_c5_locality"),
         "BFC is a local correction: W_2 rows after stage 2 and at the end have cosine > 0.9 (Adam, the learner's "
         "default, at m 6 and 64; the optimiser state reset at every phase, the learner's default)",
         correction_is_local("reset"),
@@ -170,6 +170,7 @@ CLAIMS: list[Claim] = [
                 "holds",
                 "SGD has not finished the correction (13-18x Adam's test error); a non-default optimiser state is an "
                 "investigation beside the claim, outside the tallies",
+                needs="c5_locality's Adam cells with the state kept (6 runs, ~2 CPU-min each on this machine)",
             ),
         ),
         regime=SETTING + "; L = 3, gamma = 0.3, uniform, m in {6, 64}, one optimiser state for the whole run",
@@ -220,7 +221,7 @@ CLAIMS: list[Claim] = [
         "004.C8.distill",
         "004",
         TASK,
-        _grids("c8_distill"),
+        ("c8_distill_default", "c8_distill", "small_c8_distill_default", "small_c8_distill"),
         "without lam3-5 the output still fits but S_2 matches S*_2 only up to a linear map, not a rotation (at the "
         "default weight decay lam6 = 1e-5 > 0, as the paper's lam6)",
         distillation_keeps_features(),
