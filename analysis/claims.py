@@ -21,6 +21,7 @@ store; without any, its verdict is "not enough data" naming the missing ones.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -373,25 +374,21 @@ def _enforced(claim: Claim, grid_runs: pd.DataFrame, verdict: Verdict, n_finishe
     problem is not decided on fewer than MIN_DRAWS draws, and a verdict on part of a grid is no verdict on it."""
     if verdict.verdict not in DECIDED:
         return verdict
-    if claim.draws:
-        n_draws = grid_runs[claim.draws].nunique() if claim.draws in grid_runs else 0
-        if n_draws < MIN_DRAWS:
-            return Verdict(
-                UNDECIDED,
-                f"{verdict.verdict} on {n_draws} problem draw(s) ({claim.draws}): " + verdict.measured,
-                paper=verdict.paper,
-                theory=verdict.theory,
-                budget=verdict.budget,
-                lacks=f"problem draws: {n_draws} of the {MIN_DRAWS} a claim on a drawn problem needs",
-            )
+
+    def withheld(on: str, lacks: str) -> Verdict:
+        return dataclasses.replace(
+            verdict, verdict=UNDECIDED, measured=f"{verdict.verdict} on {on}: {verdict.measured}", lacks=lacks
+        )
+
+    n_draws = grid_runs[claim.draws].nunique() if claim.draws and claim.draws in grid_runs else 0
+    if claim.draws and n_draws < MIN_DRAWS:
+        return withheld(
+            f"{n_draws} problem draw(s) ({claim.draws})",
+            f"problem draws: {n_draws} of the {MIN_DRAWS} a claim on a drawn problem needs",
+        )
     if n_finished < n_wanted:
-        return Verdict(
-            UNDECIDED,
-            f"{verdict.verdict} on {n_finished} of {n_wanted} runs: " + verdict.measured,
-            paper=verdict.paper,
-            theory=verdict.theory,
-            budget=verdict.budget,
-            lacks=f"the rest of its grid: {n_finished} of {n_wanted} runs finished",
+        return withheld(
+            f"{n_finished} of {n_wanted} runs", f"the rest of its grid: {n_finished} of {n_wanted} runs finished"
         )
     return verdict
 

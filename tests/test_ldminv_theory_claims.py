@@ -10,14 +10,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from analysis.claims import FAILS, HOLDS, UNDECIDED, evaluate
 from analysis.ldminv.claims import CLAIMS
 from analysis.ldminv.frames import coeffs
-from analysis.ldminv.lemma2 import gradient, layer_orders, loss, problem
 from analysis.ldminv.theory_checks import TRANSIENT, _window_rates
 from analysis.load import curves, load
 from runner.run.grid_run import run_grid
+from tasks.ldminv.data import Source
+from tasks.ldminv.engine import Batch, Engine, eq4
+from tasks.ldminv.lemma2_facts import eq4_standard_error, gradient, layer_orders
+from tasks.ldminv.params import MinvParams
+from tasks.ldminv.train_minv import make_engine
 from tests.options import opts
 
 SMALL = Path(__file__).resolve().parents[1] / "grids" / "ldminv" / "small"
@@ -69,36 +74,31 @@ def test_lemma2_inside_its_hypotheses(store: str) -> None:
     assert lemma2_outcomes(store) == LEMMA2_OUTCOMES
 
 
-def _one_by_one(tmp: Path) -> tuple[str, float, int]:
-    """A stored-like warm-up run on a 1x1 matrix (params only): its training matrix, e0 and L."""
-    import json
-
-    params = {
-        "algo": "minv",
-        "model": "warmup",
-        "data": "usv_uniform",
-        "kappa": 2.0,
-        "rows": 1,
-        "cols": 1,
-        "K": 4,
-        "L": 4,
-        "c0_factor": 100.0,
-        "n_train": 1,
-        "batch": 1,
-        "n_test": 1,
-        "seed": 3,
-    }
-    text = json.dumps(params)
-    _engine, batch, p = problem(text)
-    return text, float(batch.start.flatten()[0]), p.L
+def _one_by_one() -> tuple[Engine, Batch, float, int]:
+    """The learner's engine and training matrix of a 1x1 warm-up problem, its e0 and L."""
+    p = MinvParams(
+        model="warmup",
+        data="usv_uniform",
+        kappa=2.0,
+        rows=1,
+        cols=1,
+        K=4,
+        L=4,
+        c0_factor=100.0,
+        n_train=1,
+        batch=1,
+        seed=3,
+    )
+    engine = make_engine(p, "cpu")
+    batch = engine.draw(Source(engine.spec, p.seed, "train"), 1)
+    return engine, batch, float(batch.start.flatten()[0]), p.L
 
 
-def test_lemma2_orders_and_gradient_against_the_closed_form(tmp_path: Path) -> None:
-    """On one singular value e_(k+1) = (1 - C_k) e_k^L + C_k e_k^(L+1) (Lemma 2): the per-layer order read on the
-    learner's own spectral path equals log e_(k+1) / log e_k from that recursion, and the autograd gradient equals
-    central differences of the loss."""
-    text, e0, order = _one_by_one(tmp_path)
-    engine, batch, _p = problem(text)
+def test_lemma2_orders_and_gradient_against_the_closed_form() -> None:
+    """On one singular value e_(k+1) = (1 - C_k) e_k^L + C_k e_k^(L+1) (Lemma 2): the per-layer order the learner
+    stores (tasks/ldminv/lemma2_facts.py) equals log e_(k+1) / log e_k from that recursion, and its autograd
+    gradient equals central differences of the loss."""
+    engine, batch, e0, order = _one_by_one()
     c = np.array([4.0, 1.0, 0.3, 0.0])
     e, want = e0, []
     for ck in c:
@@ -109,16 +109,21 @@ def test_lemma2_orders_and_gradient_against_the_closed_form(tmp_path: Path) -> N
     assert got[:3] == pytest.approx(want[:3], rel=1e-9)
     assert got[1] == pytest.approx(order + 1, rel=1e-9)  # C = 1: order L + 1 exactly
     assert got[0] > order + 1  # C = 4 while e ~ 0.99: about L + C, outside (L, L+1]
-    import torch
-
     g = gradient(engine, batch, c)
+
+    def value(x: np.ndarray) -> float:
+        return float(eq4(engine.losses(batch, torch.tensor(x, dtype=torch.float64))))
+
     h = 1e-6
     for k in range(4):
-        up, down = c.copy(), c.copy()
-        up[k] += h
-        down[k] -= h
-        fd = (float(loss(engine, batch, torch.tensor(up))) - float(loss(engine, batch, torch.tensor(down)))) / (2 * h)
-        assert g[k] == pytest.approx(fd, rel=1e-5, abs=1e-14)
+        step = h * np.eye(4)[k]
+        assert g[k] == pytest.approx((value(c + step) - value(c - step)) / (2 * h), rel=1e-5, abs=1e-14)
+
+
+def test_eq4_standard_error_is_the_sd_of_the_per_matrix_losses_over_root_n() -> None:
+    layers = [torch.tensor([1.0, 3.0, 5.0, 7.0], dtype=torch.float64), torch.ones(4, dtype=torch.float64)]
+    per = np.array([2.0, 4.0, 6.0, 8.0]) / 4  # sum over the 2 layers / (2 K)
+    assert eq4_standard_error(layers) == pytest.approx(per.std(ddof=1) / 2, rel=1e-12)
 
 
 def _curve_frame(run: str, steps: np.ndarray, log10_loss: np.ndarray) -> pd.DataFrame:
