@@ -528,7 +528,7 @@ CLAIMS = [
         "000.thm2.double_descent",
         PAPER,
         TASK,
-        _g("theory_thm2"),
+        ("theory_thm2_gap_k", "theory_thm2", "small_theory_thm2_gap_k", "small_theory_thm2"),
         "the gap first grows then falls in K (double descent of the bound)",
         thm2_double_descent,
         expected=UNDECIDED,
