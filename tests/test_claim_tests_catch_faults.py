@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from analysis.claims import evaluate
 from analysis.l2o_gd.claims import CLAIMS as L2O_CLAIMS
@@ -18,6 +19,7 @@ from tests.options import opts
 from tests.test_ldminv_theory_claims import LEMMA2_OUTCOMES, SMALL, THM1_OUTCOMES, _verdicts, lemma2_outcomes
 
 L2O_SMALL = Path(__file__).resolve().parents[1] / "grids" / "l2o_gd" / "small"
+HIER_SMALL = Path(__file__).resolve().parents[1] / "grids" / "hierarchical" / "small"
 
 
 def test_lemma2_outcomes_fail_on_a_flipped_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,8 +50,11 @@ def test_thm1_outcomes_fail_on_a_frozen_step(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(train_minv.torch.optim, "SGD", Frozen)
     root = str(tmp_path / "res")
-    run_grid(SMALL / "theory_thm1.yaml", root, opts())
-    assert _verdicts(root, "000.thm1") != THM1_OUTCOMES
+    grid = yaml.safe_load((SMALL / "theory_thm1.yaml").read_text())
+    grid["blocks"] = grid["blocks"][1:]  # the practice run alone (the cheaper half of the twin)
+    run_grid(grid, root, opts())
+    practice = _verdicts(root, "000.thm1")["000.thm1.practice"]
+    assert practice == "does not hold" != THM1_OUTCOMES["000.thm1.practice"]  # a loss that never falls: bent
 
 
 def test_l2o_alignment_holds_unbroken_and_fails_on_a_wrong_initialisation(
@@ -77,3 +82,24 @@ def test_l2o_alignment_holds_unbroken_and_fails_on_a_wrong_initialisation(
     (result,) = evaluate(root, claim).results
     assert result.grid == "small_main" and result.verdict.verdict == "does not hold", result.verdict
     assert "max |r_T|, max |mean_t r_t| at k = 0" in result.verdict.measured
+
+
+def test_c5_sgd_locality_fails_on_a_wrong_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGD with a step 30x too large: W_2's rows no longer stay put through the correction, and the HOLDS that
+    test_small_locality_and_distillation_outcomes asserts for 004.C5.local_sgd turns into 'does not hold'."""
+    import tasks.hierarchical.train_wk as train_wk
+    from analysis.hierarchical.claims import CLAIMS as HIER_CLAIMS
+
+    real = torch.optim.SGD
+
+    def wrong(params: Any, lr: float, momentum: float = 0.0) -> torch.optim.Optimizer:
+        return real(params, lr=30 * lr, momentum=momentum)  # the planted fault: the wrong step
+
+    monkeypatch.setattr(train_wk.torch.optim, "SGD", wrong)
+    grid = yaml.safe_load((HIER_SMALL / "small_c5_locality.yaml").read_text())
+    grid["blocks"] = grid["blocks"][1:]  # the SGD cells alone, with the state reset (what the claim reads)
+    grid["blocks"][0]["product"]["opt_state"] = ["reset"]
+    root = str(tmp_path / "res")
+    run_grid(grid, root, opts())
+    (result,) = evaluate(root, [c for c in HIER_CLAIMS if c.id == "004.C5.local_sgd"]).results
+    assert result.verdict.verdict == "does not hold", result.verdict
