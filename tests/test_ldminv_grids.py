@@ -26,6 +26,7 @@ AWAITING_FIGURE = {
     "table3_dsvd_paper": "table3_dsvd",
     "theory_thm2_gap_n": "theory_thm2",
     "theory_thm2_gap_k": "theory_thm2",
+    "theory_thm2_inside": "theory_thm2",
 }
 
 

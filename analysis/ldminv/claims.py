@@ -525,6 +525,18 @@ CLAIMS = [
         history=(THM2_NOISE,),
     ),
     Claim(
+        "000.thm2.gap_in_n_inside",
+        PAPER,
+        TASK,
+        _g("theory_thm2_inside"),
+        "inside Theorem 2's hypotheses, the generalisation gap falls at least like n^-1/2 (gaps resolved above the "
+        "test set's noise)",
+        thm2_gap_n,
+        regime="inside Thm 2: full-batch GD from C = 1 + U(-1,1)/K (alpha = 1), K = 8 (K^1.5 >= sqrt n), sigma in "
+        "[1/2, 1] (20x20 U S V), L = 4, 100,000 test matrices",
+        paper_says="Thm 2: gap <= O~(min{b d^3 L / K^(alpha/2), sqrt(d^3 K / n)}) + O(sqrt(ln(1/delta)/n))",
+    ),
+    Claim(
         "000.thm2.double_descent",
         PAPER,
         TASK,
