@@ -522,7 +522,18 @@ CLAIMS = [
         regime="practice: Adam 1e-2 from C = 1 on 20x20 Gaussian (Thm 2 assumes GD from |C - 1| = O(K^-alpha), "
         "alpha >= 1)",
         paper_says="Thm 2: gap <= O~(min{b d^3 L / K^(alpha/2), sqrt(d^3 K / n)}) + O(sqrt(ln(1/delta)/n))",
-        history=(THM2_NOISE,),
+        history=(
+            THM2_NOISE,
+            RuleChange(
+                ISSUE43,
+                "the slope of the median resolved gap per n against n, <= -0.4 holds, else does not hold",
+                "does not hold (slope +0.17 of the medians)",
+                "the median slope carried no uncertainty: the three draws' gaps at one n differ in sign and by 10x "
+                "(e.g. -0.0021, +0.0018, -0.0005 at n = 10), far more than their test noise; a rule changed after "
+                "the results of 2026-11-29, recorded here: the slope over every resolved run with its standard error, "
+                "holds when slope + 2 SE <= -0.4, does not hold when slope - 2 SE > -0.4",
+            ),
+        ),
     ),
     Claim(
         "000.thm2.gap_in_n_inside",
@@ -535,6 +546,17 @@ CLAIMS = [
         regime="inside Thm 2: full-batch GD from C = 1 + U(-1,1)/K (alpha = 1), K = 8 (K^1.5 >= sqrt n), sigma in "
         "[1/2, 1] (20x20 U S V), L = 4, 100,000 test matrices",
         paper_says="Thm 2: gap <= O~(min{b d^3 L / K^(alpha/2), sqrt(d^3 K / n)}) + O(sqrt(ln(1/delta)/n))",
+        history=(
+            RuleChange(
+                ISSUE43,
+                "the slope of the median resolved gap per n against n, <= -0.4 holds, else does not hold",
+                "holds (slope -0.59 of the medians)",
+                "the median slope carried no uncertainty: the three draws' gaps at one n differ in sign and by 10x "
+                "(e.g. -0.0021, +0.0018, -0.0005 at n = 10), far more than their test noise; a rule changed after "
+                "the results of 2026-11-29, recorded here: the slope over every resolved run with its standard error, "
+                "holds when slope + 2 SE <= -0.4, does not hold when slope - 2 SE > -0.4",
+            ),
+        ),
     ),
     Claim(
         "000.thm2.double_descent",
@@ -549,13 +571,17 @@ CLAIMS = [
         "alpha >= 1)",
         paper_says="Thm 2's bound first grows like sqrt(K/n), then decays like K^(-alpha/2): a double descent in K",
         history=(
+            THM2_NOISE,
             RuleChange(
-                THM2_NOISE.date,
-                THM2_NOISE.old_rule,
-                THM2_NOISE.old_verdict,
-                THM2_NOISE.why,
-                needs="theory_thm2's K sweep (K 1..32 at n 10 and 50, 36 runs) with a test set that resolves the gaps: "
-                "n_test 100,000 as theory_thm2_gap_n (~20 s of CPU a run, ~12 CPU-min)",
+                ISSUE43,
+                "the K of the largest resolved median gap must lie strictly inside the K range (at every n)",
+                "does not hold (on 34 of the 36 runs of theory_thm2_gap_k: largest gap at K = 2 for n = 10, K = 1 "
+                "for n = 50)",
+                "that peak's position was read off differences inside the gaps' spread across draws (K = 1 and 2: "
+                "0.0011 vs 0.0011 at n = 10, 0.0011 vs 0.00089 at n = 50, while a K's three gaps range over e.g. "
+                "-0.0056..+0.0083): a rule changed after those results, recorded here; the rise and the fall must now "
+                "each be resolved beyond twice the combined standard error (test noise and draws), as must a fall "
+                "from the first K for 'does not hold'",
             ),
         ),
     ),
