@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Verdict, VerdictText
+from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Check, Verdict, VerdictText
 
 ORDER_TOL = 0.05  # undecided band around the ends of (L, L+1]
 TRAINED = 0.5  # |C_k| at least this far from its start (0) towards 1: the layer trained
@@ -44,8 +45,24 @@ def _label(row: pd.Series) -> str:
     return f"{int(row['rows'])}x{int(row['cols'])} L={int(row['L'])} seed {int(row['seed'])}"
 
 
+def _verdict(verdict: VerdictText, measured: str, theory: str, lacks: str) -> Verdict:
+    """A Lemma 2 verdict; `lacks` says what an undecided one needs (and is dropped once decided)."""
+    return Verdict(verdict, measured, theory=theory, lacks=lacks if verdict == UNDECIDED else "")
+
+
 def _no_facts() -> Verdict:
     return Verdict(NO_DATA, "no warm-up runs with Lemma 2's stored facts (lemma2_* fields: runs of 2026-11-29 on)")
+
+
+def _on_facts(judge: Callable[[pd.DataFrame], Verdict]) -> Check:
+    """A check that judges the stored facts of each distinct warm-up problem (not enough data without any)."""
+
+    def check(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+        r = _warmup(runs).drop_duplicates("params_json")
+        return _no_facts() if r.empty else judge(r)
+
+    check.__doc__ = judge.__doc__
+    return check
 
 
 def order_on_trained_layers(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
@@ -76,20 +93,18 @@ def order_on_trained_layers(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdi
     if n_trained == 0:
         return Verdict(NO_DATA, "no layer k < K trained (|C_k| >= 0.5) in any run: " + measured)
     verdict: VerdictText = FAILS if outside else HOLDS if inside == n_trained else UNDECIDED
-    return Verdict(
+    return _verdict(
         verdict,
         f"{n_trained} trained layers, {outside} of them with an order outside (L, L+1] by more than "
         f"{ORDER_TOL}: " + measured,
-        theory="Lemma 2: with C_k around 1, e_(k+1) = (1 - C_k) e_k^L + C_k e_k^(L+1): order in (L, L+1]; while e_k "
+        "Lemma 2: with C_k around 1, e_(k+1) = (1 - C_k) e_k^L + C_k e_k^(L+1): order in (L, L+1]; while e_k "
         "is near 1 a layer's order is about L + C_k",
-        lacks="an order clear of the ends of (L, L+1] by the band" if verdict == UNDECIDED else "",
+        "an order clear of the ends of (L, L+1] by the band",
     )
 
 
-def gradient_sign_scan(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _warmup(runs).drop_duplicates("params_json")
-    if r.empty:
-        return _no_facts()
+@_on_facts
+def gradient_sign_scan(r: pd.DataFrame) -> Verdict:
     top, size = r["lemma2_scan_max"].astype(float), r["lemma2_scan_absmax"].astype(float)
     positive = top > SIGN_TOL * size
     negative = top < -SIGN_TOL * size
@@ -99,20 +114,18 @@ def gradient_sign_scan(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         for _, row in r.iterrows()
     ]
     verdict: VerdictText = FAILS if positive.any() else HOLDS if negative.all() else UNDECIDED
-    return Verdict(
+    return _verdict(
         verdict,
         f"dL/dC_k over 21 points of [0, 1] per coordinate (others 0) and on the diagonal; positive in "
         f"{int(positive.sum())} of {len(r)} problems, every component negative beyond {SIGN_TOL:g} of the largest in "
         f"{int(negative.sum())}: " + "; ".join(parts),
-        theory="Lemma 2: D_[C_k] L < 0 for all C_k in [0, 1 + eps]",
-        lacks="components at rounding level (no sign shown)" if verdict == UNDECIDED else "",
+        "Lemma 2: D_[C_k] L < 0 for all C_k in [0, 1 + eps]",
+        "components at rounding level (no sign shown)",
     )
 
 
-def gradient_flat_at_one(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _warmup(runs).drop_duplicates("params_json")
-    if r.empty:
-        return _no_facts()
+@_on_facts
+def gradient_flat_at_one(r: pd.DataFrame) -> Verdict:
     parts, ratios = [], []
     for _, row in r.iterrows():
         g0 = np.array(json.loads(str(row["lemma2_grad0_json"])), dtype=float)
@@ -122,19 +135,17 @@ def gradient_flat_at_one(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         parts.append(f"{_label(row)}: |g_k(1)| / |g_k(0)|, k < K: {[f'{x:.2g}' for x in rel]}")
     worst = max(ratios)
     verdict: VerdictText = HOLDS if worst <= 0.01 else FAILS if worst > 0.1 else UNDECIDED
-    return Verdict(
+    return _verdict(
         verdict,
         f"largest ratio {worst:.3g}: " + "; ".join(parts),
-        theory="Lemma 2: D_[C_k] L ~ 0 for k in [K-1] when C_k in [1 - eps, 1 + eps] (~0 taken as within 1 % of "
+        "Lemma 2: D_[C_k] L ~ 0 for k in [K-1] when C_k in [1 - eps, 1 + eps] (~0 taken as within 1 % of "
         "the gradient at the start, C = 0; above 10 % does not hold)",
-        lacks="a ratio between 1 % and 10 %: the lemma's '~ 0' does not say" if verdict == UNDECIDED else "",
+        "a ratio between 1 % and 10 %: the lemma's '~ 0' does not say",
     )
 
 
-def one_not_a_minimum(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = _warmup(runs).drop_duplicates("params_json")
-    if r.empty:
-        return _no_facts()
+@_on_facts
+def one_not_a_minimum(r: pd.DataFrame) -> Verdict:
     parts, found, minimum = [], 0, 0
     for _, row in r.iterrows():
         at, drop = float(row["lemma2_loss_at_one"]), float(row["lemma2_drop_at_one"])
@@ -147,9 +158,9 @@ def one_not_a_minimum(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
         parts.append(f"{_label(row)}: L(1) {at:.4g}, |grad| {norm:.3g}, largest drop along -grad {drop:.3g}")
     n = len(parts)
     verdict: VerdictText = HOLDS if found == n else FAILS if minimum else UNDECIDED
-    return Verdict(
+    return _verdict(
         verdict,
         f"C = 1 has a descent direction in {found} of {n} problems: " + "; ".join(parts),
-        theory="Lemma 2: C_k = 1 for all k is not a global or even local minimum of the training loss",
-        lacks="a drop in L above rounding" if verdict == UNDECIDED else "",
+        "Lemma 2: C_k = 1 for all k is not a global or even local minimum of the training loss",
+        "a drop in L above rounding",
     )
