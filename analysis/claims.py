@@ -21,10 +21,13 @@ store; without any, its verdict is "not enough data" naming the missing ones.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from analysis.aggregate import median, median_by, medians
@@ -43,8 +46,11 @@ __all__ = [
     "Claim",
     "ClaimResult",
     "ClaimsTable",
+    "MIN_DRAWS",
+    "RuleChange",
     "Verdict",
     "VerdictText",
+    "paired_verdict",
     "evaluate",
     "extra_sources",
     "finished_runs",
@@ -76,9 +82,31 @@ class Verdict:
     spec: str = ""  # the spec's reference number [OURS] for this run's setting (default: the claim's)
     regime: str = ""  # where these runs sit (default: the claim's)
     budget: str = ""  # the budget decided at against the paper's, when the verdict depends on it
+    lacks: str = ""  # for an undecided verdict: what deciding it needs (default: a longer budget, or `measured`)
 
 
 Check = Callable[[pd.DataFrame, pd.DataFrame | None], Verdict]
+
+# Where a claim's randomness is in the problem (a draw of data or of a matrix), one draw decides nothing close
+# (issue 43): a claim naming its draw column in `Claim.draws` is refused a verdict on fewer draws than this.
+MIN_DRAWS = 3
+CLOSE_DRAWS = 5  # draws needed when the paired mean difference is within twice their spread
+
+
+@dataclass(frozen=True)
+class RuleChange:
+    """One change of a claim's rule after results had been read (issue 43): when, the rule and the verdict it
+    replaced, and why. `needs` says what deciding the claim again under the new rule takes, while its store is
+    gone and it stands undecided (`python -m analysis.repro_table reopen`); "" once it was decided again."""
+
+    date: str
+    old_rule: str
+    old_verdict: str
+    why: str
+    needs: str = ""
+
+    def text(self) -> str:
+        return f"{self.date}: was '{self.old_rule}' ({self.old_verdict}); changed because {self.why}"
 
 
 @dataclass(frozen=True)
@@ -98,6 +126,13 @@ class Claim:
     regime: str = ""
     spec: str = ""  # the spec's independent reference number [OURS] beside the paper's, when it has one
     paper_says: str = ""  # the paper's number or statement (a verdict's own `paper` text takes precedence)
+    # a claim narrowed or relabelled after its results were read, or a labelled investigation beside the
+    # paper's claim: listed, but outside the tallies (issue 43)
+    post_hoc: bool = False
+    history: tuple[RuleChange, ...] = ()  # every change of the rule after results were read, oldest first
+    # the run column naming the problem draw (data or matrix seed) when the randomness is in the problem: the
+    # claim is then refused a verdict on fewer than MIN_DRAWS distinct draws among the grid's runs
+    draws: str = ""
 
 
 @dataclass
@@ -146,6 +181,8 @@ class ClaimResult:
         """For an undecided claim, what it lacks, in one line ("" once decided)."""
         if self.decided:
             return ""
+        if self.verdict.lacks:
+            return " ".join(self.verdict.lacks.split())
         if self.verdict.verdict == UNDECIDED:
             return f"a longer budget: {self.verdict.budget}" if self.verdict.budget else "a longer budget"
         return " ".join(self.verdict.measured.split())
@@ -179,7 +216,15 @@ FRAME_COLUMNS = [
     "surprising",
     "lacks",
     "why_expected",
+    # added by issue 43
+    "post_hoc",
+    "history",
 ]
+
+
+def history_text(claim: Claim) -> str:
+    """The claim's rule changes as one line each, oldest first ("" without any)."""
+    return "\n".join(change.text() for change in claim.history)
 
 
 @dataclass
@@ -212,6 +257,8 @@ class ClaimsTable:
                 "surprising": r.surprising,
                 "lacks": r.lacks,
                 "why_expected": r.claim.why_expected if r.claim.expected != HOLDS else "",
+                "post_hoc": r.claim.post_hoc,
+                "history": history_text(r.claim),
             }
             for r in self.results
         ]
@@ -224,7 +271,10 @@ class ClaimsTable:
         for r in self.results if show_all else self.present():
             mark = "!!" if r.surprising else "  "
             size = "" if r.grid is None else f" [{r.size}]"
-            lines.append(f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.sources}{size}")
+            post = " [post hoc: outside the tallies]" if r.claim.post_hoc else ""
+            lines.append(
+                f"{mark} {r.claim.id}: {r.verdict.verdict} (expected {r.claim.expected}) on {r.sources}{size}{post}"
+            )
             lines.append(f"     {r.claim.statement}")
             if not r.decided:
                 lines.append(f"     lacks: {r.lacks}")
@@ -241,19 +291,23 @@ class ClaimsTable:
                     lines.append(f"     {label}: {text}")
             if r.claim.why_expected and r.claim.expected != HOLDS:
                 lines.append(f"     why expected: {r.claim.why_expected}")
+            for change in r.claim.history:
+                lines.append(f"     rule changed {change.text()}")
         return "\n".join(lines)
 
     def summary(self, show_all: bool = False) -> str:
         """One line: how many claims are listed, decided, undecided, and surprising."""
-        shown = self.results if show_all else self.present()
+        listed = self.results if show_all else self.present()
+        shown = [r for r in listed if not r.claim.post_hoc]  # post hoc claims stand outside the tallies
         decided = sum(r.decided for r in shown)
         budget = sum(r.verdict.verdict == UNDECIDED for r in shown)
         surprises = sum(r.surprising for r in shown)
-        hidden = "" if show_all else f" ({len(self.results) - len(shown)} more without their grids: --all lists them)"
+        hidden = "" if show_all else f" ({len(self.results) - len(listed)} more without their grids: --all lists them)"
+        post = len(listed) - len(shown)
         return (
             f"{len(shown)} claims{hidden}: {decided} decided, {budget} undecided at their budget, "
             f"{len(shown) - decided - budget} without enough data; {surprises} differ from the expected verdict on "
-            "complete full grids"
+            "complete full grids" + (f"; {post} post hoc or investigations listed outside these counts" if post else "")
         )
 
 
@@ -299,7 +353,7 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
             verdict = Verdict(NO_DATA, "no finished runs")
         else:
             curves = load_curves(root, claim.task, runs=runs.drop_duplicates("run_id")) if claim.needs_curves else None
-            verdict = claim.check(runs, curves)
+            verdict = _enforced(claim, runs[runs["grid"] == grid], claim.check(runs, curves), n_finished, len(wanted))
         table.results.append(
             ClaimResult(
                 claim,
@@ -313,6 +367,56 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
             )
         )
     return table
+
+
+def _enforced(claim: Claim, grid_runs: pd.DataFrame, verdict: Verdict, n_finished: int, n_wanted: int) -> Verdict:
+    """The rules every claim obeys whatever its check says (issue 43): a claim whose randomness is in the
+    problem is not decided on fewer than MIN_DRAWS draws, and a verdict on part of a grid is no verdict on it."""
+    if verdict.verdict not in DECIDED:
+        return verdict
+
+    def withheld(on: str, lacks: str) -> Verdict:
+        return dataclasses.replace(
+            verdict, verdict=UNDECIDED, measured=f"{verdict.verdict} on {on}: {verdict.measured}", lacks=lacks
+        )
+
+    n_draws = grid_runs[claim.draws].nunique() if claim.draws and claim.draws in grid_runs else 0
+    if claim.draws and n_draws < MIN_DRAWS:
+        return withheld(
+            f"{n_draws} problem draw(s) ({claim.draws})",
+            f"problem draws: {n_draws} of the {MIN_DRAWS} a claim on a drawn problem needs",
+        )
+    if n_finished < n_wanted:
+        return withheld(
+            f"{n_finished} of {n_wanted} runs", f"the rest of its grid: {n_finished} of {n_wanted} runs finished"
+        )
+    return verdict
+
+
+def paired_verdict(diffs: Sequence[float], what: str = "learner - baseline") -> tuple[VerdictText, str, str]:
+    """(verdict, measured, lacks) for "the learner beats the baseline" from paired differences, one per problem
+    draw (issue 43). The rule is symmetric: holds when the mean difference exceeds twice its standard error,
+    does not hold when it falls short by as much, undecided between; fewer than MIN_DRAWS draws decide
+    nothing, and a mean within twice the draws' spread needs CLOSE_DRAWS draws."""
+    d = np.asarray(list(diffs), dtype=float)
+    n = len(d)
+    if n == 0:
+        return NO_DATA, "no paired draws", "paired draws"
+    mean = float(d.mean())
+    spread = float(d.std(ddof=1)) if n > 1 else math.inf
+    band = 2 * spread / math.sqrt(n) if n > 1 else math.inf
+    text = (
+        f"{what} over {n} paired draw(s): mean {mean:+.4g}, spread (sd) {spread:.3g}, undecided band +-{band:.3g} "
+        f"(2 standard errors); per draw: {', '.join(f'{x:+.4g}' for x in d)}"
+    )
+    need = CLOSE_DRAWS if abs(mean) <= 2 * spread else MIN_DRAWS
+    if n < need:
+        return UNDECIDED, text, f"problem draws: {n} of the {need} this margin needs"
+    if mean > band:
+        return HOLDS, text, ""
+    if mean < -band:
+        return FAILS, text, ""
+    return UNDECIDED, text, f"a margin beyond +-{band:.3g} (2 standard errors over {n} draws): more draws"
 
 
 # ---- helpers for claim functions ----------------------------------------------------------------

@@ -3,6 +3,10 @@
     python -m analysis.repro_table csv RESULTS TASK      # TASK's claims on RESULTS -> docs/claims/TASK.csv
     python -m analysis.repro_table docs TASK [--check]   # docs/claims/TASK.csv -> the table in docs/TASK.md
     python -m analysis.repro_table verify RESULTS TASK   # the CSV's verdicts are what `evaluate` says on RESULTS
+    python -m analysis.repro_table update RESULTS TASK CLAIM...  # decide these claims again on RESULTS, in the CSV
+    python -m analysis.repro_table reopen TASK CLAIM...  # a claim whose rule changed and whose store is gone: undecided
+    python -m analysis.repro_table sync TASK             # the CSV's columns the code owns (statement, rule history)
+    python -m analysis.repro_table tallies [--write]     # verdict counts per learner (into docs/reproduction.md)
 
 The CSV is the checked-in record of `convgrid check` on the full-grid stores (which are too large and too slow
 for CI); the docs table is written from it between two markers, and tests/test_claims_table.py regenerates it
@@ -17,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims import ClaimsTable, evaluate, registry
+from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Claim, ClaimsTable, evaluate, history_text, registry
 
 REPO = Path(__file__).resolve().parents[1]
 CSV_DIR = REPO / "docs" / "claims"
@@ -36,7 +40,16 @@ CSV_COLUMNS = [
     "regime",
     "budget",
     "lacks",
+    "post_hoc",
+    "history",
 ]
+# the columns the registry owns (the rest come from a store): `sync` refreshes them, the drift test checks them
+CODE_COLUMNS = ["statement", "expected", "regime", "post_hoc", "history"]
+TALLY_BEGIN, TALLY_END = "<!-- tallies: generated -->", "<!-- tallies: end -->"
+TALLY_HEADER = (
+    "| learner | holds | does not hold | undecided at this budget | not enough data | post hoc / investigations "
+    "(outside the tallies) | surprises (decided against the expected verdict, in the tallies) |"
+)
 
 
 def claims_frame(root: str, task: str) -> pd.DataFrame:
@@ -50,7 +63,57 @@ def csv_path(task: str) -> Path:
 
 
 def read_csv(task: str) -> pd.DataFrame:
-    return pd.read_csv(csv_path(task), dtype=str, keep_default_na=False)
+    frame = pd.read_csv(csv_path(task), dtype=str, keep_default_na=False)
+    for col in CSV_COLUMNS:  # a CSV written before a column was added reads it as empty
+        if col not in frame:
+            frame[col] = ""
+    return frame[CSV_COLUMNS]
+
+
+def code_columns(claim: Claim) -> dict[str, str]:
+    """The CSV's columns that the registry, not a store, decides, as the CSV writes them."""
+    return {
+        "statement": claim.statement,
+        "expected": claim.expected,
+        "regime": claim.regime,
+        "post_hoc": str(claim.post_hoc),
+        "history": history_text(claim),
+    }
+
+
+def synced(frame: pd.DataFrame, task: str) -> pd.DataFrame:
+    """`frame` in the registry's order of `task`'s claims with the code's columns refreshed from the registry; a
+    claim the CSV lacks gets a "not enough data" row (it was never decided)."""
+    rows = {r["claim"]: dict(r) for r in frame.to_dict("records")}
+    out = []
+    for claim in (c for c in registry() if c.task == task):
+        row = rows.get(claim.id) or {col: "" for col in CSV_COLUMNS} | {
+            "claim": claim.id,
+            "verdict": NO_DATA,
+            "grid": "-",
+            "size": "-",
+            "lacks": f"needs grid {' or '.join(claim.grids)} (never run)",
+        }
+        out.append(row | code_columns(claim))
+    return pd.DataFrame(out, columns=CSV_COLUMNS)
+
+
+def tallies(frame: pd.DataFrame) -> dict[str, int]:
+    """Verdict counts of a claims CSV, post hoc claims apart (issue 43: outside the tallies)."""
+    inside = frame[frame["post_hoc"] != "True"]
+    counts = {v: int((inside["verdict"] == v).sum()) for v in (HOLDS, FAILS, UNDECIDED, NO_DATA)}
+    decided = inside["verdict"].isin([HOLDS, FAILS]) & (inside["size"] == "full")
+    surprises = int((decided & (inside["verdict"] != inside["expected"])).sum())
+    return counts | {"post hoc": int((frame["post_hoc"] == "True").sum()), "surprises": surprises}
+
+
+def tallies_markdown() -> str:
+    """The tally table of docs/reproduction.md, one row per learner with a claims CSV."""
+    lines = [TALLY_HEADER, "|---|---|---|---|---|---|---|"]
+    for path in sorted(CSV_DIR.glob("*.csv")):
+        t = tallies(read_csv(path.stem))
+        lines.append(f"| {path.stem} | " + " | ".join(str(v) for v in t.values()) + " |")
+    return "\n".join(lines)
 
 
 def _cell(text: object) -> str:
@@ -67,7 +130,9 @@ def markdown(frame: pd.DataFrame) -> str:
         ours = (
             r.measured if r.verdict in ("holds", "does not hold", "undecided at this budget") else f"lacks: {r.lacks}"
         )
-        verdict = f"**{r.verdict}** ({r.expected})"
+        if r.verdict == UNDECIDED and r.lacks:
+            ours += f" (lacks: {r.lacks})"
+        verdict = f"**{r.verdict}** ({r.expected})" + (" post hoc, outside the tallies" if r.post_hoc == "True" else "")
         where = r.grid if r.grid == "-" else f"`{r.grid}` [{r.size}]"
         regime = "; ".join(t for t in (r.regime, r.budget) if t)
         lines.append(
@@ -75,6 +140,15 @@ def markdown(frame: pd.DataFrame) -> str:
             + " | ".join(_cell(c) for c in (f"`{r.claim}`: {r.statement}", r.paper, r.spec, ours, verdict))
             + f" | {_cell(where + ('; ' + regime if regime else ''))} |"
         )
+    changed = [(r.claim, r.history) for r in frame.itertuples() if r.history]
+    if changed:
+        lines += [
+            "",
+            "Rule changes after results were read (each claim's history; the verdict above is the new rule's):",
+            "",
+        ]
+        for cid, text in changed:
+            lines += [f"- `{cid}`: {_cell(line)}" for line in text.splitlines()]
     return "\n".join(lines)
 
 
@@ -106,9 +180,35 @@ def main(argv: list[str] | None = None) -> int:
     verify = sub.add_parser("verify", help="exit 1 if docs/claims/TASK.csv's verdicts differ from RESULTS'")
     verify.add_argument("results")
     verify.add_argument("task")
+    update = sub.add_parser("update", help="decide the named claims again on RESULTS and replace their CSV rows")
+    update.add_argument("results")
+    update.add_argument("task")
+    update.add_argument("claims", nargs="+")
+    reopen = sub.add_parser("reopen", help="mark the named claims undecided: their rule changed, their store is gone")
+    reopen.add_argument("task")
+    reopen.add_argument("claims", nargs="+")
+    sync = sub.add_parser("sync", help="refresh the CSV's columns the registry owns (statement, regime, history)")
+    sync.add_argument("task")
+    tally = sub.add_parser("tallies", help="print the per-learner tally table of docs/reproduction.md")
+    tally.add_argument("--write", action="store_true", help="write it into docs/reproduction.md between its markers")
     args = parser.parse_args(argv)
+    if args.cmd == "tallies":
+        if not args.write:
+            print(tallies_markdown())
+            return 0
+        page = REPO / "docs" / "reproduction.md"
+        head, rest = page.read_text().split(TALLY_BEGIN, 1)
+        page.write_text(f"{head}{TALLY_BEGIN}\n{tallies_markdown()}\n{TALLY_END}{rest.split(TALLY_END, 1)[1]}")
+        print(f"wrote the tallies of {page}")
+        return 0
     # a task without a reproduction page (least_squares, the calibration learner) or CSV yet: say which have
-    needed = {"docs": [doc_path(args.task), csv_path(args.task)], "verify": [csv_path(args.task)]}.get(args.cmd, [])
+    needed = {
+        "docs": [doc_path(args.task), csv_path(args.task)],
+        "verify": [csv_path(args.task)],
+        "update": [csv_path(args.task)],
+        "reopen": [csv_path(args.task)],
+        "sync": [csv_path(args.task)],
+    }.get(args.cmd, [])
     for path in needed:
         if not path.exists():
             have = sorted(p.stem for p in CSV_DIR.glob("*.csv") if doc_path(p.stem).exists())
@@ -116,6 +216,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "csv":
         CSV_DIR.mkdir(parents=True, exist_ok=True)
         claims_frame(args.results, args.task).to_csv(csv_path(args.task), index=False)
+        print(f"wrote {csv_path(args.task)}")
+        return 0
+    if args.cmd in ("update", "reopen"):
+        mine = {c.id: c for c in registry() if c.task == args.task}
+        unknown = [c for c in args.claims if c not in mine]
+        if unknown:
+            parser.error(f"task {args.task!r}: no claim {', '.join(unknown)}; its claims: {', '.join(mine)}")
+        frame = synced(read_csv(args.task), args.task).set_index("claim")
+        if args.cmd == "update":
+            new = claims_frame(args.results, args.task).astype(str).set_index("claim")
+            absent = [c for c in args.claims if new.loc[c, "grid"] == "-"]
+            if absent:
+                parser.error(f"{args.results}: no grid of {', '.join(absent)} (its row would read 'not enough data')")
+            for c in args.claims:
+                frame.loc[c] = new.loc[c, frame.columns]
+        else:
+            pending = [c for c in args.claims if not (mine[c].history and mine[c].history[-1].needs)]
+            if pending:
+                parser.error(
+                    f"{', '.join(pending)}: reopen needs a rule change whose `needs` says what deciding it takes"
+                )
+            for c in args.claims:
+                row = frame.loc[c]
+                if row["verdict"] != UNDECIDED or not row["measured"].startswith("under the old rule"):
+                    frame.loc[c, "measured"] = f"under the old rule ({row['verdict']}): {row['measured']}"
+                frame.loc[c, ["verdict", "lacks"]] = [UNDECIDED, mine[c].history[-1].needs]
+        frame.reset_index().to_csv(csv_path(args.task), index=False)
+        print(f"wrote {csv_path(args.task)}: {', '.join(args.claims)}")
+        return 0
+    if args.cmd == "sync":
+        synced(read_csv(args.task), args.task).to_csv(csv_path(args.task), index=False)
         print(f"wrote {csv_path(args.task)}")
         return 0
     if args.cmd == "docs":

@@ -117,9 +117,16 @@ def test_docs_table_is_the_one_generated_from_the_claims_csv(task: str) -> None:
     assert repro_table.with_table(doc, task, repro_table.markdown(csv)) == doc
     mine = {c.id: c for c in registry() if c.task == task}
     assert list(csv["claim"]) == list(mine)
-    for row in csv.itertuples():
-        assert (row.statement, row.expected) == (mine[row.claim].statement, mine[row.claim].expected), row.claim
+    for row in csv.to_dict("records"):
+        # statement, expected verdict, regime, post hoc mark and rule history are the registry's (issue 43)
+        code = repro_table.code_columns(mine[row["claim"]])
+        assert {k: row[k] for k in code} == code, row["claim"]
     assert set(csv["verdict"]) <= {HOLDS, FAILS, UNDECIDED, NO_DATA}
+    # a rule changed after the results with no new decision leaves the claim undecided, saying what it needs
+    for claim in mine.values():
+        if claim.history and claim.history[-1].needs:
+            row = csv.set_index("claim").loc[claim.id]
+            assert row["verdict"] == UNDECIDED and row["lacks"] == claim.history[-1].needs, claim.id
 
 
 def test_the_cli_writes_and_checks_a_docs_table(
@@ -155,3 +162,49 @@ def test_a_task_without_a_reproduction_page_is_a_usage_error(capsys: pytest.Capt
         repro_table.main(["docs", "least_squares", "--check"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "no docs/least_squares.md" in err and "deep_linear" in err, err
+
+
+def test_rules_every_claim_obeys_whatever_its_check_says(store: str) -> None:
+    """Issue 43: a claim whose randomness is in the problem is refused a verdict on fewer than MIN_DRAWS draws
+    (the store has seeds 0 and 1), a verdict on part of a grid is undecided, and a post hoc claim is listed
+    outside the tallies."""
+    import dataclasses
+
+    from analysis.claims import MIN_DRAWS, RuleChange, _enforced
+
+    drawn = dataclasses.replace(CLAIMS[0], id="x.drawn", draws="seed")
+    (result,) = evaluate(store, [drawn]).results
+    assert result.verdict.verdict == UNDECIDED and result.complete
+    assert result.lacks == f"problem draws: 2 of the {MIN_DRAWS} a claim on a drawn problem needs"
+    assert result.verdict.measured.startswith("holds on 2 problem draw(s) (seed): ours 41.5")
+    half = _enforced(CLAIMS[0], pd.DataFrame({"seed": [0]}), Verdict(HOLDS, "on half"), 7, 14)
+    assert half.verdict == UNDECIDED and half.lacks == "the rest of its grid: 7 of 14 runs finished"
+    assert _enforced(CLAIMS[0], pd.DataFrame(), Verdict(HOLDS, "all"), 14, 14).verdict == HOLDS
+    narrowed = dataclasses.replace(
+        CLAIMS[0],
+        id="x.narrowed",
+        post_hoc=True,
+        history=(RuleChange("2026-11-29", "x >= 2", "does not hold", "narrowed after the results"),),
+    )
+    table = evaluate(store, [CLAIMS[0], narrowed])
+    assert table.summary().startswith("1 claims (0 more without their grids: --all lists them): 1 decided")
+    assert table.summary().endswith("; 1 post hoc or investigations listed outside these counts")
+    frame = table.frame()[repro_table.CSV_COLUMNS].astype(str)
+    assert repro_table.tallies(frame) == {
+        HOLDS: 1,
+        FAILS: 0,
+        UNDECIDED: 0,
+        NO_DATA: 0,
+        "post hoc": 1,
+        "surprises": 0,
+    }
+    md = repro_table.markdown(frame)
+    assert "post hoc, outside the tallies" in md.splitlines()[3]
+    assert "- `x.narrowed`: 2026-11-29: was 'x >= 2' (does not hold); changed because narrowed after" in md
+    assert "rule changed 2026-11-29: was 'x >= 2'" in table.format()
+
+
+def test_reproduction_page_tallies_are_the_csvs() -> None:
+    """docs/reproduction.md's tally table is what `python -m analysis.repro_table tallies` prints from the CSVs."""
+    page = (repro_table.REPO / "docs" / "reproduction.md").read_text()
+    assert repro_table.tallies_markdown() in page

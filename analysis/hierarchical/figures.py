@@ -263,6 +263,9 @@ _BASE: dict[str, Callable[..., list[Path]]] = {
     ),
     "c12_densenet": _categorical("activation", ["test_mse", "train_mse"], "C12: plain DenseNet by activation"),
 }
+# issue 43: the claims' own parts of c5_locality and c8_distill (the same runs), drawn as their parents
+_BASE["c5_locality_adam"] = _BASE["c5_locality"]
+_BASE["c8_distill_default"] = _BASE["c8_distill"]
 
 FIGURES: dict[str, Figure] = {
     **{name: _named(fn, name) for name, fn in _BASE.items()},

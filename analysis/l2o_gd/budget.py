@@ -4,10 +4,12 @@ unless the measured trend settles it. The r_T curve (logged every `log_every` ep
 ladder of one run: full-batch GD at a constant lr is deterministic, so the curve's r_T at epoch k is what
 a k-epoch run ends at.
 
-The trend rule: r_T already above the baseline decides "holds"; a run at the paper's budget below it
-decides "does not hold"; short of it, "does not hold" only when r_T rises ever more slowly (concave over
-the last two fifths of the run) and even its current rate continued linearly to 50,000 epochs stays below
-the baseline (a concave curve stays under that line). Otherwise the verdict is "undecided at this budget".
+The trend rule, symmetric (issue 43): r_T above the baseline by more than the undecided band (the margin the
+problem draws' spread justifies) decides "holds"; a run at the paper's budget below it by more than the band
+decides "does not hold"; short of that budget, "does not hold" only when r_T rises ever more slowly (concave
+over the last two fifths of the run) and even its current rate continued linearly to 50,000 epochs stays
+below the baseline by more than the band (a concave curve stays under that line). Otherwise the verdict is
+"undecided at this budget". A win inside the band is no more a win than a loss inside it is a loss.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, UNDECIDED, VerdictText
+from analysis.claims import FAILS, HOLDS, UNDECIDED, VerdictText, paired_verdict
 
 PAPER_EPOCHS = 50_000  # sec. 6.3: 50,000 training epochs
 LADDER = (100, 500, 1_000, 2_000, 3_000, 5_000, 10_000, 20_000, 50_000)  # the epochs a ladder table shows
@@ -64,13 +66,64 @@ def trend(curve: pd.Series) -> Trend | None:
     return Trend(int(end), last, slope, previous, reach)
 
 
-def decide(tr: Trend, baseline: float) -> VerdictText:
-    """Holds / does not hold / undecided at this budget for "the learner's r_T beats `baseline`"."""
-    if tr.final > baseline:
+def decide(tr: Trend, baseline: float, band: float) -> VerdictText:
+    """Holds / does not hold / undecided at this budget for "the learner's r_T beats `baseline`", with an
+    undecided band of +-`band` around it (inf: one draw, nothing is decided)."""
+    if tr.final > baseline + band:
         return HOLDS
-    if tr.epochs >= PAPER_EPOCHS or (tr.concave and tr.reach < baseline):
+    if tr.final < baseline - band and (tr.epochs >= PAPER_EPOCHS or (tr.concave and tr.reach < baseline - band)):
         return FAILS
     return UNDECIDED
+
+
+def held_out_pairs(r: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """One row per problem draw (seed): the learner's r_T at the lr that does best on the OTHER draws (so the
+    lr is never chosen on the problem it is judged on), the baseline's r_T on the same draw, and that lr."""
+    rows = []
+    for seed, own in r.groupby("seed"):
+        others = r[r["seed"] != seed]
+        pick = others if not others.empty else own  # one draw: nothing to hold out (decides nothing anyway)
+        lr = float(pick.groupby("lr")["imp_last"].median().idxmax())
+        at = own[own["lr"] == lr]
+        if at.empty:
+            continue
+        rows.append(
+            {
+                "seed": seed,
+                "lr": lr,
+                "run_id": at["run_id"].iloc[0],
+                "learner": float(at["imp_last"].median()),
+                "baseline": float(at[baseline].median()),
+                "held_out": not others.empty,
+            }
+        )
+    return pd.DataFrame(rows, columns=["seed", "lr", "run_id", "learner", "baseline", "held_out"])
+
+
+def decide_paired(
+    pairs: pd.DataFrame, curves: pd.DataFrame | None, epochs: int, what: str
+) -> tuple[VerdictText, str, str, str]:
+    """(verdict, measured, lacks, trend text) for "the learner beats the baseline" on `held_out_pairs`: the
+    symmetric paired rule (analysis.claims.paired_verdict), and short of the paper's budget a loss only where
+    the median curve's trend settles it beyond the same band."""
+    diffs = pairs["learner"] - pairs["baseline"]
+    verdict, measured, lacks = paired_verdict(diffs.tolist(), what)
+    band = 2 * float(diffs.std(ddof=1)) / np.sqrt(len(diffs)) if len(diffs) > 1 else np.inf
+    trend_text = ""
+    tr = None
+    if curves is not None and not pairs.empty:
+        tr = trend(pd.concat([r_t_curve(curves, rid) for rid in pairs["run_id"]], axis=1).median(axis=1))
+    if tr is not None:
+        trend_text = f"; median over draws: {tr.text()}"
+    if verdict == FAILS and epochs < PAPER_EPOCHS:
+        verdict = UNDECIDED if tr is None else decide(tr, float(pairs["baseline"].median()), band)
+        lacks = "" if verdict == FAILS else f"a longer budget: {budget_text(epochs)}"
+    lrs = ", ".join(sorted({f"{x:g}" for x in pairs["lr"]}))
+    text = (
+        f"{epochs} epochs, the learner's lr chosen on the other draws ({lrs or '-'}): {measured}; medians r_T "
+        f"learner {pairs['learner'].median():.4f}, baseline {pairs['baseline'].median():.4f}"
+    )
+    return verdict, text, lacks, trend_text
 
 
 def budget_text(epochs: int) -> str:

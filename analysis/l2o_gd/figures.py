@@ -244,6 +244,30 @@ def ablation(x: str, title: str) -> Callable[[pd.DataFrame, pd.DataFrame, Path, 
     return draw
 
 
+def lemma5(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
+    """Lemmas 5.1-5.4 (issue 43): the share of draws meeting all four of (13a-d) at init against e per (L, T)
+    (the margins themselves are -inf wherever alpha_0 = 0), and the rank of G^0 beside N d."""
+    runs = _done(runs)
+    if runs.empty:
+        return []
+    margins = ["th_margin_13a", "th_margin_13b", "th_margin_13c", "th_margin_13d"]
+    met = (runs[margins].astype(float) >= 0).all(axis=1).astype(float)
+    fig, axes = new_figure(1, 2, figsize=(11, 4.2))
+    for i, ((depth, t), part) in enumerate(runs.assign(met=met).groupby(["depth", "T"])):
+        med = part.groupby("e")["met"].mean()
+        axes[0].plot(med.index, med.to_numpy(), "o-", color=line(i)["color"], label=f"L={depth}, T={t}")
+        rank = part.groupby("e")["rank_g0"].median()
+        axes[1].plot(rank.index, rank.to_numpy(), "o-", color=line(i)["color"], label=f"L={depth}, T={t}")
+    nd = float((runs["n_problems"] * runs["d"]).iloc[0])
+    axes[0].set(xscale="log", xlabel="e", ylabel="share of draws meeting (13a-d)", ylim=(-0.05, 1.05))
+    axes[0].set_title("(13a-d) at init (Lemmas 5.1-5.4)")
+    axes[1].axhline(nd, color="grey", ls=":", label="N d")
+    axes[1].set(xscale="log", xlabel="e", ylabel="rank(G^0)", title="alpha_0 > 0 needs rank N d")
+    axes[0].legend(ncols=2, title=MEDIAN_NOTE)
+    axes[1].legend(ncols=2)
+    return save_figure(fig, out_dir, f"{stem}_margins")
+
+
 def _named(fn: Callable[[pd.DataFrame, pd.DataFrame, Path, str], list[Path]], stem: str) -> Figure:
     def draw(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
         return fn(runs, curves, out_dir, stem)
@@ -261,6 +285,7 @@ _BY_GRID: dict[str, Callable[[pd.DataFrame, pd.DataFrame, Path, str], list[Path]
     "ablation_lr": ablation("lr", "Fig. 11, ablation over the learning rate"),
     "theory_width": width,
     "theory_e": e_threshold,
+    "lemma5_margins": lemma5,
 }
 FIGURES: dict[str, Figure] = {}
 for _grid, _fn in _BY_GRID.items():

@@ -26,11 +26,3 @@ def only(runs: pd.DataFrame, **fixed: object) -> pd.DataFrame:
         if col in r and (r[col] == val).any():
             r = r[r[col] == val]
     return r
-
-
-def best_lr(runs: pd.DataFrame) -> tuple[float, pd.DataFrame]:
-    """(the learning rate whose runs end with the best median r_T, those runs): a comparison of the learner
-    with a tuned constant step gives the learner its best lr of the grid too."""
-    med = runs.groupby("lr")["imp_last"].median()
-    lr = float(med.idxmax())
-    return lr, runs[runs["lr"] == lr]

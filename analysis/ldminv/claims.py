@@ -8,7 +8,8 @@ decay, and the 1e-8 floor (float32) that float64 runs do not have.
 
 from __future__ import annotations
 
-from analysis.claims import FAILS, UNDECIDED, Claim
+from analysis.claims import FAILS, UNDECIDED, Claim, RuleChange
+from analysis.ldminv.lemma2 import gradient_flat_at_one, gradient_sign_scan, one_not_a_minimum, order_on_trained_layers
 from analysis.ldminv.theory_checks import (
     LEMMA2_REGIME,
     THM1_PRACTICE,
@@ -18,7 +19,6 @@ from analysis.ldminv.theory_checks import (
     lemma1_exact,
     lemma2_c_to_one,
     lemma2_gradient,
-    lemma2_order,
     prop1_invariance,
     prop1_rounding_growth,
     prop4_floor,
@@ -55,6 +55,21 @@ TABLE2 = "the paper's Table 2 setting: 100x100 U S V, K = 4, L = 10, online batc
 TABLE3 = "the paper's Table 3 setting: 50x100 Gaussian M, inner LD-Minv K = 6, L = 4, box step rule"
 SPEC_TABLE2_LD = (
     "spec 7.3, Adam 1e-3, c0 fro, D -> LD: kappa 2 29.9 -> 12.2, 5 9.81 -> 14.2, 10 4.32 -> 7.90, 1000 2.56 -> 3.25"
+)
+
+
+ISSUE43 = "2026-11-29"
+THM1_OLD = (
+    "the second and the last quarter of the run's training: straight when the last quarter decays at least half as "
+    "fast as the second (per step)"
+)
+THM2_NOISE = RuleChange(
+    ISSUE43,
+    "the measured gaps as they are, whatever the test set's noise",
+    "does not hold",
+    "the gaps (1e-5 to 1e-3 of an O(1) loss) sit at the 1000-matrix test set's sampling noise: a gap counts now only "
+    "when it exceeds twice the standard error of the test loss (computed from the run's test set and coefficients); "
+    "without enough resolved gaps the claim is undecided",
 )
 
 
@@ -169,9 +184,20 @@ CLAIMS = [
         PAPER,
         TASK,
         _g("table2_kappa"),
-        "narrowed from the paper's kappa >= 2: LD-Minv beats D-Minv for every kappa >= 4, where D-Minv is above "
-        "its float64 floor (c0 = ||A||_F^2, Adam)",
+        "narrowed from the paper's kappa >= 2 after the results, at the first kappa where LD-Minv wins: LD-Minv "
+        "beats D-Minv for every kappa >= 4 (c0 = ||A||_F^2, Adam)",
         table2_ld_wins_off_floor,
+        post_hoc=True,
+        history=(
+            RuleChange(
+                ISSUE43,
+                "the narrowed claim kappa >= 4, 'where D-Minv is above its float64 floor', counted in the tallies",
+                "holds",
+                "the cut-off is the first kappa where LD-Minv wins, chosen after the results, and its stated reason is "
+                "false: at kappa = 3 D-Minv is at 4e-21, ten orders above kappa = 2, not at its floor. The paper's "
+                "claim (000.table2.ld_wins) stands; this narrowed one is post hoc, outside the tallies",
+            ),
+        ),
         regime=TABLE2 + "; c0 = ||A||_F^2, Adam 1e-3",
         spec=SPEC_TABLE2_LD,
         paper_says="LD-Minv beats D-Minv for kappa >= 2 (narrowed here to kappa >= 4): 3.62 vs 2.36 at kappa 4 ... "
@@ -365,10 +391,56 @@ CLAIMS = [
         PAPER,
         TASK,
         _g("theory_lemma2"),
-        "Lemma 2: after GD the learned D-Minv converges with an order in (L, L+1]",
-        lemma2_order,
+        "Lemma 2: after GD, every layer that trained (C_k, k < K, at least half way from 0 to 1) converges with "
+        "an order log e_(k+1) / log e_k in (L, L+1] on the training matrix",
+        order_on_trained_layers,
+        expected=FAILS,
+        why_expected="measured on 2026-11-29 under the rule of that date: the trained layers' orders are 8-37, "
+        "not in (L, L+1]: while e_k is near 1 a layer's order is about L + C_k, and GD takes C_1 to 4-28 and C_2 to "
+        "3-4.5 (000.lemma2.c_to_one)",
         regime=LEMMA2_REGIME,
         paper_says="Lemma 2: with C_k around 1 the order of convergence is L~ in (L, L+1]",
+        history=(
+            RuleChange(
+                ISSUE43,
+                "the lower median over layers 1..K-2 and the test matrix of log e_(k+1) / log e_k, in (L, L+1]",
+                "holds (orders 4.02-5.13)",
+                "the median picked a layer whose C_k barely moved from its start (0.002-0.23: fixed D-Minv, order "
+                "L + 0.001), while the layers that trained have orders of 8-15 (and e_k changes sign on the 1x1 "
+                "matrix); the lemma speaks of layers whose C_k went to about 1, on the one training matrix",
+            ),
+        ),
+    ),
+    Claim(
+        "000.lemma2.sign_scan",
+        PAPER,
+        TASK,
+        _g("theory_lemma2"),
+        "Lemma 2: dL/dC_k < 0 over all of [0, 1] for every k (scans of each C_k with the others at 0, and of the "
+        "diagonal C = t 1), on each run's training matrix",
+        gradient_sign_scan,
+        regime=LEMMA2_REGIME,
+        paper_says="Lemma 2: D_[C_k] L < 0 for all C_k in [0, 1 + eps], eps > 0 depending on e_(k-1)",
+    ),
+    Claim(
+        "000.lemma2.flat_at_one",
+        PAPER,
+        TASK,
+        _g("theory_lemma2"),
+        "Lemma 2: at C = 1 the gradient dL/dC_k (k < K) is about 0: within 1 % of its value at C = 0",
+        gradient_flat_at_one,
+        regime=LEMMA2_REGIME,
+        paper_says="Lemma 2: D_[C_k] L ~ 0 for k in [K-1] when C_k in [1 - eps, 1 + eps]",
+    ),
+    Claim(
+        "000.lemma2.one_not_minimum",
+        PAPER,
+        TASK,
+        _g("theory_lemma2"),
+        "Lemma 2: C = 1 is not a local minimum of the training loss (the loss falls along -grad from C = 1)",
+        one_not_a_minimum,
+        regime=LEMMA2_REGIME,
+        paper_says="Lemma 2: C_k = 1 for all k is not a global or even local minimum for the training loss",
     ),
     Claim(
         "000.lemma2.c_to_one",
@@ -392,10 +464,21 @@ CLAIMS = [
         TASK,
         _g("theory_thm1"),
         "Theorem 1: full-batch GD drives the training loss down linearly (a constant factor per step: log L_n(t) "
-        "a straight line after the first quarter of training)",
+        "a straight line from a fixed 200-step transient until L_n has fallen 10 orders)",
         thm1_linear,
         needs_curves=True,
         regime=THM1_REGIME,
+        history=(
+            RuleChange(
+                ISSUE43,
+                THM1_OLD,
+                "holds (5 of 5 runs at 40,000 steps)",
+                "the quarters scale with the run's length: at 40,000 steps they hid a crawl (the loss reaches 1e-10 to "
+                "1e-12 by step ~1,500 and then barely moves) and the same rule at 8,000 steps called a seed 'not "
+                "linear'. One rule for inside and outside now, independent of the length: a fixed transient, then the "
+                "rate until the loss reaches its epsilon, with the loss levels reported beside",
+            ),
+        ),
         paper_says="Thm 1: L_n(C^(T)) < eps for T = Theta(d L K n b_a^-2 ln 1/eps), eta = Theta(1/(d L)), K = "
         "Omega(n d)",
     ),
@@ -404,14 +487,24 @@ CLAIMS = [
         PAPER,
         TASK,
         _g("theory_thm1"),
-        "outside Theorem 1's hypotheses (K << n d, eta = 1), full-batch GD still converges linearly",
+        "outside Theorem 1's hypotheses (K << n d, eta = 1), full-batch GD still converges linearly (the rule of "
+        "000.thm1.linear)",
         thm1_practice,
         needs_curves=True,
         expected=FAILS,
+        history=(
+            RuleChange(
+                ISSUE43,
+                THM1_OLD,
+                "does not hold (13 of 18 runs straight)",
+                "one rule for inside and outside Theorem 1, independent of the run's length (000.thm1.linear)",
+            ),
+        ),
         why_expected="with K*L coefficients against n*d singular values per layer the loss has a positive minimum "
-        "(Thm 1 needs K = Omega(n d)): GD decelerates towards it instead of falling at a constant rate. Measured over "
-        "3000 steps: the runs at K = 8 and 16 slow down 4-10x between the second and the last quarter; at K = 4 "
-        "the loss still falls at a constant 4-6% per 1000 steps (its minimum is not yet in sight)",
+        "(Thm 1 needs K = Omega(n d)): GD decelerates towards it instead of falling at a constant rate. Measured on "
+        "2026-11-29 under the window rule: after the 200-step transient the loss is at 1e-6 to 1e-7 and falls 0.02-0.2 "
+        "log10 per 1000 steps, the window's second half at under a quarter of the first's rate in 10 of 18 runs "
+        "(all six at K = 8 and 16)",
         regime=THM1_PRACTICE,
         paper_says="Thm 1 (its hypotheses: K = Omega(n d), eta = Theta(1/(d L))); the abstract: O(n K L log 1/eps)",
     ),
@@ -419,28 +512,78 @@ CLAIMS = [
         "000.thm2.gap_in_n",
         PAPER,
         TASK,
-        _g("theory_thm2"),
+        ("theory_thm2_gap_n", "theory_thm2", "small_theory_thm2_gap_n", "small_theory_thm2"),
         "the generalisation gap falls at least like n^-1/2",
         thm2_gap_n,
-        expected=FAILS,
-        why_expected="measured: the gaps are 1e-5..1e-3 of an O(1) loss, at the sampling noise of the 1000-matrix "
-        "test set (K*L shared coefficients generalise almost perfectly), so no n^-1/2 trend is resolvable",
+        expected=UNDECIDED,
+        why_expected="measured on 2026-11-27: the gaps are 1e-5..1e-3 of an O(1) loss, at the sampling noise of the "
+        "1000-matrix test set (K*L shared coefficients generalise almost perfectly): no n^-1/2 trend is resolvable "
+        "without a test set far larger",
         regime="practice: Adam 1e-2 from C = 1 on 20x20 Gaussian (Thm 2 assumes GD from |C - 1| = O(K^-alpha), "
         "alpha >= 1)",
         paper_says="Thm 2: gap <= O~(min{b d^3 L / K^(alpha/2), sqrt(d^3 K / n)}) + O(sqrt(ln(1/delta)/n))",
+        history=(
+            THM2_NOISE,
+            RuleChange(
+                ISSUE43,
+                "the slope of the median resolved gap per n against n, <= -0.4 holds, else does not hold",
+                "does not hold (slope +0.17 of the medians)",
+                "the median slope carried no uncertainty: the three draws' gaps at one n differ in sign and by 10x "
+                "(e.g. -0.0021, +0.0018, -0.0005 at n = 10), far more than their test noise; a rule changed after "
+                "the results of 2026-11-29, recorded here: the slope over every resolved run with its standard error, "
+                "holds when slope + 2 SE <= -0.4, does not hold when slope - 2 SE > -0.4",
+            ),
+        ),
+    ),
+    Claim(
+        "000.thm2.gap_in_n_inside",
+        PAPER,
+        TASK,
+        _g("theory_thm2_inside"),
+        "inside Theorem 2's hypotheses, the generalisation gap falls at least like n^-1/2 (gaps resolved above the "
+        "test set's noise)",
+        thm2_gap_n,
+        regime="inside Thm 2: full-batch GD from C = 1 + U(-1,1)/K (alpha = 1), K = 8 (K^1.5 >= sqrt n), sigma in "
+        "[1/2, 1] (20x20 U S V), L = 4, 100,000 test matrices",
+        paper_says="Thm 2: gap <= O~(min{b d^3 L / K^(alpha/2), sqrt(d^3 K / n)}) + O(sqrt(ln(1/delta)/n))",
+        history=(
+            RuleChange(
+                ISSUE43,
+                "the slope of the median resolved gap per n against n, <= -0.4 holds, else does not hold",
+                "holds (slope -0.59 of the medians)",
+                "the median slope carried no uncertainty: the three draws' gaps at one n differ in sign and by 10x "
+                "(e.g. -0.0021, +0.0018, -0.0005 at n = 10), far more than their test noise; a rule changed after "
+                "the results of 2026-11-29, recorded here: the slope over every resolved run with its standard error, "
+                "holds when slope + 2 SE <= -0.4, does not hold when slope - 2 SE > -0.4",
+            ),
+        ),
     ),
     Claim(
         "000.thm2.double_descent",
         PAPER,
         TASK,
-        _g("theory_thm2"),
+        ("theory_thm2_gap_k", "theory_thm2", "small_theory_thm2_gap_k", "small_theory_thm2"),
         "the gap first grows then falls in K (double descent of the bound)",
         thm2_double_descent,
-        expected=FAILS,
-        why_expected="a bound's shape, not the gap's: the measured gaps are monotone or noise",
+        expected=UNDECIDED,
+        why_expected="the measured gaps are at the test set's noise (000.thm2.gap_in_n): no shape in K is resolvable",
         regime="practice: Adam 1e-2 from C = 1 on 20x20 Gaussian (Thm 2 assumes GD from |C - 1| = O(K^-alpha), "
         "alpha >= 1)",
         paper_says="Thm 2's bound first grows like sqrt(K/n), then decays like K^(-alpha/2): a double descent in K",
+        history=(
+            THM2_NOISE,
+            RuleChange(
+                ISSUE43,
+                "the K of the largest resolved median gap must lie strictly inside the K range (at every n)",
+                "does not hold (on 34 of the 36 runs of theory_thm2_gap_k: largest gap at K = 2 for n = 10, K = 1 "
+                "for n = 50)",
+                "that peak's position was read off differences inside the gaps' spread across draws (K = 1 and 2: "
+                "0.0011 vs 0.0011 at n = 10, 0.0011 vs 0.00089 at n = 50, while a K's three gaps range over e.g. "
+                "-0.0056..+0.0083): a rule changed after those results, recorded here; the rise and the fall must now "
+                "each be resolved beyond twice the combined standard error (test noise and draws), as must a fall "
+                "from the first K for 'does not hold'",
+            ),
+        ),
     ),
     Claim(
         "000.prop4.floor",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Check, Verdict, fmt
+from analysis.claims import FAILS, HOLDS, NO_DATA, UNDECIDED, Check, Verdict, fmt
 from analysis.ldminv.figures import cost_to_reach
 from analysis.ldminv.frames import coeffs, med, minv, trained
 
@@ -135,15 +135,6 @@ def _gradient_negative(r: pd.DataFrame) -> tuple[bool, str]:
     return bool((g < 0).all()), f"largest component of dL/dC at C = 0, by shape (max over seeds): {fmt(by, 3)}"
 
 
-def _order_raised(r: pd.DataFrame) -> tuple[bool, str]:
-    order, depth = r["order_empirical"].astype(float), r["L"].astype(float)
-    inside = (order > depth) & (order <= depth + 1 + 1e-9)
-    text = "; ".join(f"{k}: {np.round(v.to_numpy(), 3).tolist()}" for k, v in order.groupby(_shape(r)))
-    return bool(inside.all()), (
-        f"empirical order log e_(k+1) / log e_k after GD (median over layers, per seed) by shape: {text}"
-    )
-
-
 def _c_near_one(r: pd.DataFrame) -> tuple[bool, str]:
     cs = [coeffs(v) for v in r["coeffs_json"]]
     near_one = all(0.5 <= c[k] <= 1.5 for c in cs for k in range(len(c) - 1))
@@ -152,7 +143,6 @@ def _c_near_one(r: pd.DataFrame) -> tuple[bool, str]:
 
 
 lemma2_gradient = _lemma2(_gradient_negative, "Lemma 2: dL/dC_k < 0 for C_k in [0, 1 + eps]")
-lemma2_order = _lemma2(_order_raised, "Lemma 2: the learned D-Minv converges with an order L~ in (L, L+1]")
 lemma2_c_to_one = _lemma2(_c_near_one, "Lemma 2: from 0, GD drives C_k (k < K) into [1 - eps, 1 + eps]")
 
 
@@ -162,36 +152,68 @@ THM1_REGIME = (
 )
 THM1_PRACTICE = "practice, outside Thm 1: K < n d (d = 10, n up to 40, K <= 16), eta = 1 > 1/(d L)"
 FLOAT64_FLOOR = 1e-28  # a training loss this small has converged; its later rates are rounding
+# Theorem 1's rule (issue 43), one for inside and outside, independent of the run's length: after a fixed
+# transient of TRANSIENT GD steps, the window runs until the training loss reaches the theorem's epsilon
+# (EPS_REL times its level at the end of the transient, 10 orders, or 1e3 x the float64 floor) or the run ends;
+# log L_n is a straight line when the window's second half falls at least half as fast as its first (per step),
+# and bends when it falls less than a quarter as fast; between is undecided.
+TRANSIENT = 200
+EPS_REL = 1e-10
+LINEAR, BENT = 0.5, 0.25
 
 
-def _quarter_rates(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Per run: the training loss's decay factor per 1,000 GD steps over the second and the last quarter of
-    training, and whether log L_n(t) is a straight line from the first quarter on (the last quarter decays at
-    least half as fast as the second; a run that reached the float64 floor before half-way counts as
-    converged). The first quarter is left out: a fast start followed by the theorem's rate is linear
-    convergence too."""
+def _window_rates(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run: log10 L_n at the end of the transient, at the window's end and at the run's end, the window,
+    the decay per 1,000 steps over the window's two halves and their ratio (module rule above)."""
     rows = []
     for run_id, g in curves[curves["run_id"].isin(runs["run_id"])].groupby("run_id"):
-        q = g[g["step"] > 0].dropna(subset=["train_loss"]).groupby("step")["train_loss"].median()
-        if len(q) < 8:
+        q = g[g["step"] > 0].dropna(subset=["train_loss"]).groupby("step")["train_loss"].median().clip(lower=1e-300)
+        q = np.log10(q)
+        after = q[q.index >= TRANSIENT]
+        if len(after) < 5:
             continue
-        end = float(q.index.max())
+        t0, l0 = float(after.index[0]), float(after.iloc[0])
+        eps = max(l0 + math.log10(EPS_REL), math.log10(FLOAT64_FLOOR) + 3)
+        reached = after[after <= eps]
+        t_end = float(reached.index[0]) if len(reached) else float(after.index[-1])
+        window = after[after.index <= t_end]
+        if len(window) < 5:
+            continue
+        mid = t0 + (t_end - t0) / 2
 
-        def at(step: float, q: pd.Series = q) -> float:
-            return float(np.log10(max(float(q[q.index <= step].iloc[-1]), 1e-300)))
+        def at(step: float, q: pd.Series = window) -> float:
+            return float(q[q.index <= step].iloc[-1])
 
-        converged = bool((q[q.index <= end / 2] < FLOAT64_FLOOR).any())
-        r2 = (at(end / 4) - at(end / 2)) / (end / 4)
-        r4 = (at(3 * end / 4) - at(end)) / (end / 4)
+        r1 = (at(t0) - at(mid)) / (mid - t0) * 1000
+        r2 = (at(mid) - at(t_end)) / (t_end - mid) * 1000
+        ratio = r2 / r1 if r1 > 0 else -math.inf  # not falling at all: no linear convergence
         rows.append(
             {
                 "run_id": run_id,
-                "f2": 10 ** (-1000 * r2),
-                "f4": 10 ** (-1000 * r4),
-                "linear": converged or (r2 > 0 and r4 >= 0.5 * r2),
+                "window": f"{int(t0)}-{int(t_end)}",
+                "log10_start": l0,
+                "log10_window_end": at(t_end),
+                "log10_end": float(q.iloc[-1]),
+                "r1": r1,
+                "r2": r2,
+                "ratio": ratio,
+                "reached_eps": bool(len(reached)),
             }
         )
-    return pd.DataFrame(rows, columns=["run_id", "f2", "f4", "linear"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "run_id",
+            "window",
+            "log10_start",
+            "log10_window_end",
+            "log10_end",
+            "r1",
+            "r2",
+            "ratio",
+            "reached_eps",
+        ],
+    )
 
 
 def _thm1(runs: pd.DataFrame, curves: pd.DataFrame | None, inside: bool) -> Verdict:
@@ -200,22 +222,41 @@ def _thm1(runs: pd.DataFrame, curves: pd.DataFrame | None, inside: bool) -> Verd
     r = trained(minv(runs))
     nd = r["n_train"].astype(float) * r[["rows", "cols"]].min(axis=1).astype(float)
     r = r[(r["K"].astype(float) >= nd) == inside]
-    rates = _quarter_rates(curves, r).merge(r[["run_id", "n_train", "K", "rows", "seed"]], on="run_id")
+    rates = _window_rates(curves, r).merge(r[["run_id", "n_train", "K", "rows", "L", "seed"]], on="run_id")
     if rates.empty:
         want = "K >= n d" if inside else "K < n d"
         return Verdict(NO_DATA, f"no trained run with {want} and a logged training-loss curve")
     parts = []
     for (n, k, d), g in rates.groupby(["n_train", "K", "rows"]):
-        f = "; ".join(f"{a:.4f} -> {b:.4f}" for a, b in zip(g["f2"], g["f4"], strict=True))
+        f = "; ".join(
+            f"steps {w}: {a:.3g} -> {b:.3g} log10/1000 (ratio {c:.2f}), log10 L {s:.1f} -> {e:.1f}"
+            + ("" if hit else " (eps not reached)")
+            + f", at the end {z:.1f}"
+            for w, a, b, c, s, e, z, hit in zip(
+                g["window"],
+                g["r1"],
+                g["r2"],
+                g["ratio"],
+                g["log10_start"],
+                g["log10_window_end"],
+                g["log10_end"],
+                g["reached_eps"],
+                strict=True,
+            )
+        )
         parts.append(f"d={int(d)} n={int(n)} K={int(k)}: {f}")
-    linear = bool(rates["linear"].all())
+    ratio = rates["ratio"]
+    straight, bent = int((ratio >= LINEAR).sum()), int((ratio < BENT).sum())
+    verdict = HOLDS if straight == len(rates) else FAILS if bent else UNDECIDED
     return Verdict(
-        HOLDS if linear else FAILS,
-        "training-loss factor per 1000 GD steps, second quarter -> last quarter of training (per seed): "
+        verdict,
+        f"decay of log10 L_n after a {TRANSIENT}-step transient until L_n falls 10 orders (eps), first half -> "
+        "second half of that window (per seed): "
         + " | ".join(parts)
-        + f"; straight on a log scale in {int(rates['linear'].sum())} of {len(rates)} runs",
+        + f"; straight in {straight} of {len(rates)} runs, bent in {bent}",
         theory="Thm 1: L_n < eps after T = Theta(d L K n b_a^-2 ln 1/eps) GD steps: a constant factor per step "
-        "(linear convergence, the rate set by d, L, K, n, b_a)",
+        "(linear convergence); straight: the second half's rate >= 1/2 the first's, bent: < 1/4",
+        lacks="a run whose rate ratio lies between 1/4 and 1/2" if verdict == UNDECIDED else "",
     )
 
 
@@ -227,39 +268,118 @@ def thm1_practice(runs: pd.DataFrame, curves: pd.DataFrame | None) -> Verdict:
     return _thm1(runs, curves, inside=False)
 
 
+def gap_noise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the generalisation gap and the standard error of its test half (the learner's
+    `test_loss_eq4_se`: the per-matrix Eq. 4's sd over its test set / sqrt n_test); the gap is resolved when it
+    is more than twice that error (issue 43: a gap inside the test set's noise decides nothing). Runs stored
+    before the field existed read as unresolved (an infinite error)."""
+    se = runs["test_loss_eq4_se"].astype(float).fillna(math.inf) if "test_loss_eq4_se" in runs else math.inf
+    out = pd.DataFrame(
+        {
+            "run_id": runs["run_id"],
+            "K": runs["K"].astype(int),
+            "n_train": runs["n_train"].astype(int),
+            "gap": runs["gen_gap"].astype(float),
+            "se": se,
+        }
+    )
+    out["resolved"] = out["gap"].abs() > 2 * out["se"]
+    return out
+
+
+def _noise_text(g: pd.DataFrame, by: str) -> str:
+    m = g.assign(gap=g["gap"].abs()).groupby(by)[["gap", "se"]].median()
+    res = g.groupby(by)["resolved"].sum()
+    return "; ".join(
+        f"{int(k)}: |gap| {abs(v.gap):.2g} vs 2 SE {2 * v.se:.2g} ({res[k]} resolved)" for k, v in m.iterrows()
+    )
+
+
+SLOPE_LIMIT = -0.4  # "at least like n^-1/2", with the 0.1 of slack the claim always had
+
+
 def thm2_gap_n(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    """The gap against n (issue 43): the least-squares slope of log |gap| on log n over every run whose gap is
+    resolved above its test noise, with the slope's standard error, which carries the spread across draws;
+    holds when slope + 2 SE <= SLOPE_LIMIT, does not hold when slope - 2 SE > SLOPE_LIMIT, undecided between."""
     r = trained(minv(runs))
     if r.empty:
         return Verdict(NO_DATA, "no trained runs")
     k_mode = int(r["K"].mode().iloc[0])
-    s = med(r[r["K"] == k_mode], ["n_train"], "gen_gap").abs()
-    s = s[s > 0]
-    if len(s) < 3:
-        return Verdict(NO_DATA, "needs three n at one K")
-    slope = float(np.polyfit(np.log(s.index.to_numpy(dtype=float)), np.log(s.to_numpy()), 1)[0])
+    g = gap_noise(r[r["K"] == k_mode])
+    ok = g[g["resolved"]]
+    text = f"K = {k_mode}, median by n: {_noise_text(g, 'n_train')}"
+    theory = "Thm 2: gap <= O~(sqrt(d^3 K / n)) + O(sqrt(ln(1/delta)/n)): slope <= -1/2 in n"
+    if ok["n_train"].nunique() < 3 or len(ok) < 4:
+        return Verdict(
+            UNDECIDED,
+            text,
+            theory=theory,
+            lacks=f"gaps resolved above the test set's noise at 3 n (have {ok['n_train'].nunique()}): a test set large "
+            "enough that 2 standard errors fall below the gaps",
+        )
+    x, y = np.log(ok["n_train"].to_numpy(dtype=float)), np.log(ok["gap"].abs().to_numpy())
+    slope, icpt = np.polyfit(x, y, 1)
+    resid = y - (slope * x + icpt)
+    se = float(np.sqrt((resid**2).sum() / (len(y) - 2) / ((x - x.mean()) ** 2).sum()))
+    verdict = HOLDS if slope + 2 * se <= SLOPE_LIMIT else FAILS if slope - 2 * se > SLOPE_LIMIT else UNDECIDED
     return Verdict(
-        HOLDS if slope <= -0.5 + 0.1 else FAILS,
-        f"|gap| by n at K = {k_mode}: {fmt(s, 3)}; log-log slope {slope:.2f}",
-        theory="Thm 2: gap <= O~(sqrt(d^3 K / n)) + O(sqrt(ln(1/delta)/n)): slope <= -1/2 in n",
+        verdict,
+        f"{text}; slope of log |gap| on log n over the {len(ok)} resolved runs {slope:.2f} +- {2 * se:.2f} (2 SE, the "
+        f"draws' spread included)",
+        theory=theory,
+        lacks=f"more draws: the slope's +-2 SE band straddles {SLOPE_LIMIT}" if verdict == UNDECIDED else "",
     )
 
 
+def _resolved(g: pd.DataFrame, a: int, b: int) -> bool:
+    """Whether the median gap at K = a exceeds that at K = b by more than twice their combined standard error."""
+    return bool(g.loc[a, "gap"] - g.loc[b, "gap"] > 2 * math.hypot(g.loc[a, "se"], g.loc[b, "se"]))
+
+
 def thm2_double_descent(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    """The bound's rise-then-fall in K, read on the gaps with a symmetric rule (issue 43): at one n it holds
+    when some interior K's median |gap| exceeds both the smallest K's and the largest K's by more than twice their
+    combined standard error (test noise and the spread across draws), and does not hold when the smallest K's gap
+    exceeds every other K's by as much (the
+    largest gap at the first K: no rise); between is undecided."""
     r = trained(minv(runs))
-    out, ok = [], True
+    out, verdicts = [], []
     for n in sorted(r["n_train"].dropna().unique()):
-        s = med(r[r["n_train"] == n], ["K"], "gen_gap").abs()
-        if len(s) < 4:
+        part = r[r["n_train"] == n]
+        if part["K"].nunique() < 4:
             continue
-        peak = s.idxmax()
-        out.append(f"n={int(n)}: |gap| by K {fmt(s, 2)} (peak at K={int(peak)})")
-        ok &= s.index.min() < peak < s.index.max()
+        noise = gap_noise(part)
+        by = noise.assign(gap=noise["gap"].abs()).groupby("K")
+        g = by[["gap", "se"]].median()
+        # the uncertainty of a K's median gap: its test noise and the spread across draws (sd / sqrt n_draws)
+        g["se"] = np.hypot(g["se"], by["gap"].std(ddof=1).fillna(np.inf) / np.sqrt(by["gap"].count()))
+        ks = list(g.index)
+        first, last = ks[0], ks[-1]
+        rise_fall = [k for k in ks[1:-1] if _resolved(g, k, first) and _resolved(g, k, last)]
+        no_rise = all(_resolved(g, first, k) for k in ks[1:])
+        verdicts.append(HOLDS if rise_fall else FAILS if no_rise else UNDECIDED)
+        out.append(
+            f"n={int(n)}: by K {_noise_text(noise, 'K')}; "
+            + (
+                f"resolved rise then fall at K = {rise_fall}"
+                if rise_fall
+                else "largest gap at the first K, resolved against every other"
+                if no_rise
+                else "neither a resolved interior peak nor a resolved fall from the first K"
+            )
+        )
     if not out:
         return Verdict(NO_DATA, "needs four K at one n")
+    verdict = HOLDS if all(v == HOLDS for v in verdicts) else FAILS if FAILS in verdicts else UNDECIDED
     return Verdict(
-        HOLDS if ok else FAILS,
+        verdict,
         "; ".join(out),
         theory="Thm 2: min{b d^3 L / K^(alpha/2), sqrt(d^3 K / n)}: the gap bound rises then falls in K",
+        lacks="gap differences between K = 1, 2 and the rest resolved beyond twice their combined standard error: "
+        "more draws"
+        if verdict == UNDECIDED
+        else "",
     )
 
 

@@ -59,6 +59,17 @@ class LdminvTask:
         "lemma1_max_abs_err": "float",
         "lemma1_layers_checked": "int",
         "prop1_max_residual": "float",
+        # issue 43 (tasks/ldminv/lemma2_facts.py): Thm 2's test noise, Lemma 2's facts on the training pool
+        "test_loss_eq4_se": "float",
+        "lemma2_orders_json": "str",
+        "lemma2_scan_n": "int",
+        "lemma2_scan_max": "float",
+        "lemma2_scan_absmax": "float",
+        "lemma2_grad0_json": "str",
+        "lemma2_grad1_json": "str",
+        "lemma2_loss_at_one": "float",
+        "lemma2_drop_at_one": "float",
+        "lemma2_probe_min_at_one": "float",
         # dsvd
         "test_obj": "float",
         "svd_mse_sum": "float",

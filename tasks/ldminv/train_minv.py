@@ -17,6 +17,7 @@ import torch
 
 from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.common import generator, torch_dtype
+from tasks.ldminv import lemma2_facts as L2F
 from tasks.ldminv import theory as T
 from tasks.ldminv.coefficients import identity_value, initial_coefficients, project_box
 from tasks.ldminv.data import DataSpec, Source
@@ -249,6 +250,9 @@ class Trainer:
             "diverged": status == "diverged",
         }
         summary.update(self.spectral_stats(final))
+        summary["test_loss_eq4_se"] = L2F.eq4_standard_error(test_layers)  # issue 43: the noise a gap is read against
+        if p.model == "warmup" and self.pool is not None and p.path == "spectral":
+            summary.update(L2F.lemma2(self.engine, self.pool, final.cpu().numpy().astype(float)))
         if p.theory_checks:
             summary.update(T.lemma1_prop1(self.test.base, self._x0_plain(), self.test.c0, p.K, p.L, p.k_warm))
         flops = minv_forward_flops(p.rows, p.cols, p.K, p.L) * (3 * p.batch * steps + n_eval + 3 * p.n_test)

@@ -1,0 +1,105 @@
+"""Tests of the tests (issue 43): a test that asserts a claim's outcome on a learner's runs must fail on a broken
+learner. Each test here plants one fault in a learner (in process, for this test only: a flipped sign, a frozen
+step, a wrong initialisation) and runs the same small grid and the same outcome assertion the claim's test makes,
+showing that the assertion no longer passes. The faults are monkeypatched, so tasks/ is untouched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from analysis.claims import evaluate
+from analysis.l2o_gd.claims import CLAIMS as L2O_CLAIMS
+from runner.run.grid_run import run_grid
+from tests.options import opts
+from tests.test_ldminv_theory_claims import LEMMA2_OUTCOMES, SMALL, THM1_OUTCOMES, _verdicts, lemma2_outcomes
+
+L2O_SMALL = Path(__file__).resolve().parents[1] / "grids" / "l2o_gd" / "small"
+HIER_SMALL = Path(__file__).resolve().parents[1] / "grids" / "hierarchical" / "small"
+
+
+def test_lemma2_outcomes_fail_on_a_flipped_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up layer's learnable term enters with the wrong sign (X <- X (sum E^l - C_k E^L)): dL/dC_k at C = 0
+    turns positive, and test_lemma2_inside_its_hypotheses's assertions fail."""
+    import tasks.ldminv.spectral as spectral
+
+    def flipped(coeffs: torch.Tensor, k: int, model: str, order: int) -> torch.Tensor:
+        ones = torch.ones(order, dtype=coeffs.dtype, device=coeffs.device)
+        return torch.cat([ones, -coeffs[k : k + 1]])
+
+    monkeypatch.setattr(spectral, "layer_vector", flipped)
+    root = str(tmp_path / "res")
+    run_grid(SMALL / "theory_lemma2.yaml", root, opts())
+    with pytest.raises(AssertionError, match="not negative"):
+        lemma2_outcomes(root)
+    assert _verdicts(root, "000.lemma2") != LEMMA2_OUTCOMES
+
+
+def test_thm1_outcomes_fail_on_a_frozen_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradient descent that never moves the coefficients (a zero step): the training loss stays put, neither
+    window falls, and test_thm1_rule_on_the_small_twin's verdicts change."""
+    import tasks.ldminv.train_minv as train_minv
+
+    class Frozen(torch.optim.SGD):
+        def step(self, closure: Any = None) -> None:  # the planted fault: no update at all
+            return None
+
+    monkeypatch.setattr(train_minv.torch.optim, "SGD", Frozen)
+    root = str(tmp_path / "res")
+    grid = yaml.safe_load((SMALL / "theory_thm1.yaml").read_text())
+    grid["blocks"] = grid["blocks"][1:]  # the practice run alone (the cheaper half of the twin)
+    run_grid(grid, root, opts())
+    practice = _verdicts(root, "000.thm1")["000.thm1.practice"]
+    assert practice == "does not hold" != THM1_OUTCOMES["000.thm1.practice"]  # a loss that never falls: bent
+
+
+def test_l2o_alignment_holds_unbroken_and_fails_on_a_wrong_initialisation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W_L initialised away from 0: the first forward pass is no longer GD with 1/beta, r_T at k = 0 is not 0, and
+    the HOLDS test_l2o_gd_grids asserts for 001.sec51.alignment turns into 'does not hold'."""
+    import tasks.l2o_gd.model as model
+    import tasks.l2o_gd.train as train
+
+    real = model.init_weights
+
+    def wrong(widths: list[int], e: float, seed: int, dtype: torch.dtype, device: str) -> list[torch.Tensor]:
+        ws = real(widths, e, seed, dtype, device)
+        ws[-1] = ws[-1] + 1e-3  # the planted fault: W_L != 0 at initialisation
+        return ws
+
+    claim = [c for c in L2O_CLAIMS if c.id == "001.sec51.alignment"]
+    clean = str(tmp_path / "clean")
+    run_grid(L2O_SMALL / "main.yaml", clean, opts())
+    assert evaluate(clean, claim).results[0].verdict.verdict == "holds"  # the unbroken learner on the same grid
+    monkeypatch.setattr(train, "init_weights", wrong)  # the name the trainer calls
+    root = str(tmp_path / "res")
+    run_grid(L2O_SMALL / "main.yaml", root, opts())
+    (result,) = evaluate(root, claim).results
+    assert result.grid == "small_main" and result.verdict.verdict == "does not hold", result.verdict
+    assert "max |r_T|, max |mean_t r_t| at k = 0" in result.verdict.measured
+
+
+def test_c5_sgd_locality_fails_on_a_wrong_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGD with a step 30x too large: W_2's rows no longer stay put through the correction, and the HOLDS that
+    test_small_locality_and_distillation_outcomes asserts for 004.C5.local_sgd turns into 'does not hold'."""
+    import tasks.hierarchical.train_wk as train_wk
+    from analysis.hierarchical.claims import CLAIMS as HIER_CLAIMS
+
+    real = torch.optim.SGD
+
+    def wrong(params: Any, lr: float, momentum: float = 0.0) -> torch.optim.Optimizer:
+        return real(params, lr=30 * lr, momentum=momentum)  # the planted fault: the wrong step
+
+    monkeypatch.setattr(train_wk.torch.optim, "SGD", wrong)
+    grid = yaml.safe_load((HIER_SMALL / "small_c5_locality.yaml").read_text())
+    grid["blocks"] = grid["blocks"][1:]  # the SGD cells alone, with the state reset (what the claim reads)
+    grid["blocks"][0]["product"]["opt_state"] = ["reset"]
+    root = str(tmp_path / "res")
+    run_grid(grid, root, opts())
+    (result,) = evaluate(root, [c for c in HIER_CLAIMS if c.id == "004.C5.local_sgd"]).results
+    assert result.verdict.verdict == "does not hold", result.verdict
