@@ -20,11 +20,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import markdown as markdown_lib
 import markupsafe
 import pandas as pd
+import yaml
 
 from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
@@ -33,6 +35,7 @@ from analysis.markdown import code_md, escape_md, header, row, table
 from analysis.studies import StudyFigures, study_figures, trials_frame
 from analysis.style import DPI
 from analysis.summary import NO_DATA, claim_rows, failure_groups
+from analysis.sweep_figures import declared_axes, sweep_figures
 from runner.errors import redact
 from runner.store import ResultStore
 from runner.store.status import store_status
@@ -45,6 +48,7 @@ STATUS_COLUMNS = (*ALL_STATUSES, "missing")
 RERUN_GRID = "rerun"  # what `convgrid run --only` without a grid file links its runs to
 CSS_DPI = 96  # a CSS pixel is 1/96 inch
 MAX_IDS = 20  # run ids listed per failure reason; the rest are counted
+DEFAULT_FIGURES = "every field against the swept params"  # what a section drawn by analysis.sweep_figures says
 REDUCED_NOTE = "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid."
 
 
@@ -82,6 +86,8 @@ class GridSection:
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (title, table) of the claims it decided
     kind: str = "grid"  # or "study": its runs were asked for by an Optuna study
     study: StudyFigures | None = None
+    description: str = ""  # the grid or study file's own `description:`
+    axes: list[str] | None = None  # the params its file sweeps, where the file is there to read
 
     @property
     def label(self) -> str:
@@ -171,6 +177,8 @@ class Report:
 
     def _grid(self, s: GridSection, src: Callable[[Path], str]) -> list[str]:
         lines = ["", f"## {escape_md(s.grid)} ({escape_md(s.task)})", ""]
+        if s.description:
+            lines += [f"*{escape_md(s.description)}*", ""]
         if s.figure:
             lines.append(f"Figure {code_md(s.figure)}." + (f" {escape_md(s.note)}" if s.note else ""))
         elif s.note:
@@ -183,6 +191,8 @@ class Report:
 
     def _study(self, s: GridSection, src: Callable[[Path], str]) -> list[str]:
         lines = ["", f"## Study {escape_md(s.grid)} ({escape_md(s.task)})", ""]
+        if s.description:
+            lines += [f"*{escape_md(s.description)}*", ""]
         study = s.study
         if study is not None:
             states = ", ".join(f"{k} {v}" for k, v in study.states.items()) or "none recorded"
@@ -217,13 +227,31 @@ def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, tr
         return
     found = figure_for(section.task, section.grid)
     done = finished(runs)
-    if found is None:
-        section.note = "No figure module draws this grid."
-    elif done.empty:
-        section.figure, section.note = found[0], "No finished runs to draw."
+    out = fig_dir / _folder(section.grid)
+    if done.empty:
+        section.figure, section.note = (found[0] if found else None), "No finished runs to draw."
+    elif found is None:  # no paper's figure: every field against the swept params (analysis.sweep_figures)
+        section.figure = DEFAULT_FIGURES
+        title = f"{section.grid} ({section.task})"
+        section.images, section.note = sweep_figures(
+            done, curves(root, section.task, runs=done), out / _folder(section.task), title, section.axes
+        )
     else:
         section.figure = found[0]
-        section.images = found[1](done, curves(root, section.task, runs=done), fig_dir / _folder(section.grid))
+        section.images = found[1](done, curves(root, section.task, runs=done), out)
+
+
+def grid_file(sources: pd.Series) -> dict[str, Any]:
+    """The grid or study file that asked for the runs (members' `source`: the path it was run from),
+    parsed, where it is still there to read; {} otherwise."""
+    for source in sources.dropna().unique():
+        try:
+            text = yaml.safe_load(Path(str(source)).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(text, dict):
+            return text
+    return {}
 
 
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:
@@ -246,6 +274,10 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         counts = dict(status.by_grid_task.get((grid, task), {}))
         kind = "study" if (group["kind"] == "study").any() else "grid"
         section = GridSection(grid, task, len(group), counts, is_reduced(grid), kind=kind)
+        spec = grid_file(group["source"]) if "source" in group else {}
+        if isinstance(spec.get("description"), str):
+            section.description = " ".join(spec["description"].split())
+        section.axes = declared_axes(spec, task) if spec else None
         for key, seen in provenance.items():
             if key in runs:
                 seen.update(str(v) for v in runs[key].dropna().unique())
