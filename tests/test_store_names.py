@@ -62,7 +62,7 @@ def _canonical(task: object, params: object) -> dict[str, object]:
     return canonical_params(task, params)  # type: ignore[arg-type]
 
 
-CLASHING = '''
+CLASHING = """
 from typing import Any, ClassVar
 from pydantic import Field
 from tasks.base import Result, TaskParams
@@ -84,7 +84,7 @@ class T:
 
 
 TASK = T
-'''
+"""
 
 
 def test_an_external_learner_that_clashes_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
