@@ -41,7 +41,7 @@ def test_theory_cost_marks_the_order_that_never_got_there(tmp_path: Path) -> Non
     ax = fig.axes[0]
     marks = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
     assert len(marks) == 2 and all(np.asarray(ln.get_xdata()).tolist() == [2] for ln in marks)  # L = 2, each precision
-    assert all("not reached by K ≤ 6" in ln.get_label() for ln in marks)
+    assert all("not reached by K ≤ 6" in str(ln.get_label()) for ln in marks)
     fig.canvas.draw()
     for axis in (ax.xaxis, ax.yaxis):
         ticks = np.asarray(axis.get_majorticklocs(), dtype=float)
