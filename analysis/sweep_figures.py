@@ -277,7 +277,7 @@ def summary_figures(sweep: Sweep, out_dir: Path, title: str) -> tuple[list[Path]
         for r, name in enumerate(names):
             ok = ~diverged & sweep.runs[name].notna()
             for c, param in enumerate(sweep.swept):
-                _summary_panel(axes[r, c], sweep, param, name, ok, diverged, legend=r == 0 and c == 0)
+                _summary_panel(axes[r, c], sweep, param, name, ok, diverged, legend=r == 0)
             axes[r, 0].set_ylabel(name)
             if _log_scale(sweep.runs.loc[ok, name]):
                 axes[r, 0].set_yscale("log")
