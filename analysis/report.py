@@ -88,6 +88,9 @@ class GridSection:
     study: StudyFigures | None = None
     description: str = ""  # the grid or study file's own `description:`
     axes: list[str] | None = None  # the params its file sweeps, where the file is there to read
+    baselines: pd.DataFrame | None = None  # a study's baseline runs: their params, status, `report:` metrics
+    metrics: list[str] = field(default_factory=list)  # a study's `report:` metrics
+    runs_metrics: pd.DataFrame | None = None  # run_id and those metrics, of every run of the study
 
     @property
     def label(self) -> str:
@@ -197,10 +200,19 @@ class Report:
         if study is not None:
             states = ", ".join(f"{k} {v}" for k, v in study.states.items()) or "none recorded"
             storage = f"; storage {code_md(study.storage)}" if study.storage else ""
-            lines.append(f"Trials: {escape_md(states)}{storage}. Plots: Optuna's own (`optuna.visualization`).")
+            lines.append(
+                f"Trials: {escape_md(states)}{storage}. Plots: Optuna's (`optuna.visualization`), titled with the "
+                "study's name; intermediate values coloured by how each trial ended."
+            )
             if study.best is not None and not study.best.empty:
                 best = study.best.rename(columns={"params_json": "params", "run_id": "run id"})
+                if s.metrics and s.runs_metrics is not None:  # the study's `report:` metrics of each trial's run
+                    best = best.merge(s.runs_metrics, how="left", left_on="run id", right_on="run_id").drop(
+                        columns="run_id"
+                    )
                 lines += ["", "Best trials (value: what Optuna was told, the study's objective):", "", *table(best)]
+        if s.baselines is not None and not s.baselines.empty:
+            lines += ["", "Baselines (the study file's `baselines:`, run beside the trials):", "", *table(s.baselines)]
         if s.note:
             lines += ["", escape_md(s.note)]
         if s.images:  # one paragraph: figures sit side by side where the page is wide enough
@@ -254,6 +266,30 @@ def grid_file(sources: pd.Series) -> dict[str, Any]:
     return {}
 
 
+def _shown(value: Any) -> Any:
+    """A metric as a table shows it: a null (a threshold never reached, a metric not measured) as '-'."""
+    return "-" if value is None or (not isinstance(value, list | tuple) and pd.isna(value)) else value
+
+
+def study_extras(section: GridSection, spec: dict[str, Any], group: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """A study section's `report:` metrics (of every run) and its baselines (members' block i is the
+    study file's i-th baseline): their params as the file gives them, status and those metrics."""
+    wanted = spec.get("report")
+    section.metrics = [str(m) for m in (wanted if isinstance(wanted, list) else []) if str(m) in runs]
+    if "run_id" in runs:
+        section.runs_metrics = runs[["run_id", *section.metrics]].astype(object).map(_shown)
+    given = [b.get("params", {}) if isinstance(b, dict) else {} for b in spec.get("baselines") or []]
+    rows = []
+    for block, run in group[group["block"] > 0].sort_values("block")[["block", "run_id"]].itertuples(index=False):
+        found = runs[runs["run_id"] == run] if "run_id" in runs else runs.iloc[:0]
+        status = str(found["status"].iloc[0]) if not found.empty else "missing"
+        params = given[int(block) - 1] if 0 < int(block) <= len(given) else {}
+        row = {"baseline": int(block), "params": json.dumps(params, sort_keys=True), "status": status}
+        row |= {m: _shown(found[m].iloc[0]) if not found.empty else "-" for m in section.metrics}
+        rows.append({**row, "run id": run})
+    section.baselines = pd.DataFrame(rows) if rows else None
+
+
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:
     out_dir = Path(out)
     fig_dir = out_dir / "figures"
@@ -278,6 +314,8 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         if isinstance(spec.get("description"), str):
             section.description = " ".join(spec["description"].split())
         section.axes = declared_axes(spec, task) if spec else None
+        if kind == "study":
+            study_extras(section, spec, group, runs)
         for key, seen in provenance.items():
             if key in runs:
                 seen.update(str(v) for v in runs[key].dropna().unique())
