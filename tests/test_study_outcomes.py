@@ -50,3 +50,22 @@ def test_intermediate_values_are_coloured_and_counted_by_outcome() -> None:
         kind = next(k for k, look in OUTCOME_STYLE.items() if look["marker"] == mark.get_marker())
         assert mark.get_color() == OUTCOME_STYLE[kind]["color"]
     assert lines and ax.get_ylabel() == "log10 err" and ax.get_xlabel() == "step"
+
+
+def test_the_console_names_each_baselines_params() -> None:
+    """`convgrid tune` names a baseline by what sets it apart from the trials, not by its run id alone."""
+    from pathlib import Path
+
+    from runner.tune.driver import baseline_params
+    from runner.tune.spec import load_study
+    from runner.tune.trials import TuneReport
+
+    (plan,) = load_study(Path(__file__).resolve().parents[1] / "studies" / "deep_linear" / "gd_step.yaml")
+    assert [baseline_params(plan, c) for c in plan.baselines] == [{"algo": "bcgd"}, {"algo": "bcgd", "n_iters": 17000}]
+    report = TuneReport(
+        "s",
+        "journal",
+        1,
+        baselines=[{"run_id": "ab", "status": "ok", "params": {"algo": "bcgd"}, "metrics": {"err_final": 0.5}}],
+    )
+    assert 'baseline run ab (ok) params {"algo": "bcgd"}: err_final=0.5' in report.format()
