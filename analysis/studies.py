@@ -138,8 +138,15 @@ def outcome(state: str, run_status: str | None) -> str:
 def intermediate_by_outcome(study: Any, outcomes: dict[int, str], reported: str | None) -> Any:
     """Every trial's intermediate values, coloured by how it ended (`outcomes`: trial number -> outcome,
     else from Optuna's state), its last value marked, one legend entry per outcome with its count."""
+    import matplotlib.style
     from matplotlib.lines import Line2D
 
+    # Optuna's plots drawn before this one switch matplotlib to its grey ggplot style: this one is ours
+    with matplotlib.style.context("default"), context():
+        return _intermediate(study, outcomes, reported, Line2D)
+
+
+def _intermediate(study: Any, outcomes: dict[int, str], reported: str | None, Line2D: Any) -> Any:  # noqa: N803
     fig, ax = new_figure(figsize=PLOT_SIZE)
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
