@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html as html_lib
 import json
+import math
 import os
 import struct
 import urllib.parse
@@ -91,6 +92,7 @@ class GridSection:
     baselines: pd.DataFrame | None = None  # a study's baseline runs: their params, status, `report:` metrics
     metrics: list[str] = field(default_factory=list)  # a study's `report:` metrics
     runs_metrics: pd.DataFrame | None = None  # run_id and those metrics, of every run of the study
+    references: list[tuple[str, float]] = field(default_factory=list)  # a study's baselines, as Optuna's values
 
     @property
     def label(self) -> str:
@@ -234,7 +236,9 @@ def _folder(name: str) -> str:
 def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, trials: pd.DataFrame) -> None:
     """The section's figures: Optuna's plots for a study, the learner's figure for a grid."""
     if section.kind == "study":
-        section.study = study_figures(root, section.grid, trials, fig_dir / _folder(section.grid))
+        section.study = study_figures(
+            root, section.grid, trials, fig_dir / _folder(section.grid), references=section.references
+        )
         section.images, section.note = section.study.images, section.study.note
         return
     found = figure_for(section.task, section.grid)
@@ -288,6 +292,15 @@ def study_extras(section: GridSection, spec: dict[str, Any], group: pd.DataFrame
         row |= {m: _shown(found[m].iloc[0]) if not found.empty else "-" for m in section.metrics}
         rows.append({**row, "run id": run})
     section.baselines = pd.DataFrame(rows) if rows else None
+    objective = spec.get("objective")
+    if isinstance(objective, dict) and objective.get("metric") in runs:
+        # each baseline's objective as Optuna was told a trial's (log10 where the study says `log: true`)
+        metric, log = str(objective["metric"]), bool(objective.get("log"))
+        for block, run in group[group["block"] > 0].sort_values("block")[["block", "run_id"]].itertuples(index=False):
+            found = runs.loc[runs["run_id"] == run, metric].astype(float)
+            value = float(found.iloc[0]) if not found.empty else math.nan
+            if math.isfinite(value) and (value > 0 or not log):
+                section.references.append((f"baseline {int(block)}", math.log10(value) if log else value))
 
 
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,12 @@ def _figure_of(drawn: Any) -> Any:
     return axes[0].figure
 
 
-def draw_study(study: Any, out_dir: Path, outcomes: dict[int, str] | None = None) -> tuple[list[Path], list[str]]:
+def draw_study(
+    study: Any,
+    out_dir: Path,
+    outcomes: dict[int, str] | None = None,
+    references: Sequence[tuple[str, float]] = (),
+) -> tuple[list[Path], list[str]]:
     """Optuna's plots of `study`, each a PNG (and SVG) in `out_dir` in the house style, and a line for
     each plot Optuna declined (too few trials for importances, say)."""
     from optuna.exceptions import ExperimentalWarning
@@ -199,6 +205,11 @@ def draw_study(study: Any, out_dir: Path, outcomes: dict[int, str] | None = None
                 declined.append(f"{stem}: {exc}")
                 continue
             _fit(fig)
+            if stem == "history" and references:  # what the tuned trials are to beat: the baselines
+                ax = fig.axes[0]
+                for i, (label, value) in enumerate(references):
+                    ax.axhline(value, linestyle="--", linewidth=1.2, color=COLORS[(i + 2) % len(COLORS)], label=label)
+                ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
             for ax in fig.axes[:1]:  # the study named in each plot's title (Optuna's name only the plot)
                 ax.set_title(f"{study.study_name}: {ax.get_title()[:1].lower()}{ax.get_title()[1:]}")
             # Optuna puts legends outside its axes: the saved page is cut around everything drawn
@@ -241,7 +252,13 @@ def _file_name(study: str, stem: str) -> str:
     return f"{safe}_{stem}"
 
 
-def study_figures(root: str | os.PathLike[str], name: str, trials: pd.DataFrame, out_dir: Path) -> StudyFigures:
+def study_figures(
+    root: str | os.PathLike[str],
+    name: str,
+    trials: pd.DataFrame,
+    out_dir: Path,
+    references: Sequence[tuple[str, float]] = (),
+) -> StudyFigures:
     """The plots and trial summary of study `name` (the plots left out, with the reason, where its
     storage cannot be opened from here)."""
     mine = trials[trials["study"] == name]
@@ -262,7 +279,7 @@ def study_figures(root: str | os.PathLike[str], name: str, trials: pd.DataFrame,
         out.states, out.best = trial_summary(trials, name, maximize=True)
     status = mine["run_status"] if "run_status" in mine else pd.Series(None, index=mine.index)
     ended = {int(n): outcome(str(st), rs) for n, st, rs in zip(mine["number"], mine["state"], status, strict=True)}
-    out.images, declined = draw_study(study, out_dir, ended)
+    out.images, declined = draw_study(study, out_dir, ended, references)
     if declined:
         out.note = "Optuna declined: " + "; ".join(declined)
     return out

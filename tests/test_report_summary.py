@@ -229,3 +229,11 @@ def test_a_study_section_gives_its_baselines_and_report_metrics(report: tuple[Pa
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[0] == "1" and cells[1] == '{"lr": null, "lr_rule": "optimal"}' and cells[2] == "ok"
     assert float(cells[3]) == pytest.approx(float(cells[4]))  # the optimal rule uses the theory's step
+
+
+def test_a_studys_history_draws_its_baselines_as_reference_lines(report: tuple[Path, Path]) -> None:
+    """The history plot shows what the tuned trials are to beat: each baseline's objective, as Optuna was
+    told a trial's (log10 of err_final here), a dashed line named in the legend."""
+    _, out = report
+    svg = (out / "figures" / "least_squares_gd_step" / "least_squares_gd_step_history.svg").read_text()
+    assert ">baseline 1<" in svg and ">least_squares_gd_step: optimization History Plot<" in svg
