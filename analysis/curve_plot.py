@@ -249,6 +249,34 @@ def _draw_stub(ax: Axes, ln: Line, limits: tuple[float, float] | None) -> None:
     ax.plot(x, y, label=ln.label, marker="x", markevery=[x.size - 1], markersize=7, mew=1.5, clip_on=False, **look)
 
 
+def end_at_floor(lines: Sequence[Line], floor: float) -> list[Line]:
+    """`lines` (drawn with values below `floor` set to it, as seed_lines(floor=...) gives them), each
+    converging line cut at the first step where its median reaches the floor: what follows is not a
+    measurement but the floor itself (the raw curve goes on far below), so it is not drawn as data."""
+    out = []
+    for ln in lines:
+        hit = np.flatnonzero(ln.y <= floor * (1 + 1e-9))
+        if ln.diverged or not hit.size:
+            out.append(ln)
+            continue
+        end = int(hit[0]) + 1
+        cut = Line(ln.label, ln.x[:end], ln.y[:end], seeds=ln.seeds, style=ln.style, key=ln.key)
+        cut.lo = ln.lo[:end] if ln.lo is not None else None
+        cut.hi = ln.hi[:end] if ln.hi is not None else None
+        out.append(cut)
+    return out
+
+
+def mark_floor(ax: Axes, lines: Sequence[Line], floor: float, what: str) -> None:
+    """A dotted line at `floor` and, where each converging line reached it, a filled marker: the
+    curve "reached tolerance" there (legend entry: `what`)."""
+    ax.axhline(floor, color="0.35", linestyle=":", linewidth=0.9, zorder=1)
+    reached = [ln for ln in lines if not ln.diverged and ln.y.size and ln.y[-1] <= floor * (1 + 1e-9)]
+    for i, ln in enumerate(reached):
+        color = ln.style.get("color", "0.3")
+        ax.plot([ln.x[-1]], [ln.y[-1]], "v", color=color, markersize=6, clip_on=False, label=what if i == 0 else "_")
+
+
 def seeds_note(lines: Sequence[Line]) -> str:
     """'median and IQR over 5 seeds' (or '2-5 seeds'), for the legend or a caption."""
     counts = sorted({ln.seeds for ln in lines if not ln.diverged})

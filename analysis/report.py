@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html as html_lib
 import json
+import math
 import os
 import struct
 import urllib.parse
@@ -20,11 +21,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import markdown as markdown_lib
 import markupsafe
 import pandas as pd
+import yaml
 
 from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
@@ -33,6 +36,7 @@ from analysis.markdown import code_md, escape_md, header, row, table
 from analysis.studies import StudyFigures, study_figures, trials_frame
 from analysis.style import DPI
 from analysis.summary import NO_DATA, claim_rows, failure_groups
+from analysis.sweep_figures import declared_axes, sweep_figures
 from runner.errors import redact
 from runner.store import ResultStore
 from runner.store.status import store_status
@@ -45,6 +49,7 @@ STATUS_COLUMNS = (*ALL_STATUSES, "missing")
 RERUN_GRID = "rerun"  # what `convgrid run --only` without a grid file links its runs to
 CSS_DPI = 96  # a CSS pixel is 1/96 inch
 MAX_IDS = 20  # run ids listed per failure reason; the rest are counted
+DEFAULT_FIGURES = "every field against the swept params"  # what a section drawn by analysis.sweep_figures says
 REDUCED_NOTE = "A verdict on a reduced grid only exercises the path; the paper's claim is decided on the full grid."
 
 
@@ -82,6 +87,12 @@ class GridSection:
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (title, table) of the claims it decided
     kind: str = "grid"  # or "study": its runs were asked for by an Optuna study
     study: StudyFigures | None = None
+    description: str = ""  # the grid or study file's own `description:`
+    axes: list[str] | None = None  # the params its file sweeps, where the file is there to read
+    baselines: pd.DataFrame | None = None  # a study's baseline runs: their params, status, `report:` metrics
+    metrics: list[str] = field(default_factory=list)  # a study's `report:` metrics
+    runs_metrics: pd.DataFrame | None = None  # run_id and those metrics, of every run of the study
+    references: list[tuple[str, float]] = field(default_factory=list)  # a study's baselines, as Optuna's values
 
     @property
     def label(self) -> str:
@@ -191,6 +202,8 @@ class Report:
 
     def _grid(self, s: GridSection, src: Callable[[Path], str]) -> list[str]:
         lines = ["", f"## {escape_md(s.grid)} ({escape_md(s.task)})", ""]
+        if s.description:
+            lines += [f"*{escape_md(s.description)}*", ""]
         if s.figure:
             lines.append(f"Figure {code_md(s.figure)}." + (f" {escape_md(s.note)}" if s.note else ""))
         elif s.note:
@@ -203,14 +216,25 @@ class Report:
 
     def _study(self, s: GridSection, src: Callable[[Path], str]) -> list[str]:
         lines = ["", f"## Study {escape_md(s.grid)} ({escape_md(s.task)})", ""]
+        if s.description:
+            lines += [f"*{escape_md(s.description)}*", ""]
         study = s.study
         if study is not None:
             states = ", ".join(f"{k} {v}" for k, v in study.states.items()) or "none recorded"
             storage = f"; storage {code_md(study.storage)}" if study.storage else ""
-            lines.append(f"Trials: {escape_md(states)}{storage}. Plots: Optuna's own (`optuna.visualization`).")
+            lines.append(
+                f"Trials: {escape_md(states)}{storage}. Plots: Optuna's (`optuna.visualization`), titled with the "
+                "study's name; intermediate values coloured by how each trial ended."
+            )
             if study.best is not None and not study.best.empty:
                 best = study.best.rename(columns={"params_json": "params", "run_id": "run id"})
+                if s.metrics and s.runs_metrics is not None:  # the study's `report:` metrics of each trial's run
+                    best = best.merge(s.runs_metrics, how="left", left_on="run id", right_on="run_id").drop(
+                        columns="run_id"
+                    )
                 lines += ["", "Best trials (value: what Optuna was told, the study's objective):", "", *table(best)]
+        if s.baselines is not None and not s.baselines.empty:
+            lines += ["", "Baselines (the study file's `baselines:`, run beside the trials):", "", *table(s.baselines)]
         if s.note:
             lines += ["", escape_md(s.note)]
         if s.images:  # one paragraph: figures sit side by side where the page is wide enough
@@ -232,18 +256,71 @@ def _folder(name: str) -> str:
 def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, trials: pd.DataFrame) -> None:
     """The section's figures: Optuna's plots for a study, the learner's figure for a grid."""
     if section.kind == "study":
-        section.study = study_figures(root, section.grid, trials, fig_dir / _folder(section.grid))
+        section.study = study_figures(
+            root, section.grid, trials, fig_dir / _folder(section.grid), references=section.references
+        )
         section.images, section.note = section.study.images, section.study.note
         return
     found = figure_for(section.task, section.grid)
     done = finished(runs)
-    if found is None:
-        section.note = "No figure module draws this grid."
-    elif done.empty:
-        section.figure, section.note = found[0], "No finished runs to draw."
+    out = fig_dir / _folder(section.grid)
+    if done.empty:
+        section.figure, section.note = (found[0] if found else None), "No finished runs to draw."
+    elif found is None:  # no paper's figure: every field against the swept params (analysis.sweep_figures)
+        section.figure = DEFAULT_FIGURES
+        title = f"{section.grid} ({section.task})"
+        section.images, section.note = sweep_figures(
+            done, curves(root, section.task, runs=done), out / _folder(section.task), title, section.axes
+        )
     else:
         section.figure = found[0]
-        section.images = found[1](done, curves(root, section.task, runs=done), fig_dir / _folder(section.grid))
+        section.images = found[1](done, curves(root, section.task, runs=done), out)
+
+
+def grid_file(sources: pd.Series) -> dict[str, Any]:
+    """The grid or study file that asked for the runs (members' `source`: the path it was run from),
+    parsed, where it is still there to read; {} otherwise."""
+    for source in sources.dropna().unique():
+        try:
+            text = yaml.safe_load(Path(str(source)).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(text, dict):
+            return text
+    return {}
+
+
+def _shown(value: Any) -> Any:
+    """A metric as a table shows it: a null (a threshold never reached, a metric not measured) as '-'."""
+    return "-" if value is None or (not isinstance(value, list | tuple) and pd.isna(value)) else value
+
+
+def study_extras(section: GridSection, spec: dict[str, Any], group: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """A study section's `report:` metrics (of every run) and its baselines (members' block i is the
+    study file's i-th baseline): their params as the file gives them, status and those metrics."""
+    wanted = spec.get("report")
+    section.metrics = [str(m) for m in (wanted if isinstance(wanted, list) else []) if str(m) in runs]
+    if "run_id" in runs:
+        section.runs_metrics = runs[["run_id", *section.metrics]].astype(object).map(_shown)
+    given = [b.get("params", {}) if isinstance(b, dict) else {} for b in spec.get("baselines") or []]
+    rows = []
+    for block, run in group[group["block"] > 0].sort_values("block")[["block", "run_id"]].itertuples(index=False):
+        found = runs[runs["run_id"] == run] if "run_id" in runs else runs.iloc[:0]
+        status = str(found["status"].iloc[0]) if not found.empty else "missing"
+        params = given[int(block) - 1] if 0 < int(block) <= len(given) else {}
+        row = {"baseline": int(block), "params": json.dumps(params, sort_keys=True), "status": status}
+        row |= {m: _shown(found[m].iloc[0]) if not found.empty else "-" for m in section.metrics}
+        rows.append({**row, "run id": run})
+    section.baselines = pd.DataFrame(rows) if rows else None
+    objective = spec.get("objective")
+    if isinstance(objective, dict) and objective.get("metric") in runs:
+        # each baseline's objective as Optuna was told a trial's (log10 where the study says `log: true`)
+        metric, log = str(objective["metric"]), bool(objective.get("log"))
+        for block, run in group[group["block"] > 0].sort_values("block")[["block", "run_id"]].itertuples(index=False):
+            found = runs.loc[runs["run_id"] == run, metric].astype(float)
+            value = float(found.iloc[0]) if not found.empty else math.nan
+            if math.isfinite(value) and (value > 0 or not log):
+                section.references.append((f"baseline {int(block)}", math.log10(value) if log else value))
 
 
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:
@@ -266,6 +343,12 @@ def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> R
         counts = dict(status.by_grid_task.get((grid, task), {}))
         kind = "study" if (group["kind"] == "study").any() else "grid"
         section = GridSection(grid, task, len(group), counts, is_reduced(grid), kind=kind)
+        spec = grid_file(group["source"]) if "source" in group else {}
+        if isinstance(spec.get("description"), str):
+            section.description = " ".join(spec["description"].split())
+        section.axes = declared_axes(spec, task) if spec else None
+        if kind == "study":
+            study_extras(section, spec, group, runs)
         for key, seen in provenance.items():
             if key in runs:
                 seen.update(str(v) for v in runs[key].dropna().unique())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pandas as pd
 
 from analysis.figures import save_figure
 from analysis.load import open_store
-from analysis.style import context
+from analysis.style import COLORS, context, new_figure
 from runner.store.trials import read_trials
 
 JOURNAL = "journal:"
@@ -91,7 +92,7 @@ def trial_summary(
     return states, best[["number", "value", "params_json", "run_id"]].reset_index(drop=True)
 
 
-def _plots(study: Any) -> list[tuple[str, Any]]:
+def _plots(study: Any, outcomes: dict[int, str] | None = None) -> list[tuple[str, Any]]:
     """(file stem, function drawing one plot) for every plot that fits the study."""
     from optuna.trial import TrialState
     from optuna.visualization import matplotlib as vis
@@ -115,8 +116,60 @@ def _plots(study: Any) -> list[tuple[str, Any]]:
         plots.append(("importances", lambda: vis.plot_param_importances(study, **target)))
     if any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
         reported = (study.user_attrs.get("convgrid") or {}).get("reported")  # studies before it: Optuna's label
-        plots.append(("intermediate", lambda: _labelled(vis.plot_intermediate_values(study), reported)))
+        plots.append(("intermediate", lambda: intermediate_by_outcome(study, outcomes or {}, reported)))
     return plots
+
+
+OUTCOME_STYLE: dict[str, dict[str, Any]] = {  # how each trial ended: colour, and the mark at its last reported step
+    "complete": {"color": COLORS[0], "marker": "o"},
+    "pruned": {"color": COLORS[4], "marker": "|"},
+    "diverged": {"color": COLORS[1], "marker": "x"},
+    "failed": {"color": COLORS[6], "marker": "s"},
+}
+
+
+def outcome(state: str, run_status: str | None) -> str:
+    """A trial's outcome as a reader asks it: its run diverged, else Optuna's state (RUNNING/WAITING: failed
+    to finish)."""
+    if run_status == "diverged":
+        return "diverged"
+    return {"COMPLETE": "complete", "PRUNED": "pruned"}.get(state, "failed")
+
+
+def intermediate_by_outcome(study: Any, outcomes: dict[int, str], reported: str | None) -> Any:
+    """Every trial's intermediate values, coloured by how it ended (`outcomes`: trial number -> outcome,
+    else from Optuna's state), its last value marked, one legend entry per outcome with its count."""
+    import matplotlib.style
+    from matplotlib.lines import Line2D
+
+    # Optuna's plots drawn before this one switch matplotlib to its grey ggplot style: this one is ours
+    with matplotlib.style.context("default"), context():
+        return _intermediate(study, outcomes, reported, Line2D)
+
+
+def _intermediate(study: Any, outcomes: dict[int, str], reported: str | None, Line2D: Any) -> Any:  # noqa: N803
+    fig, ax = new_figure(figsize=PLOT_SIZE)
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if not t.intermediate_values:
+            continue
+        kind = outcomes.get(t.number) or outcome(t.state.name, None)
+        counts[kind] = counts.get(kind, 0) + 1
+        steps = sorted(t.intermediate_values)
+        values = [t.intermediate_values[k] for k in steps]
+        look = OUTCOME_STYLE[kind]
+        ax.plot(steps, values, color=look["color"], linewidth=1.0, alpha=0.8)
+        ax.plot(steps[-1:], values[-1:], linestyle="none", markersize=6, mew=1.5, **look)
+    handles = [
+        Line2D([], [], linewidth=1.0, label=f"{kind} ({counts[kind]})", **OUTCOME_STYLE[kind])
+        for kind in OUTCOME_STYLE
+        if kind in counts
+    ]
+    ax.legend(handles=handles, title="trials by outcome (mark: last report)")
+    ax.set_xlabel("step")
+    ax.set_ylabel(reported or "intermediate value")
+    ax.set_title("intermediate values")
+    return ax
 
 
 def _labelled(ax: Any, y: str | None) -> Any:
@@ -131,7 +184,12 @@ def _figure_of(drawn: Any) -> Any:
     return axes[0].figure
 
 
-def draw_study(study: Any, out_dir: Path) -> tuple[list[Path], list[str]]:
+def draw_study(
+    study: Any,
+    out_dir: Path,
+    outcomes: dict[int, str] | None = None,
+    references: Sequence[tuple[str, float]] = (),
+) -> tuple[list[Path], list[str]]:
     """Optuna's plots of `study`, each a PNG (and SVG) in `out_dir` in the house style, and a line for
     each plot Optuna declined (too few trials for importances, say)."""
     from optuna.exceptions import ExperimentalWarning
@@ -140,13 +198,20 @@ def draw_study(study: Any, out_dir: Path) -> tuple[list[Path], list[str]]:
     declined: list[str] = []
     with context(), warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)  # Optuna marks its matplotlib plots experimental
-        for stem, plot in _plots(study):
+        for stem, plot in _plots(study, outcomes):
             try:
                 fig = _figure_of(plot())
             except (ValueError, RuntimeError) as exc:  # Optuna's word for "this study cannot be drawn so"
                 declined.append(f"{stem}: {exc}")
                 continue
             _fit(fig)
+            if stem == "history" and references:  # what the tuned trials are to beat: the baselines
+                ax = fig.axes[0]
+                for i, (label, value) in enumerate(references):
+                    ax.axhline(value, linestyle="--", linewidth=1.2, color=COLORS[(i + 2) % len(COLORS)], label=label)
+                ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+            for ax in fig.axes[:1]:  # the study named in each plot's title (Optuna's name only the plot)
+                ax.set_title(f"{study.study_name}: {ax.get_title()[:1].lower()}{ax.get_title()[1:]}")
             # Optuna puts legends outside its axes: the saved page is cut around everything drawn
             written += save_figure(fig, out_dir, _file_name(study.study_name, stem), tight=True)
     return written, declined
@@ -187,7 +252,13 @@ def _file_name(study: str, stem: str) -> str:
     return f"{safe}_{stem}"
 
 
-def study_figures(root: str | os.PathLike[str], name: str, trials: pd.DataFrame, out_dir: Path) -> StudyFigures:
+def study_figures(
+    root: str | os.PathLike[str],
+    name: str,
+    trials: pd.DataFrame,
+    out_dir: Path,
+    references: Sequence[tuple[str, float]] = (),
+) -> StudyFigures:
     """The plots and trial summary of study `name` (the plots left out, with the reason, where its
     storage cannot be opened from here)."""
     mine = trials[trials["study"] == name]
@@ -206,7 +277,9 @@ def study_figures(root: str | os.PathLike[str], name: str, trials: pd.DataFrame,
         out.best = None  # no single best: the Pareto front is the answer
     elif study.direction.name == "MAXIMIZE":
         out.states, out.best = trial_summary(trials, name, maximize=True)
-    out.images, declined = draw_study(study, out_dir)
+    status = mine["run_status"] if "run_status" in mine else pd.Series(None, index=mine.index)
+    ended = {int(n): outcome(str(st), rs) for n, st, rs in zip(mine["number"], mine["state"], status, strict=True)}
+    out.images, declined = draw_study(study, out_dir, ended, references)
     if declined:
         out.note = "Optuna declined: " + "; ".join(declined)
     return out

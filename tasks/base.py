@@ -323,3 +323,14 @@ def tagged_union(tag: str, default: str | None, *models: type[TaskParams]) -> An
 
     members = tuple(Annotated[m, Tag(get_args(m.model_fields[tag].annotation)[0])] for m in models)
     return Annotated[Union[members], Discriminator(pick)]  # noqa: UP007 - a runtime-built union
+
+
+def renamed(data: Any, old: str, new: str) -> Any:
+    """Raw params (a model's mode="before" input) with a renamed param's `old` key moved to `new`, so that
+    grid files and stored params_json written before the rename still validate; both given is an error.
+    Give the field `serialization_alias=old` too: run ids then hash the old name (runner.grid.identity)."""
+    if not isinstance(data, dict) or old not in data:
+        return data
+    if new in data:
+        raise ValueError(f"give {new!r} or its old name {old!r}, not both")
+    return {(new if k == old else k): v for k, v in data.items()}

@@ -213,3 +213,27 @@ def test_the_slice_plot_of_a_log_param_keeps_its_tick_labels_apart(low: float, h
     matplotlib.pyplot.close(fig)
     assert len(boxes) >= 2, [t.get_text() for t in shown]
     assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [t.get_text() for t in shown]
+
+
+def test_a_study_section_gives_its_baselines_and_report_metrics(report: tuple[Path, Path]) -> None:
+    """Issue 45: what the study is for is on its page: the file's description, its baselines with their
+    params and status, and its `report:` metrics beside the best trials and the baselines."""
+    _, out = report
+    md = (out / "report.md").read_text()
+    study = md.split("## Study least_squares_gd_step (least_squares)", 1)[1].split("\n## ", 1)[0]
+    assert "*TPE finds 2/(lambda_max+lambda_min) for GD on least squares*" in study
+    best, baselines = study.split("Baselines (", 1)
+    assert "| lr_opt_theory | lr_used |" in best  # the report: metrics of each best trial's run
+    header, _, row = baselines.split("\n")[2:5]
+    assert header.startswith("| baseline | params | status | lr_opt_theory | lr_used | run id |")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "1" and cells[1] == '{"lr": null, "lr_rule": "optimal"}' and cells[2] == "ok"
+    assert float(cells[3]) == pytest.approx(float(cells[4]))  # the optimal rule uses the theory's step
+
+
+def test_a_studys_history_draws_its_baselines_as_reference_lines(report: tuple[Path, Path]) -> None:
+    """The history plot shows what the tuned trials are to beat: each baseline's objective, as Optuna was
+    told a trial's (log10 of err_final here), a dashed line named in the legend."""
+    _, out = report
+    svg = (out / "figures" / "least_squares_gd_step" / "least_squares_gd_step_history.svg").read_text()
+    assert ">baseline 1<" in svg and ">least_squares_gd_step: optimization History Plot<" in svg

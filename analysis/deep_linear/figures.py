@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.aggregate import group_keys
 from analysis.aggregate import median_table as _median_table
-from analysis.curve_plot import Line, draw_lines, figure_legend, seed_lines
+from analysis.curve_plot import Line, add_legend, draw_lines, end_at_floor, figure_legend, mark_floor, seed_lines
 from analysis.figures import Figure, save_figure
 from analysis.load import finished
 from analysis.style import new_figure
@@ -67,8 +67,25 @@ def _draw(
     """The error against `x` (sweeps, iterations or flops), one line per group of `by`, clipped at the
     paper's floor; diverged runs are stubs (analysis.curve_plot)."""
     lines = seed_lines(_prep_runs(runs, by), curves, by, "err", x=x, label=label, style=style, floor=FLOOR)
-    draw_lines(ax, lines, XLABEL[x], _err_label(runs), legend=legend)
+    lines = end_at_floor(lines, FLOOR)  # past the floor a curve is not measured: it ends, marked, there
+    draw_lines(ax, lines, XLABEL[x], _err_label(runs), legend=False, include=[FLOOR])
+    mark_floor(ax, lines, FLOOR, f"reached the floor {FLOOR:g} (the paper's: below it, set to it)")
+    if x == "flops_t":
+        _scaled_axis(ax, lines)
+    if legend:
+        add_legend(ax, lines)
     return lines
+
+
+def _scaled_axis(ax: Any, lines: list[Line]) -> None:
+    """Flops as multiples of a power of ten named in the axis label, not an offset text in the corner."""
+    from matplotlib.ticker import FuncFormatter
+
+    top = max((float(np.nanmax(ln.x)) for ln in lines if ln.x.size), default=0.0)
+    power = int(np.floor(np.log10(top))) if top > 0 else 0
+    if power >= 3:
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 10**power:g}"))
+        ax.set_xlabel(f"{ax.get_xlabel()}, $\\times 10^{{{power}}}$")
 
 
 def _panels(
@@ -83,8 +100,10 @@ def _panels(
     name: str,
 ) -> list[Path]:
     fig, axes = new_figure(1, len(xs), figsize=(4.6 * len(xs), 4.2), squeeze=False)
-    for ax, x in zip(axes[0], xs, strict=True):
+    for i, (ax, x) in enumerate(zip(axes[0], xs, strict=True)):
         lines = _draw(ax, runs, curves, by, x, label, style, legend=False)
+        if i:
+            ax.set_ylabel("")  # one y-axis label for the row: the panels share what they draw
     figure_legend(fig, axes[0][0], lines)  # the same lines in every panel
     fig.suptitle(title)
     return save_figure(fig, out_dir, name)

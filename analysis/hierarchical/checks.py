@@ -176,7 +176,8 @@ def overparameterisation_needed(runs: pd.DataFrame, _: pd.DataFrame | None) -> V
     t = medians(wk, ["m"], "test_mse", never=None).sort_index()
     if len(t) < 2:
         return Verdict(NO_DATA, "needs two widths")
-    k2 = int(wk["k"].iloc[0][0]) if "k" in wk else int(t.index.min())
+    widths = next((c for c in ("target_widths", "k") if c in wk), None)  # "k": stores written before issue 45
+    k2 = int(wk[widths].iloc[0][0]) if widths else int(t.index.min())
     smallest, largest = float(t.iloc[0]), float(t.iloc[-1])
     fail = (wk["test_mse"].astype(float) > 0.01).groupby(wk["m"]).mean()
     return Verdict(

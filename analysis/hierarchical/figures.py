@@ -63,6 +63,7 @@ def c1_joint_vs_layerwise(
     runs = finished(runs)
     cells = _cells(runs, ["L", "dist"])
     fig, axes = new_figure(2, max(len(cells), 1), figsize=(4.2 * max(len(cells), 1), 7.0), squeeze=False)
+    drawn_below = curves is not None and not curves.empty and "fe_orth_l2_t" in curves  # its legend serves both
     for col, (depth_key, dist) in enumerate(cells):
         depth = int(str(depth_key))
         sub = runs[(runs["L"] == depth) & (runs["dist"] == dist)]
@@ -80,13 +81,15 @@ def c1_joint_vs_layerwise(
                     style,
                     marker="o",
                     color=color(i),
-                    label=f"gamma={gamma:g} {proto}",
+                    label=f"γ = {gamma:g}, {proto}",
                 )
         ax.set_xticks(range(depth), [f"after {top}" for top in range(2, depth + 1)] + ["final"])
+        ax.set_xlabel("training stage (layers trained so far)")
         ax.set_yscale("log")
         ax.set_ylabel("test MSE / Var(y) (median over seeds)")
         ax.set_title(f"C1: L = {depth}, {dist} inputs")
-        ax.legend()
+        if col == 0 and not drawn_below:  # every panel draws the same (γ, protocol) lines: one legend
+            ax.legend()
         ax = axes[1][col]
         if curves is not None and not curves.empty and "fe_orth_l2_t" in curves:
             # before K_2 is distilled the error is exactly 1: those epochs say nothing about BFC
@@ -96,12 +99,12 @@ def c1_joint_vs_layerwise(
                 distilled,
                 ["gamma", "protocol"],
                 "fe_orth_l2_t",
-                label=lambda k: f"gamma={k['gamma']:g} {k['protocol']}",
+                label=lambda k: f"γ = {k['gamma']:g}, {k['protocol']}",
                 style=_protocol_style(sorted(sub["gamma"].unique())),
             )
-            draw_lines(ax, lines, "epoch", "layer-2 feature error $fe_2$ (orthogonal Procrustes)")
+            draw_lines(ax, lines, "epoch", "layer-2 feature error $fe_2$ (orthogonal Procrustes)", legend=col == 0)
         ax.set_title("C2: layer-2 features along training")
-    fig.suptitle("joint (solid) vs layer-wise (dashed); prototype gap 8.5-74x")
+    fig.suptitle("Joint (solid) against layer-wise (dashed) training: test error after each stage, feature error")
     return save_figure(fig, out_dir, stem)
 
 
@@ -114,7 +117,7 @@ def c3_gap_sweep(runs: pd.DataFrame, _: pd.DataFrame, out_dir: Path, stem: str =
     ax.plot(proto["gamma"], proto["fe"], "s:", color="gray", label="spec prototype (1 seed)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("gamma = alpha_3 / alpha_2")
+    ax.set_xlabel("information gap γ = α₃ / α₂")
     ax.set_ylabel("fe_2 right after stage 2")
     ax.set_title("C3: over-fitting of layer 2 grows with the gap")
     ax.legend(title=ERRORBAR_NOTE)

@@ -79,15 +79,25 @@ def _default_json(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
+@cache
+def id_names(model: type[BaseModel]) -> dict[str, str]:
+    """field -> its name in run ids: a param renamed after runs were stored gives its old name as its
+    `serialization_alias` (tasks.base.renamed), so the ids of those runs, and of any cell asking for them
+    again, do not change; every other field is hashed under its own name."""
+    return {n: f.serialization_alias or n for n, f in model.model_fields.items()}
+
+
 def canonical_params(task: TaskIdentity, params: BaseModel) -> dict[str, Any]:
-    """Params that differ from their defaults (plus the union tag), as JSON-ready values."""
+    """Params that differ from their defaults (plus the union tag), as JSON-ready values, under their
+    names in run ids (`id_names`)."""
     full = params.model_dump(mode="json")
     keep = discriminators(task)
+    named = id_names(type(params))
     out: dict[str, Any] = {}
     for name, default_json in _default_json(type(params)).items():
         value = full[name]
         if name in keep or default_json is _REQUIRED or value != default_json or type(value) is not type(default_json):
-            out[name] = value
+            out[named[name]] = value
     return out
 
 

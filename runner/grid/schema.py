@@ -17,7 +17,7 @@ import pyarrow as pa
 from runner.grid.identity import variants
 from runner.store.columns import CURVE_COLUMNS, PARTITION, RUN_COLUMNS, curve_column
 from tasks.base import Task, TaskIdentity
-from tasks.registry import get_task, learner_package
+from tasks.registry import builtin_task_names, get_task, learner_package
 
 FIELD_TYPES: dict[str, pa.DataType] = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
 
@@ -110,5 +110,28 @@ def _schemas(name: str, package: str) -> tuple[pa.Schema, pa.Schema]:
         return cached
     task = get_task(name)
     schemas = runs_schema(task), curves_schema(task)
+    if name not in builtin_task_names():  # a learner registered from outside: checked against ours first
+        clashes = name_clashes(
+            {name: schemas[0], **{b: _schemas(b, learner_package(b))[0] for b in builtin_task_names()}}
+        )
+        if clashes:
+            raise TypeError(f"learner {name!r} ({package}): " + "; ".join(clashes))
     schema_cache.store_schemas(path, schemas)
     return schemas
+
+
+def name_clashes(runs: Mapping[str, pa.Schema]) -> list[str]:
+    """What would break a read of every task's runs at once (`pd.read_parquet("R/runs")`, DuckDB's
+    `read_parquet(..., union_by_name=true)`, polars, pyarrow.dataset): two learners' columns of one name
+    with different types, or names that differ only in case (DuckDB's names are case-insensitive). One
+    line per clash, naming the learners, columns and types; [] when there is none."""
+    seen: dict[str, dict[tuple[str, str], list[str]]] = {}
+    for task, schema in sorted(runs.items()):
+        for f in schema:
+            seen.setdefault(f.name.casefold(), {}).setdefault((f.name, str(f.type)), []).append(task)
+    out = []
+    for variants_of in seen.values():
+        if len(variants_of) > 1:
+            shown = ", ".join(f"{'/'.join(ts)}: {n} {t}" for (n, t), ts in sorted(variants_of.items()))
+            out.append(f"columns of one name with different types or cases ({shown}); rename the param or field")
+    return out

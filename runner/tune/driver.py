@@ -40,6 +40,7 @@ from runner.execute.base import Executor, ForecastsWork, ReportChannel, ReportSp
 from runner.execute.options import ExecutionOptions, ExecutorKind, as_options
 from runner.execute.progress import Progress
 from runner.grid.cells import Cell
+from runner.grid.identity import canonical_params
 from runner.run.members import member_row
 from runner.run.persist import execute_cells
 from runner.run.plan import plan
@@ -62,6 +63,7 @@ from runner.tune.pruning import PruningHub
 from runner.tune.schedule import TrialSchedule
 from runner.tune.spec import StudyPlan, with_overrides
 from runner.tune.trials import TuneReport, fail_reason, missing_rows, run_status, trial_row, trial_run_id
+from tasks.registry import get_spec
 from tasks.status import FAILED, PRUNED, RETRY_ON_REQUEST, is_settled
 
 __all__ = ["JOURNAL_NAME", "TuneReport", "run_study", "study_lease", "tune", "with_overrides"]
@@ -260,6 +262,7 @@ class StudyDriver:
                 {
                     "run_id": c.run_id,
                     "status": run.get("status", "missing"),
+                    "params": baseline_params(p, c),
                     "metrics": {m: run.get(m) for m in metrics},
                 }
             )
@@ -329,3 +332,10 @@ def tune(
     finally:
         if executor is None:
             runner.close()
+
+
+def baseline_params(plan: StudyPlan, cell: Cell) -> dict[str, Any]:
+    """What sets a baseline apart from the study's trials: its params that are not the task's defaults
+    and not the study's fixed `params:` (BCGD with the line-search step, say)."""
+    own = canonical_params(get_spec(plan.task), cell.params)
+    return {k: v for k, v in own.items() if plan.fixed.get(k, object()) != v}

@@ -136,7 +136,8 @@ class TuneReport:
                 f"run {b['run_id']} {_fmt(b['metrics'])}"
             )
         for b in self.baselines:
-            out.append(f"  baseline run {b['run_id']} ({b['status']}): {_fmt(b['metrics'])}")
+            params = f" params {json.dumps(b['params'], sort_keys=True)}" if b.get("params") else ""
+            out.append(f"  baseline run {b['run_id']} ({b['status']}){params}: {_fmt(b['metrics'])}")
         out.append(f"  storage {self.storage}")
         return "\n".join(out)
 

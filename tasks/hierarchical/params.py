@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.base import DType, TaskParams, TaskSpec, tagged_union
+from tasks.base import DType, TaskParams, TaskSpec, renamed, tagged_union
 
 DEFAULT_K = (6, 4, 3, 2)
 MAX_L = 5
@@ -42,8 +42,13 @@ class TargetFields(TaskParams):
 
     d: int = Field(20, ge=2, le=512, description="input dimension")
     L: int = Field(3, ge=2, le=MAX_L, description="number of target layers (degree 2^L)")
-    k: list[int] | None = Field(
-        None, description="target widths k_2..k_L (length L-1, non-increasing, k_2 <= d); None: (6,4,3,2)[:L-1]"
+    # Named `k` until issue 45 (a list beside ldminv's int `K` and linear_resnet's int `k` broke whole-store
+    # reads): `k` is still taken on input, and run ids still hash it as `k` (serialization_alias), so every
+    # stored run keeps its id.
+    target_widths: list[int] | None = Field(
+        None,
+        serialization_alias="k",
+        description="target widths k_2..k_L (length L-1, non-increasing, k_2 <= d); None: (6,4,3,2)[:L-1]; old name: k",
     )
     gamma: float = Field(0.3, gt=0.0, le=10.0, description="information gap: alpha_l = gamma^(l-2)")
     j_type: JType = Field(
@@ -66,13 +71,14 @@ class TargetFields(TaskParams):
     @model_validator(mode="before")
     @classmethod
     def _fill_k(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("k") is None:
+        data = renamed(data, "k", "target_widths")
+        if isinstance(data, dict) and data.get("target_widths") is None:
             try:
                 depth = int(data.get("L", cls.model_fields["L"].default))
             except (TypeError, ValueError):
                 return data
             if 2 <= depth <= MAX_L:
-                return {**data, "k": list(DEFAULT_K[: depth - 1])}
+                return {**data, "target_widths": list(DEFAULT_K[: depth - 1])}
         return data
 
     @model_validator(mode="after")
@@ -86,9 +92,14 @@ class TargetFields(TaskParams):
             raise ValueError(f"k must be non-increasing (spec 1.3 monotone), got {ks}")
         return self
 
+    @property
+    def k(self) -> list[int] | None:
+        """The target widths under their old name (the spec's k_l)."""
+        return self.target_widths
+
     def widths(self) -> list[int]:
-        assert self.k is not None
-        return list(self.k)
+        assert self.target_widths is not None
+        return list(self.target_widths)
 
     def tseed(self) -> int:
         return self.seed if self.target_seed is None else self.target_seed

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from tasks.base import DType, TaskParams, TaskSpec
+from tasks.base import DType, TaskParams, TaskSpec, renamed
 
 Model = Literal["resnet", "standard"]
 Transform = Literal["gaussian", "identity", "modified_identity"]
@@ -34,7 +34,12 @@ class LinearResNetCommon(TaskParams):
 
     # --- data (paper §5: X in R^{10x1000} standard normal, Y = -X + 0.1 E) ---
     d: int = Field(10, ge=1, le=4096, description="input dimension (rows of X)")
-    k: int = Field(10, ge=1, le=4096, description="output dimension (rows of Y)")
+    # Named `k` until issue 45 (beside ldminv's `K` and hierarchical's list `k`, it broke whole-store reads):
+    # `k` is still taken on input, and run ids still hash it as `k` (serialization_alias), so every stored
+    # run keeps its id; `p.k` still reads it.
+    d_out: int = Field(
+        10, ge=1, le=4096, serialization_alias="k", description="output dimension (rows of Y); old name: k"
+    )
     n: int = Field(1000, ge=1, le=10_000_000, description="number of samples (columns of X)")
     target: Target = Field(
         "neg_identity",
@@ -95,6 +100,7 @@ class LinearResNetCommon(TaskParams):
     @classmethod
     def _fill_resolved_defaults(cls, data: Any) -> Any:
         """Put the value a variant uses into its variant-only fields (see module docstring)."""
+        data = renamed(data, "k", "d_out")
         if not isinstance(data, dict):
             return data
         out = dict(data)
@@ -103,7 +109,7 @@ class LinearResNetCommon(TaskParams):
         if out["step_rule"] == "normalized" and out.get("c") is None:
             out["c"] = DEFAULT_C
         m = _as_int(out.get("m", cls.model_fields["m"].default))
-        k = _as_int(out.get("k", cls.model_fields["k"].default))
+        k = _as_int(out.get("d_out", cls.model_fields["d_out"].default))
         transform = out.get("transform", cls.model_fields["transform"].default)
         if transform == "gaussian":
             if out.get("a_var") is None and m:
@@ -115,6 +121,11 @@ class LinearResNetCommon(TaskParams):
         if out.get("model") == "standard" and out.get("w_var") is None and m:
             out["w_var"] = 1.0 / m
         return out
+
+    @property
+    def k(self) -> int:
+        """The output dimension under its old name (the learner's code and the paper call it k)."""
+        return self.d_out
 
     @model_validator(mode="after")
     def _check_variant(self) -> LinearResNetCommon:
