@@ -64,16 +64,22 @@ def example_results(name: str) -> list[dict[str, Any]]:
     return out
 
 
-def differences(want: Any, got: Any, where: str = "") -> list[str]:
-    """Where `got` differs from `want`: floats beyond RTOL, anything else at all."""
+def differences(want: Any, got: Any, where: str = "", added: list[str] | None = None) -> list[str]:
+    """Where `got` differs from `want`: floats beyond RTOL, anything else at all. Where `added` is a list,
+    keys `got` has and `want` lacks (a new summary field) go there instead: the values a stored run has
+    are what counts for its run id, and a field added later reads as null for older runs."""
     if isinstance(want, dict) and isinstance(got, dict):
-        if want.keys() != got.keys():
+        extra = sorted(set(got) - set(want))
+        if set(want) - set(got) or (extra and added is None):
             return [f"{where}: keys {sorted(want)} -> {sorted(got)}"]
-        return [d for k in want for d in differences(want[k], got[k], f"{where}.{k}")]
+        if added is not None:
+            added += [f"{where}.{k}" for k in extra]
+        return [d for k in want for d in differences(want[k], got[k], f"{where}.{k}", added)]
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{where}: {len(want)} values -> {len(got)}"]
-        return [d for i, (a, b) in enumerate(zip(want, got, strict=True)) for d in differences(a, b, f"{where}[{i}]")]
+        pairs = enumerate(zip(want, got, strict=True))
+        return [d for i, (a, b) in pairs for d in differences(a, b, f"{where}[{i}]", added)]
     if isinstance(want, float) or isinstance(got, float):
         if isinstance(want, bool) or isinstance(got, bool) or not isinstance(want, int | float):
             return [] if want == got else [f"{where}: {want!r} -> {got!r}"]

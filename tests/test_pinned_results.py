@@ -26,10 +26,15 @@ def test_results_change_only_with_the_version(name: str) -> None:
         )
     if [r["params"] for r in pinned["results"]] != [r["params"] for r in got]:
         pytest.fail(f"{name}'s examples changed: pin their results with `python -m tests.pinned_results`")
-    found = differences(pinned["results"], got, name)
+    added: list[str] = []
+    found = differences(pinned["results"], got, name, added)
     assert not found, (
         f"{name}'s results changed while its version stayed {version} (bump `version` in tasks/{name}/params.py, "
         f"then `python -m tests.pinned_results`): " + "; ".join(found[:5])
+    )
+    assert not added, (
+        f"{name} gained result fields, its pinned ones unchanged (no version bump needed: older runs read them "
+        f"as null): pin them with `python -m tests.pinned_results`: {', '.join(sorted(set(added))[:8])}"
     )
 
 
@@ -37,6 +42,11 @@ def test_a_changed_result_is_caught() -> None:
     """The comparison itself: a float moved past 1e-6, a step more, a status, a curve row less."""
     base = {"status": "ok", "n_steps": 10, "summary": {"err": 0.125, "it": 7}, "curve": {"err": [1.0, 0.5]}}
     assert differences(base, json.loads(json.dumps(base))) == []
+    grown = {**base, "summary": {"err": 0.125, "it": 7, "new": 1.0}}
+    added: list[str] = []
+    assert differences(base, grown, "t", added) == [] and added == ["t.summary.new"]
+    assert differences(base, grown), "a new field is a difference where none is allowed"
+    assert differences(grown, base, "t", []), "a field lost always is"
     assert differences(base, {**base, "summary": {"err": 0.125 * (1 + 1e-9), "it": 7}}) == []
     for changed in (
         {**base, "summary": {"err": 0.125 * (1 + 1e-5), "it": 7}},
