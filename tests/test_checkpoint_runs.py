@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from runner.execute.checkpointing import PREEMPT, begin_preemption, encode
+from runner.execute.checkpointing import PREEMPT, begin_preemption, encode, preemptible
 from runner.execute.options import ExecutionOptions
 from runner.fs.root import Root, open_root
 from runner.grid.identity import validate_params
@@ -203,6 +203,24 @@ def test_a_preempted_run_is_not_stored_and_resumes_with_the_next_command(tmp_pat
 def test_sigterm_without_runs_in_flight_stops_at_once() -> None:
     assert not begin_preemption(lambda: None)
     assert not PREEMPT.is_set()
+
+
+def test_a_sigterm_repeated_at_once_is_the_same_preemption_a_later_one_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SLURM signals every process of a job: the driver gets SIGTERM from slurmd and again from the job's
+    script. That repeat must not cut the runs' grace short (tests/test_slurm.py, `scontrol requeue`); a
+    second SIGTERM later than REPEAT_S stops at once."""
+    from runner.execute import checkpointing
+
+    stopped = threading.Event()
+    try:
+        with preemptible(60.0):
+            assert begin_preemption(stopped.set)
+            assert begin_preemption(stopped.set), "the repeat within REPEAT_S is absorbed"
+            monkeypatch.setattr(checkpointing, "REPEAT_S", 0.0)
+            assert not begin_preemption(stopped.set), "a second SIGTERM later stops at once"
+    finally:
+        PREEMPT.clear()
+    assert not stopped.is_set()
 
 
 @pytest.fixture(scope="module")

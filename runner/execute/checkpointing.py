@@ -211,6 +211,12 @@ def preempt_on_sigterm(grace_s: float, idle: Callable[[], bool]) -> bool:
 _listeners: list[Callable[[], None]] = []  # pass a preemption on (a Ray pool tells its actors)
 _armed: list[float] = []  # the grace periods of the `preemptible` sections now open (innermost last)
 _settled = threading.Event()  # the section closed: the runs in flight came back
+# A SIGTERM this soon after the one that began the preemption is the same stop delivered twice, not a
+# second one: SLURM's job kill (scancel, `scontrol requeue`, a preemption, the time limit) signals every
+# process of the job, so the driver gets it from slurmd and again from the job's script, which passes
+# the SIGTERM it gets on to the driver (it must: `--signal=B:TERM@S` signals the script alone).
+REPEAT_S = 2.0
+_began: list[float] = []  # when this process's preemption began
 
 
 def on_preempt(listener: Callable[[], None]) -> Callable[[], None]:
@@ -238,11 +244,15 @@ class preemptible:  # noqa: N801 - a context manager read as a phrase: `with pre
 
 def begin_preemption(then: Callable[[], None]) -> bool:
     """Preempt this process's runs: set PREEMPT, tell the listeners, and call `then` (which stops the
-    process) once the grace period passed with runs still in flight. False where no runs execute now
-    (the caller stops at once)."""
+    process) once the grace period passed with runs still in flight. False where no runs execute now,
+    or on a second SIGTERM more than REPEAT_S seconds after the first (the caller stops at once); True,
+    doing nothing more, on one sooner (the same stop delivered twice)."""
+    if PREEMPT.is_set() and _began and time.monotonic() - _began[-1] < REPEAT_S:
+        return True  # the same SIGTERM again (REPEAT_S): the preemption under way goes on
     if not _armed or PREEMPT.is_set():
         return False
     grace = _armed[-1]
+    _began.append(time.monotonic())
     PREEMPT.set()
 
     def wait() -> None:
@@ -252,6 +262,7 @@ def begin_preemption(then: Callable[[], None]) -> bool:
             except Exception as exc:  # noqa: BLE001 - a worker gone already: its runs resume next time anyway
                 warnings.warn(f"convgrid: a preemption was not passed on: {exc}", stacklevel=1)
         if not _settled.wait(grace):
+            _began.clear()  # the SIGTERM `then` sends itself at the grace's end is no repeat: it stops
             then()
 
     threading.Thread(target=wait, name="convgrid-preempt", daemon=True).start()
