@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,10 @@ def _state(job: str) -> str:
     return found.group(1) if found else ""
 
 
+def _node_state() -> str:
+    return subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, timeout=60).stdout.strip()
+
+
 def _ended(job: str) -> bool:
     return _state(job) in ENDED
 
@@ -192,37 +197,126 @@ def test_an_sbatched_grid_runs_to_the_end_on_ray_in_the_job(
     assert "#SBATCH --time=5:00" in script.read_text()
 
 
+# A grid of checkpointable runs of about two seconds each on an idle machine (tests/test_checkpoint_runs.py's)
+RESUME_TASK = "least_squares"
+RESUME_RUNS = 4
+RESUME_SPEC: dict[str, Any] = {
+    "name": "slurm_resume",
+    "blocks": [
+        {
+            "task": RESUME_TASK,
+            "params": {"d_in": 8, "d_out": 2, "m": 30, "lr": 0.02, "tol": 1e-300, "n_iters": 40_000, "log_every": 500},
+            "product": {"seed": list(range(RESUME_RUNS))},
+        }
+    ],
+}
+
+
+def _saved(results: Path) -> set[str]:
+    """The checkpoint files held now, as run/file (a committed run's are deleted)."""
+    from runner.store.checkpoints import CHECKPOINTS_DIR
+
+    folder = results / CHECKPOINTS_DIR / RESUME_TASK / "runs"
+    try:
+        return {f"{run.name}/{f.name}" for run in folder.iterdir() for f in run.iterdir() if f.suffix == ".ckpt"}
+    except FileNotFoundError:
+        return set()
+
+
+def _own(results: Path) -> tuple[Any, dict[str, Any]]:
+    """The runs' own numbers (their summaries) and each run's curve, by run id, as pandas frames."""
+    from tasks import get_task
+
+    own = ["run_id", "status", "n_steps", "flops", "diverged_step", *get_task(RESUME_TASK).summary_fields]
+    store = ResultStore(results)
+    runs = store.read_runs(RESUME_TASK).select(own).to_pandas().sort_values("run_id").reset_index(drop=True)
+    curves = store.read_curves(RESUME_TASK).to_pandas()
+    by_run = {
+        rid: curves[curves["run_id"] == rid].drop(columns=["run_id"]).sort_values("step").reset_index(drop=True)
+        for rid in runs["run_id"]
+    }
+    return runs, by_run
+
+
 @pytest.mark.services
-def test_a_job_signalled_mid_grid_is_requeued_and_stores_every_run_once(
+def test_a_preempted_and_requeued_job_resumes_its_runs_from_their_checkpoints(
     tmp_path: Path, slurm: str, cli: Callable[..., Any]
 ) -> None:
-    """The time limit's warning (--signal=B:USR1@S, here sent at once with scancel): the script stops the
-    driver with SIGTERM, which commits what finished and exits 143, and requeues the job; its second
-    start skips the stored runs and runs the rest. Every run is stored once and computed to its end once
-    (the learner's ledger, outside the store)."""
-    ledger = tmp_path / "ledger"
-    grid = _grid(tmp_path, "slurm_requeue", 12, sleep_s=0.4, ledger=str(ledger))
+    """Both ways SLURM stops a job to run it again, each caught while a run is half done and has saved:
+    the time limit's warning (--signal=B:USR1@S, sent here at once with scancel), on which the script
+    stops the driver with SIGTERM and requeues the job, and `scontrol requeue` (what a preemption with
+    PreemptMode=REQUEUE does), on which SLURM sends SIGTERM to every process of the job and requeues it
+    itself. Each time the driver's SIGTERM preempts its runs (runner.cli.preempt_or_terminate): the run in
+    flight saves its state and stops unstored, the driver exits 143. The third start finishes the grid:
+    every run stored once and ok, runs resumed from the step they saved (attempts' resumed_from), and the
+    store, summaries and curves, bit for bit that of the grid run uninterrupted in process."""
+    from runner.execute.options import ExecutionOptions
+    from runner.run.grid_run import run_grid
+
+    grid = tmp_path / "slurm_resume.yaml"
+    grid.write_text(yaml.safe_dump(RESUME_SPEC))
     results = tmp_path / "results"
+    t0 = time.monotonic()
     job = _submit(
         cli, "run", str(grid), "--results", str(results), "--executor", "local", "--no-progress",
-        "--flush-every", "1", "--slurm", "--time=5:00",
+        "--flush-every", "1", "--checkpoint-every", "0.2", "--slurm", "--time=5:00",
     )  # fmt: skip
-    _wait_for("three stored runs", lambda: _stored(results) >= 3)
+    output = results / "slurm" / f"slurm_resume-{job}.out"
+
+    def stored() -> int:
+        return (
+            ResultStore(results).read_runs(RESUME_TASK, columns=["status"]).num_rows
+            if (results / "runs").exists()
+            else 0
+        )
+
+    def restart() -> None:
+        """Start the requeued job as soon as SLURM allows: it holds a requeued job back until its last
+        start's credential expired (its BeginTime: cred_expire, 5 s in .ci/slurm.sh's cluster, 120 s by
+        default; started sooner, its launch fails), then schedules it at its next pass: this asks now."""
+        _wait_for(f"job {job} requeued", lambda: _state(job) == "PENDING")
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=60).stdout
+        begin = datetime.fromisoformat(re.search(r"StartTime=(\S+)", shown).group(1))  # type: ignore[union-attr]
+        _wait_for(f"job {job}'s BeginTime {begin}", lambda: datetime.now() > begin)
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+
+    # start 1: the first run saved on its way, then the time limit's warning
+    _wait_for("a run saving", lambda: bool(_saved(results)))
     subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
-    # SLURM holds a requeued job back (its BeginTime, about two minutes): let it start now
-    _wait_for(f"job {job} requeued", lambda: _state(job) == "PENDING")
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+    restart()
+    # start 2: a run stored and the next one saved by this start (a file not held before), then SLURM's requeue
+    held = _saved(results)
+    _wait_for("start 2 storing a run and saving the next", lambda: stored() >= 1 and bool(_saved(results) - held))
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    restart()
     _wait_for(f"job {job} to end", lambda: _ended(job))
-    output = (results / "slurm" / f"slurm_requeue-{job}.out").read_text()
-    assert _state(job) == "COMPLETED", output
-    assert "(start 1)" in output and "(start 2)" in output
-    assert "the driver stopped (exit 143) and the job is requeued" in output
-    first_start = output.split("(start 2)")[0]
-    assert "stopped by SIGTERM; finished runs are in the store" in first_start
+    took = time.monotonic() - t0
+    text = output.read_text()
+    assert _state(job) == "COMPLETED", text
+    starts = re.split(r"convgrid: job \d+ \(start \d\)", text)[1:]
+    assert len(starts) == 3, text
+    for stopped in starts[:2]:  # the driver preempted, its runs saved and stopped
+        assert "stopped by SIGTERM; finished runs are in the store and running ones saved their state" in stopped, text
+        assert "driver exit 143" in stopped, text
+    assert "the time limit is near; the driver stopped (exit 143) and the job is requeued" in starts[0]
+    assert "driver exit 0" in starts[2], text
+
     store = ResultStore(results)
-    runs = store.read_runs("faulty", columns=["status", "x"])
-    assert sorted(runs["x"].to_pylist()) == [float(i) for i in range(1, 13)]
-    assert set(runs["status"].to_pylist()) == {"ok"}
-    assert store.read_attempts("faulty").num_rows == 12  # no run stored twice
-    computed = sorted(float(line.split()[0]) for line in ledger.read_text().splitlines())
-    assert computed == [float(i) for i in range(1, 13)]  # none computed to its end twice
+    attempts = store.read_attempts(RESUME_TASK, ["resumed_from"]).to_pylist()
+    assert len(attempts) == RESUME_RUNS, attempts  # every run stored once: no attempt stored failed or twice
+    resumed = [a["resumed_from"] for a in attempts if a["resumed_from"]]
+    assert resumed and all(0 < s < 40_000 for s in resumed), attempts
+    print(f"the job's three starts: {took:.1f} s; {len(resumed)} runs resumed, {sum(resumed)} steps saved")
+    assert not _saved(results), "a committed run's checkpoints are deleted"
+
+    alone = tmp_path / "alone"
+    run_grid(RESUME_SPEC, alone, ExecutionOptions(executor="local", progress=False, checkpoints=False))
+    import pandas as pd
+
+    runs, curves = _own(results)
+    runs_alone, curves_alone = _own(alone)
+    assert set(runs["status"]) == {"ok"}
+    pd.testing.assert_frame_equal(runs, runs_alone, check_exact=True)  # NaN equals NaN; floats bit for bit
+    assert curves.keys() == curves_alone.keys()
+    for rid, curve in curves.items():
+        pd.testing.assert_frame_equal(curve, curves_alone[rid], check_exact=True, obj=f"run {rid}'s curve")
