@@ -66,6 +66,36 @@ def sbatch_lines(options: list[str]) -> list[str]:
     return [f"#SBATCH {line}" for line in lines]
 
 
+def warning_s(options: list[str]) -> float | None:
+    """Seconds before the time limit the job's `--signal` is sent (sbatch's `[B:]SIG[@S]`; 60 without
+    `@`), from the options given or the template's; None where the options drop it."""
+    for line in sbatch_lines(options):
+        found = re.match(r"#SBATCH --signal[= ](\S+)$", line)
+        if found:
+            _, at, seconds = found.group(1).partition("@")
+            try:
+                return float(seconds) if at else 60.0
+            except ValueError:
+                raise ConfigError(
+                    f"--signal={found.group(1)}: its time after '@' is not seconds", key="--signal"
+                ) from None
+    return None
+
+
+def check_grace(options: list[str], grace_s: float) -> None:
+    """The runs' preemption grace must end before the time limit: the signal comes `warning_s` before
+    it, and the driver then takes up to `grace_s` for its runs to save (then it commits, and the script
+    requeues the job). ConfigError where it would not."""
+    lead = warning_s(options)
+    if lead is not None and grace_s >= lead:
+        raise ConfigError(
+            f"--preempt-grace {grace_s:g} s does not end before the time limit: the job's signal comes "
+            f"{lead:g} s before it (--signal): give a shorter --preempt-grace or an earlier signal "
+            f"(--signal=B:USR1@{int(grace_s) + 60})",
+            key="--preempt-grace",
+        )
+
+
 def render(
     driver_args: list[str], options: list[str], name: str, what: str, folder: Path, ray: bool, now: datetime
 ) -> str:

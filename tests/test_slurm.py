@@ -76,6 +76,31 @@ def test_slurm_with_address_or_without_sbatch_is_a_clear_error(
     assert not (results / "slurm").exists() or not list((results / "slurm").iterdir())
 
 
+def test_a_preemption_grace_that_outlasts_the_time_limit_warning_is_refused(
+    tmp_path: Path, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The time limit's signal (the template's B:USR1@120, or the user's) must leave the runs their grace:
+    refused before anything is written or submitted (a stand-in sbatch that would record a submission)."""
+    from cluster.slurm import warning_s
+
+    assert warning_s([]) == 120.0 and warning_s(["--signal", "B:USR1"]) == 60.0
+    assert warning_s(["--signal=B:USR1@600"]) == 600.0
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ntouch {tmp_path}/submitted\necho 7\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    grid, results = _grid(tmp_path, "g", 2), tmp_path / "results"
+    late = cli("run", str(grid), "--results", str(results), "--preempt-grace", "120", "--slurm", "--nodes=1")
+    assert late.returncode == 2 and "--preempt-grace 120 s" in late.stderr and "120 s before it" in late.stderr
+    bad = cli("run", str(grid), "--results", str(results), "--slurm", "--signal=B:USR1@soon")
+    assert bad.returncode == 2 and "--signal=B:USR1@soon" in bad.stderr
+    assert not (tmp_path / "submitted").exists() and not list(results.glob("slurm/*.sbatch"))
+    longer = ("--preempt-grace", "120", "--slurm", "--signal=B:USR1@300")
+    assert cli("run", str(grid), "--results", str(results), *longer).returncode == 0
+    assert (tmp_path / "submitted").exists()
+
+
 def test_tune_with_slurm_writes_the_study_command_and_prints_the_job_id(
     tmp_path: Path, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,7 +222,7 @@ def test_an_sbatched_grid_runs_to_the_end_on_ray_in_the_job(
     assert "#SBATCH --time=5:00" in script.read_text()
 
 
-# A grid of checkpointable runs of about two seconds each on an idle machine (tests/test_checkpoint_runs.py's)
+# A grid of checkpointable runs of about a second each on an idle machine (tests/test_checkpoint_runs.py's)
 RESUME_TASK = "least_squares"
 RESUME_RUNS = 4
 RESUME_SPEC: dict[str, Any] = {
@@ -205,7 +230,7 @@ RESUME_SPEC: dict[str, Any] = {
     "blocks": [
         {
             "task": RESUME_TASK,
-            "params": {"d_in": 8, "d_out": 2, "m": 30, "lr": 0.02, "tol": 1e-300, "n_iters": 40_000, "log_every": 500},
+            "params": {"d_in": 8, "d_out": 2, "m": 30, "lr": 0.02, "tol": 1e-300, "n_iters": 20_000, "log_every": 500},
             "product": {"seed": list(range(RESUME_RUNS))},
         }
     ],
@@ -250,9 +275,15 @@ def test_a_preempted_and_requeued_job_resumes_its_runs_from_their_checkpoints(
     flight saves its state and stops unstored, the driver exits 143. The third start finishes the grid:
     every run stored once and ok, runs resumed from the step they saved (attempts' resumed_from), and the
     store, summaries and curves, bit for bit that of the grid run uninterrupted in process."""
+    import threading
+
     from runner.execute.options import ExecutionOptions
     from runner.run.grid_run import run_grid
 
+    alone = tmp_path / "alone"  # the grid uninterrupted, in process, while the job waits on SLURM
+    options = ExecutionOptions(executor="local", progress=False, checkpoints=False)
+    computing = threading.Thread(target=run_grid, args=(RESUME_SPEC, alone, options))
+    computing.start()
     grid = tmp_path / "slurm_resume.yaml"
     grid.write_text(yaml.safe_dump(RESUME_SPEC))
     results = tmp_path / "results"
@@ -300,17 +331,18 @@ def test_a_preempted_and_requeued_job_resumes_its_runs_from_their_checkpoints(
         assert "driver exit 143" in stopped, text
     assert "the time limit is near; the driver stopped (exit 143) and the job is requeued" in starts[0]
     assert "driver exit 0" in starts[2], text
+    ran = re.search(r"ran (\d+) of 4 cells .*; (\d+) were already done", starts[2])
+    assert ran and int(ran[2]) >= 1 and int(ran[1]) + int(ran[2]) == RESUME_RUNS, text  # the stored not run again
 
     store = ResultStore(results)
     attempts = store.read_attempts(RESUME_TASK, ["resumed_from"]).to_pylist()
     assert len(attempts) == RESUME_RUNS, attempts  # every run stored once: no attempt stored failed or twice
     resumed = [a["resumed_from"] for a in attempts if a["resumed_from"]]
-    assert resumed and all(0 < s < 40_000 for s in resumed), attempts
+    assert resumed and all(0 < s < 20_000 for s in resumed), attempts
     print(f"the job's three starts: {took:.1f} s; {len(resumed)} runs resumed, {sum(resumed)} steps saved")
     assert not _saved(results), "a committed run's checkpoints are deleted"
 
-    alone = tmp_path / "alone"
-    run_grid(RESUME_SPEC, alone, ExecutionOptions(executor="local", progress=False, checkpoints=False))
+    computing.join(JOB_WAIT_S)
     import pandas as pd
 
     runs, curves = _own(results)

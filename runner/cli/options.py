@@ -171,6 +171,7 @@ def submit_to_slurm(args: argparse.Namespace, name: str, what: str) -> int:
         raise ConfigError("--dry-run runs nothing: run it without --slurm", key="--slurm")
     argv: list[str] = args.argv
     driver_args = argv[: len(argv) - len(args.slurm) - 1]  # the command line before --slurm
+    slurm.check_grace(args.slurm, getattr(args, "preempt_grace", ExecutionOptions.preempt_grace_s))
     job = slurm.submit(driver_args, args.slurm, name, what, args.results, ray=args.executor != "local")
     print(f"submitted SLURM job {job.job_id}: script {job.script}, output {job.output}")
     return 0
