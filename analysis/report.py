@@ -27,15 +27,14 @@ import jinja2
 import markdown as markdown_lib
 import markupsafe
 import pandas as pd
-import yaml
 
 from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
-from analysis.load import curves, finished, load, members
+from analysis.load import curves, finished, grid_file, load, members
 from analysis.markdown import code_md, escape_md, header, row, table
 from analysis.studies import StudyFigures, study_figures, trials_frame
 from analysis.style import DPI
-from analysis.summary import NO_DATA, claim_rows, failure_groups
+from analysis.summary import claim_rows, failure_groups
 from analysis.sweep_figures import declared_axes, sweep_figures
 from runner.errors import redact
 from runner.store import ResultStore
@@ -189,10 +188,10 @@ class Report:
                 return []
             none = "No registered claim reads the grids in this store (`convgrid check --all` lists them)."
             return ["", "## Claims", "", none]
-        undecided = int((rows["verdict"] == NO_DATA).sum())
+        tally = self.claims.tally()
         lines = ["", "## Claims", ""]
-        lines.append(
-            f"The claims of the grids in this store: {len(rows) - undecided} decided, {undecided} undecided "
+        lines.append(  # the counts `convgrid check` prints (ClaimsTable.tally): one definition
+            f"The {tally.claims} claims of the grids in this store: {tally.text()} "
             "(`convgrid check --all` lists every claim). Ours is the number measured here."
         )
         lines += ["", *table(rows)]
@@ -275,19 +274,6 @@ def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, tr
     else:
         section.figure = found[0]
         section.images = found[1](done, curves(root, section.task, runs=done), out)
-
-
-def grid_file(sources: pd.Series) -> dict[str, Any]:
-    """The grid or study file that asked for the runs (members' `source`: the path it was run from),
-    parsed, where it is still there to read; {} otherwise."""
-    for source in sources.dropna().unique():
-        try:
-            text = yaml.safe_load(Path(str(source)).read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(text, dict):
-            return text
-    return {}
 
 
 def _shown(value: Any) -> Any:
