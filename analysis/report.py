@@ -92,6 +92,8 @@ class GridSection:
     metrics: list[str] = field(default_factory=list)  # a study's `report:` metrics
     runs_metrics: pd.DataFrame | None = None  # run_id and those metrics, of every run of the study
     references: list[tuple[str, float]] = field(default_factory=list)  # a study's baselines, as Optuna's values
+    # the study file's `reference:` values of a searched param: (label, param, value), on its slice
+    param_references: list[tuple[str, str, float]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -256,7 +258,12 @@ def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, tr
     """The section's figures: Optuna's plots for a study, the learner's figure for a grid."""
     if section.kind == "study":
         section.study = study_figures(
-            root, section.grid, trials, fig_dir / _folder(section.grid), references=section.references
+            root,
+            section.grid,
+            trials,
+            fig_dir / _folder(section.grid),
+            references=section.references,
+            param_references=section.param_references,
         )
         section.images, section.note = section.study.images, section.study.note
         return
@@ -307,6 +314,29 @@ def study_extras(section: GridSection, spec: dict[str, Any], group: pd.DataFrame
             value = float(found.iloc[0]) if not found.empty else math.nan
             if math.isfinite(value) and (value > 0 or not log):
                 section.references.append((f"baseline {int(block)}", math.log10(value) if log else value))
+    theory_references(section, spec)
+
+
+def theory_references(section: GridSection, spec: dict[str, Any]) -> None:
+    """The study file's `reference:` values (checked when it was run: runner.tune.study_checks): an objective
+    metric's beside the baselines on the history, as Optuna is told it (log10 where the objective says so);
+    a searched param's on its slice."""
+    objectives = spec.get("objective")
+    logged = {
+        str(o.get("metric")): bool(o.get("log"))
+        for o in (objectives if isinstance(objectives, list) else [objectives])
+        if isinstance(o, dict)
+    }
+    for ref in spec.get("reference") or []:
+        if not isinstance(ref, dict) or not isinstance(ref.get("value"), int | float):
+            continue
+        label, value = str(ref.get("label", "reference")), float(ref["value"])
+        if ref.get("param") is not None:
+            section.param_references.append((label, str(ref["param"]), value))
+        elif str(ref.get("metric")) in logged:
+            log = logged[str(ref.get("metric"))]
+            if math.isfinite(value) and (value > 0 or not log):
+                section.references.append((label, math.log10(value) if log else value))
 
 
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:

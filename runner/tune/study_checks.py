@@ -166,6 +166,26 @@ def check_metrics(spec: StudyFile, task: Task, objectives: list[Objective], prun
     for i, metric in enumerate(spec.report):
         if metric not in valid:
             raise ConfigError(_no_such("metric", metric, task, valid), file=file, key=f"report.{i}", choices=valid)
+    for i, ref in enumerate(spec.reference):
+        targets, given, what = (
+            ([o.metric for o in objectives], ref.metric, "metric")
+            if ref.metric is not None
+            else (sorted(spec.space), ref.param, "param")
+        )
+        if given not in targets:
+            kind = "an objective's metric" if what == "metric" else "a searched param"
+            raise ConfigError(
+                f"a reference is drawn against {kind}: {given!r} is not one" + did_you_mean(str(given), targets),
+                file=file,
+                key=f"reference.{i}.{what}",
+                choices=targets,
+            )
+        if what == "metric" and any(o.log for o in objectives if o.metric == given) and ref.value <= 0:
+            raise ConfigError(
+                f"the objective {given!r} is told as log10: a reference value must be > 0 (got {ref.value})",
+                file=file,
+                key=f"reference.{i}.value",
+            )
     if pruner.name == "nop":
         return
     if len(objectives) > 1:
