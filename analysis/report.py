@@ -224,8 +224,10 @@ class Report:
             states = ", ".join(f"{k} {v}" for k, v in study.states.items()) or "none recorded"
             storage = f"; storage {code_md(study.storage)}" if study.storage else ""
             lines.append(
-                f"Trials: {escape_md(states)}{storage}. Plots: Optuna's (`optuna.visualization`), titled with the "
-                "study's name; intermediate values coloured by how each trial ended."
+                f"Trials: {escape_md(states)}{storage}. Plots, titled with the study's name: the history (every "
+                "trial's outcome counted; baselines and the study file's `reference:` values as dashed lines), "
+                "each searched param's slice, and the intermediate values coloured by how each trial ended; "
+                "importances and Pareto fronts are Optuna's (`optuna.visualization`)."
             )
             if study.best is not None and not study.best.empty:
                 best = study.best.rename(columns={"params_json": "params", "run_id": "run id"})
