@@ -6,6 +6,9 @@ that ended otherwise (pruned, diverged, failed) as ticks along the bottom with t
 reference lines (each baseline's value, the study file's `reference:` values for the objective).
 Slice: each searched param's value against the objective, one panel per param (a log axis where the
 param was searched on one), the study file's `reference:` values for that param as vertical lines.
+
+Optuna's objects are read by their public attributes, not imported: analysis.studies stays the only
+analysis module that imports Optuna (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -33,12 +36,10 @@ def history(
     outcome_style: dict[str, dict[str, Any]] | None = None,
 ) -> Any:
     """The optimisation history of a one-objective study (its Axes)."""
-    from optuna.trial import TrialState
-
     style = outcome_style or {}
     fig, ax = new_figure(figsize=PANEL)
     trials = study.get_trials(deepcopy=False)
-    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)]
+    done = [t for t in trials if t.state.name == "COMPLETE" and t.value is not None and math.isfinite(t.value)]
     maximize = study.direction.name == "MAXIMIZE"
     complete = style.get("complete", {"color": COLORS[0], "marker": "o"})
     ax.plot(
@@ -59,7 +60,7 @@ def history(
         ax.step(xs, ys, where="post", color=COLORS[6], linewidth=1.2, label="best so far")
     others: dict[str, list[int]] = {}
     for t in trials:
-        if t in done or t.state in (TrialState.RUNNING, TrialState.WAITING):
+        if t in done or t.state.name in ("RUNNING", "WAITING"):
             continue
         kind = outcomes.get(t.number) or {"PRUNED": "pruned"}.get(t.state.name, "failed")
         if kind == "complete":  # told a value that is not finite
@@ -95,10 +96,7 @@ def slices(
 ) -> Any:
     """The objective against each searched param, one panel per param (its Axes, an array for several);
     `references`: (label, param, value) drawn as vertical lines on that param's panel."""
-    from optuna.distributions import FloatDistribution, IntDistribution
-    from optuna.trial import TrialState
-
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.params]
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.params]
     names = sorted({p for t in done for p in t.params})
     if not names:
         raise ValueError("no complete trial with searched params")
@@ -110,8 +108,7 @@ def slices(
         xs = [t.params[name] for t in mine]
         ys = [value(t) for t in mine]
         ax.scatter(xs, ys, c=[t.number for t in mine], cmap="viridis", s=18, alpha=0.9, label="complete trial")
-        dist = mine[0].distributions.get(name)
-        if isinstance(dist, FloatDistribution | IntDistribution) and dist.log:
+        if getattr(mine[0].distributions.get(name), "log", False):  # searched on a log scale (float, int)
             ax.set_xscale("log")
         own = [(label, x) for label, param, x in references if param == name]
         for i, (label, x) in enumerate(own):
