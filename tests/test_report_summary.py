@@ -292,3 +292,26 @@ def test_history_and_slice_are_drawn_in_the_house_style_with_every_outcome_and_r
     assert slice_.get_xscale() == "log" and slice_.get_xlabel() == "lr"
     (opt,) = [line for line in slice_.get_lines() if line.get_label() == "opt"]
     assert opt.get_xdata()[0] == 0.3 and opt.get_linestyle() == "--"
+
+
+def test_a_study_files_theory_values_go_to_the_plot_of_their_axis() -> None:
+    """`reference:` of an objective's metric lands on the history as Optuna is told that objective (log10
+    where `log: true`), beside the baselines; one of a searched param on that param's slice."""
+    from analysis.report import GridSection, theory_references
+
+    section = GridSection("s", "least_squares", 1, {}, False, kind="study")
+    section.references.append(("baseline 1", -20.0))
+    spec = {
+        "objective": {"metric": "err_final", "log": True},
+        "reference": [
+            {"label": "floor", "metric": "err_final", "value": 1e-21},
+            {"label": "theory step", "param": "lr", "value": 0.45},
+        ],
+    }
+    theory_references(section, spec)
+    assert section.references == [("baseline 1", -20.0), ("floor", pytest.approx(-21.0))]
+    assert section.param_references == [("theory step", "lr", 0.45)]
+    spec["objective"] = [{"metric": "err_final"}, {"metric": "flops"}]  # several objectives, not logged
+    section.references.clear()
+    theory_references(section, spec)
+    assert section.references == [("floor", 1e-21)]
