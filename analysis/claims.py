@@ -35,7 +35,7 @@ from analysis.figures import is_reduced
 from analysis.learners import learners
 from analysis.learners import module as learner_module
 from analysis.load import curves as load_curves
-from analysis.load import finished_runs, members
+from analysis.load import finished_runs, grid_file, members
 
 __all__ = [
     "FAILS",
@@ -48,6 +48,7 @@ __all__ = [
     "ClaimsTable",
     "MIN_DRAWS",
     "RuleChange",
+    "Tally",
     "Verdict",
     "VerdictText",
     "paired_verdict",
@@ -145,6 +146,8 @@ class ClaimResult:
     n_wanted: int = 0  # runs the grid asks for
     n_finished: int = 0  # of those, runs with a final status
     extra: tuple[str, ...] = ()  # the extra sources read (full study names)
+    # a reduced twin's own setting (its grid file's description): the claim's regime is the full grid's
+    twin_regime: str = ""
 
     @property
     def sources(self) -> str:
@@ -166,6 +169,9 @@ class ClaimResult:
 
     @property
     def regime(self) -> str:
+        """Where the runs read sit: for a reduced twin its own setting, never the full grid's text."""
+        if self.reduced:
+            return self.twin_regime or f"reduced twin {self.grid}: smaller than the full grid's regime, decides nothing"
         return self.verdict.regime or self.claim.regime
 
     @property
@@ -295,19 +301,49 @@ class ClaimsTable:
                 lines.append(f"     rule changed {change.text()}")
         return "\n".join(lines)
 
-    def summary(self, show_all: bool = False) -> str:
-        """One line: how many claims are listed, decided, undecided, and surprising."""
+    def tally(self, show_all: bool = False) -> Tally:
+        """The counts `convgrid check` and the report both print: one definition of decided and undecided."""
         listed = self.results if show_all else self.present()
         shown = [r for r in listed if not r.claim.post_hoc]  # post hoc claims stand outside the tallies
-        decided = sum(r.decided for r in shown)
-        budget = sum(r.verdict.verdict == UNDECIDED for r in shown)
-        surprises = sum(r.surprising for r in shown)
-        hidden = "" if show_all else f" ({len(self.results) - len(listed)} more without their grids: --all lists them)"
-        post = len(listed) - len(shown)
+        return Tally(
+            claims=len(shown),
+            decided=sum(r.decided for r in shown),
+            undecided=sum(r.verdict.verdict == UNDECIDED for r in shown),
+            surprises=sum(r.surprising for r in shown),
+            post_hoc=len(listed) - len(shown),
+        )
+
+    def summary(self, show_all: bool = False) -> str:
+        """One line: how many claims are listed, decided, undecided, and surprising."""
+        hidden = (
+            ""
+            if show_all
+            else f" ({len(self.results) - len(self.present())} more without their grids: --all lists them)"
+        )
+        tally = self.tally(show_all)
+        return f"{tally.claims} claims{hidden}: {tally.text()}"
+
+
+@dataclass(frozen=True)
+class Tally:
+    """How many claims (post hoc ones apart) are decided (holds / does not hold), undecided at their budget,
+    and without enough data; and how many decided ones differ from the expected verdict."""
+
+    claims: int
+    decided: int
+    undecided: int  # "undecided at this budget": ran, but short of the paper's budget
+    surprises: int
+    post_hoc: int
+
+    @property
+    def no_data(self) -> int:
+        return self.claims - self.decided - self.undecided
+
+    def text(self) -> str:
         return (
-            f"{len(shown)} claims{hidden}: {decided} decided, {budget} undecided at their budget, "
-            f"{len(shown) - decided - budget} without enough data; {surprises} differ from the expected verdict on "
-            "complete full grids" + (f"; {post} post hoc or investigations listed outside these counts" if post else "")
+            f"{self.decided} decided, {self.undecided} undecided at their budget, {self.no_data} without enough "
+            f"data; {self.surprises} differ from the expected verdict on complete full grids"
+            + (f"; {self.post_hoc} post hoc or investigations listed outside these counts" if self.post_hoc else "")
         )
 
 
@@ -364,9 +400,19 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
                 n_wanted=len(wanted),
                 n_finished=n_finished,
                 extra=tuple(extra),
+                twin_regime=twin_regime(member_frame, grid),
             )
         )
     return table
+
+
+def twin_regime(member_frame: pd.DataFrame, grid: str) -> str:
+    """A reduced grid's own setting, as its grid file describes it ("" for a full grid, or where the file
+    is gone: ClaimResult.regime then says only that it is a reduced twin)."""
+    if not is_reduced(grid) or "source" not in member_frame:
+        return ""
+    description = grid_file(member_frame.loc[member_frame["grid"] == grid, "source"]).get("description")
+    return f"reduced twin {grid}: {' '.join(description.split())}" if isinstance(description, str) else ""
 
 
 def _enforced(claim: Claim, grid_runs: pd.DataFrame, verdict: Verdict, n_finished: int, n_wanted: int) -> Verdict:

@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import yaml
 
 from runner.store import ResultStore
 from runner.store.columns import legacy_curve_columns
@@ -188,3 +189,16 @@ def curves(
         )
     table = store.read_curves(task, run_ids=None if every_run else run_ids, columns=wanted, keys=keys, sort=False)
     return frame(table)
+
+
+def grid_file(sources: pd.Series) -> dict[str, Any]:
+    """The grid or study file that asked for the runs (members' `source`: the path it was run from),
+    parsed, where it is still there to read; {} otherwise."""
+    for source in sources.dropna().unique():
+        try:
+            text = yaml.safe_load(Path(str(source)).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(text, dict):
+            return text
+    return {}

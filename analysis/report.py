@@ -27,15 +27,14 @@ import jinja2
 import markdown as markdown_lib
 import markupsafe
 import pandas as pd
-import yaml
 
 from analysis.claims import ClaimsTable, evaluate
 from analysis.figures import figure_for, is_reduced
-from analysis.load import curves, finished, load, members
+from analysis.load import curves, finished, grid_file, load, members
 from analysis.markdown import code_md, escape_md, header, row, table
 from analysis.studies import StudyFigures, study_figures, trials_frame
 from analysis.style import DPI
-from analysis.summary import NO_DATA, claim_rows, failure_groups
+from analysis.summary import claim_rows, failure_groups
 from analysis.sweep_figures import declared_axes, sweep_figures
 from runner.errors import redact
 from runner.store import ResultStore
@@ -93,6 +92,8 @@ class GridSection:
     metrics: list[str] = field(default_factory=list)  # a study's `report:` metrics
     runs_metrics: pd.DataFrame | None = None  # run_id and those metrics, of every run of the study
     references: list[tuple[str, float]] = field(default_factory=list)  # a study's baselines, as Optuna's values
+    # the study file's `reference:` values of a searched param: (label, param, value), on its slice
+    param_references: list[tuple[str, str, float]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -189,10 +190,10 @@ class Report:
                 return []
             none = "No registered claim reads the grids in this store (`convgrid check --all` lists them)."
             return ["", "## Claims", "", none]
-        undecided = int((rows["verdict"] == NO_DATA).sum())
+        tally = self.claims.tally()
         lines = ["", "## Claims", ""]
-        lines.append(
-            f"The claims of the grids in this store: {len(rows) - undecided} decided, {undecided} undecided "
+        lines.append(  # the counts `convgrid check` prints (ClaimsTable.tally): one definition
+            f"The {tally.claims} claims of the grids in this store: {tally.text()} "
             "(`convgrid check --all` lists every claim). Ours is the number measured here."
         )
         lines += ["", *table(rows)]
@@ -223,8 +224,10 @@ class Report:
             states = ", ".join(f"{k} {v}" for k, v in study.states.items()) or "none recorded"
             storage = f"; storage {code_md(study.storage)}" if study.storage else ""
             lines.append(
-                f"Trials: {escape_md(states)}{storage}. Plots: Optuna's (`optuna.visualization`), titled with the "
-                "study's name; intermediate values coloured by how each trial ended."
+                f"Trials: {escape_md(states)}{storage}. Plots, titled with the study's name: the history (every "
+                "trial's outcome counted; baselines and the study file's `reference:` values as dashed lines), "
+                "each searched param's slice, and the intermediate values coloured by how each trial ended; "
+                "importances and Pareto fronts are Optuna's (`optuna.visualization`)."
             )
             if study.best is not None and not study.best.empty:
                 best = study.best.rename(columns={"params_json": "params", "run_id": "run id"})
@@ -257,7 +260,12 @@ def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, tr
     """The section's figures: Optuna's plots for a study, the learner's figure for a grid."""
     if section.kind == "study":
         section.study = study_figures(
-            root, section.grid, trials, fig_dir / _folder(section.grid), references=section.references
+            root,
+            section.grid,
+            trials,
+            fig_dir / _folder(section.grid),
+            references=section.references,
+            param_references=section.param_references,
         )
         section.images, section.note = section.study.images, section.study.note
         return
@@ -275,19 +283,6 @@ def _draw(root: str, section: GridSection, runs: pd.DataFrame, fig_dir: Path, tr
     else:
         section.figure = found[0]
         section.images = found[1](done, curves(root, section.task, runs=done), out)
-
-
-def grid_file(sources: pd.Series) -> dict[str, Any]:
-    """The grid or study file that asked for the runs (members' `source`: the path it was run from),
-    parsed, where it is still there to read; {} otherwise."""
-    for source in sources.dropna().unique():
-        try:
-            text = yaml.safe_load(Path(str(source)).read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(text, dict):
-            return text
-    return {}
 
 
 def _shown(value: Any) -> Any:
@@ -321,6 +316,29 @@ def study_extras(section: GridSection, spec: dict[str, Any], group: pd.DataFrame
             value = float(found.iloc[0]) if not found.empty else math.nan
             if math.isfinite(value) and (value > 0 or not log):
                 section.references.append((f"baseline {int(block)}", math.log10(value) if log else value))
+    theory_references(section, spec)
+
+
+def theory_references(section: GridSection, spec: dict[str, Any]) -> None:
+    """The study file's `reference:` values (checked when it was run: runner.tune.study_checks): an objective
+    metric's beside the baselines on the history, as Optuna is told it (log10 where the objective says so);
+    a searched param's on its slice."""
+    objectives = spec.get("objective")
+    logged = {
+        str(o.get("metric")): bool(o.get("log"))
+        for o in (objectives if isinstance(objectives, list) else [objectives])
+        if isinstance(o, dict)
+    }
+    for ref in spec.get("reference") or []:
+        if not isinstance(ref, dict) or not isinstance(ref.get("value"), int | float):
+            continue
+        label, value = str(ref.get("label", "reference")), float(ref["value"])
+        if ref.get("param") is not None:
+            section.param_references.append((label, str(ref["param"]), value))
+        elif str(ref.get("metric")) in logged:
+            log = logged[str(ref.get("metric"))]
+            if math.isfinite(value) and (value > 0 or not log):
+                section.references.append((label, math.log10(value) if log else value))
 
 
 def build_report(root: str | os.PathLike[str], out: str | os.PathLike[str]) -> Report:

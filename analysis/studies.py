@@ -33,6 +33,7 @@ from runner.store.trials import read_trials
 JOURNAL = "journal:"
 PLOT_SIZE = (5.6, 3.8)  # two side by side on the report's page
 MAX_LEGEND = 12  # entries; Optuna's intermediate-values plot has one per trial
+OURS = ("history", "slice", "intermediate")  # drawn here in the house style, sized as drawn
 
 
 @dataclass
@@ -92,25 +93,38 @@ def trial_summary(
     return states, best[["number", "value", "params_json", "run_id"]].reset_index(drop=True)
 
 
-def _plots(study: Any, outcomes: dict[int, str] | None = None) -> list[tuple[str, Any]]:
-    """(file stem, function drawing one plot) for every plot that fits the study."""
+def _plots(
+    study: Any,
+    outcomes: dict[int, str] | None = None,
+    references: Sequence[tuple[str, float]] = (),
+    param_references: Sequence[tuple[str, str, float]] = (),
+) -> list[tuple[str, Any]]:
+    """(file stem, function drawing one plot) for every plot that fits the study: the history and slices
+    ours in the house style (analysis.study_plots), the Pareto front and importances Optuna's."""
     from optuna.trial import TrialState
     from optuna.visualization import matplotlib as vis
+
+    from analysis import study_plots
 
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     names = getattr(study, "metric_names", None)
     plots: list[tuple[str, Any]] = []
     target: dict[str, Any]
+    first: Any = None
     if len(study.directions) > 1:
         if len(study.directions) <= 3:
             plots.append(("pareto_front", lambda: vis.plot_pareto_front(study, target_names=names)))
         target_name = names[0] if names else "objective 0"
-        target = {"target": lambda t: t.values[0], "target_name": target_name}
+        first = lambda t: t.values[0]  # noqa: E731
+        target = {"target": first, "target_name": target_name}
     else:
-        target = {"target_name": names[0]} if names else {}
-        plots.append(("history", lambda: vis.plot_optimization_history(study, **target)))
+        target_name = names[0] if names else "objective value"
+        target = {"target_name": target_name}
+        plots.append(
+            ("history", lambda: study_plots.history(study, outcomes or {}, target_name, references, OUTCOME_STYLE))
+        )
     if finished and any(t.params for t in finished):
-        plots.append(("slice", lambda: vis.plot_slice(study, **target)))
+        plots.append(("slice", lambda: study_plots.slices(study, first, target_name, param_references)))
     # one searched param has importance 1 by definition: a panel with one full bar says nothing
     if len(finished) >= 2 and len({p for t in finished for p in t.params}) >= 2:
         plots.append(("importances", lambda: vis.plot_param_importances(study, **target)))
@@ -189,27 +203,29 @@ def draw_study(
     out_dir: Path,
     outcomes: dict[int, str] | None = None,
     references: Sequence[tuple[str, float]] = (),
+    param_references: Sequence[tuple[str, str, float]] = (),
 ) -> tuple[list[Path], list[str]]:
-    """Optuna's plots of `study`, each a PNG (and SVG) in `out_dir` in the house style, and a line for
-    each plot Optuna declined (too few trials for importances, say)."""
+    """The plots of `study`, each a PNG (and SVG) in `out_dir` in the house style, and a line for each plot
+    declined (too few trials for importances, say). `references`: (label, value) lines on the history
+    (baselines, the theory's value of the objective); `param_references`: (label, param, value) lines on
+    that param's slice."""
     from optuna.exceptions import ExperimentalWarning
 
     written: list[Path] = []
     declined: list[str] = []
     with context(), warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)  # Optuna marks its matplotlib plots experimental
-        for stem, plot in _plots(study, outcomes):
+        for stem, plot in _plots(study, outcomes, references, param_references):
             try:
                 fig = _figure_of(plot())
             except (ValueError, RuntimeError) as exc:  # Optuna's word for "this study cannot be drawn so"
                 declined.append(f"{stem}: {exc}")
                 continue
-            _fit(fig)
-            if stem == "history" and references:  # what the tuned trials are to beat: the baselines
-                ax = fig.axes[0]
-                for i, (label, value) in enumerate(references):
-                    ax.axhline(value, linestyle="--", linewidth=1.2, color=COLORS[(i + 2) % len(COLORS)], label=label)
-                ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+            if stem in OURS:
+                for ax in fig.axes:
+                    _one_two_five(ax)
+            else:
+                _fit(fig)
             for ax in fig.axes[:1]:  # the study named in each plot's title (Optuna's name only the plot)
                 ax.set_title(f"{study.study_name}: {ax.get_title()[:1].lower()}{ax.get_title()[1:]}")
             # Optuna puts legends outside its axes: the saved page is cut around everything drawn
@@ -258,6 +274,7 @@ def study_figures(
     trials: pd.DataFrame,
     out_dir: Path,
     references: Sequence[tuple[str, float]] = (),
+    param_references: Sequence[tuple[str, str, float]] = (),
 ) -> StudyFigures:
     """The plots and trial summary of study `name` (the plots left out, with the reason, where its
     storage cannot be opened from here)."""
@@ -279,7 +296,7 @@ def study_figures(
         out.states, out.best = trial_summary(trials, name, maximize=True)
     status = mine["run_status"] if "run_status" in mine else pd.Series(None, index=mine.index)
     ended = {int(n): outcome(str(st), rs) for n, st, rs in zip(mine["number"], mine["state"], status, strict=True)}
-    out.images, declined = draw_study(study, out_dir, ended, references)
+    out.images, declined = draw_study(study, out_dir, ended, references, param_references)
     if declined:
         out.note = "Optuna declined: " + "; ".join(declined)
     return out

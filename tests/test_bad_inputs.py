@@ -65,6 +65,47 @@ CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         [],
         ["points", "coarser step"],
     ),
+    "quoted_int": ("grid", GRID_OK.replace("n_iters: 20", 'n_iters: "20"'), [], ["key 'n_iters'", "expected int"]),
+    "quoted_float_in_axis": (
+        "grid",
+        GRID_OK + "    product: {lr: [0.1, '0.2']}\n",
+        [],
+        ["key 'lr'", "expected float", "'0.2'"],
+    ),
+    "quoted_in_list": (
+        "grid",
+        GRID_OK.replace("blocks:\n  - task: least_squares", "blocks:\n  - task: hierarchical").replace(
+            "n_iters: 20", "d: 8, k: [4, '3']"
+        ),
+        [],
+        ["key 'k'", "expected int", "'3'"],
+    ),
+    "study_misspelt_metric": (
+        "study",
+        STUDY_OK.replace("metric: err_final", "metric: err_finl"),
+        [],
+        ["key 'objective.metric'", "did you mean 'err_final'"],
+    ),
+    "study_quoted_number": ("study", STUDY_OK.replace("n_iters: 20", "n_iters: '20'"), [], ["n_iters", "expected int"]),
+    "study_reference_not_searched": (
+        "study",
+        STUDY_OK + "reference: [{label: theory, param: lrr, value: 0.4}]\n",
+        [],
+        ["key 'reference.0.param'", "did you mean 'lr'"],
+    ),
+    "study_reference_both_axes": (
+        "study",
+        STUDY_OK + "reference: [{label: theory, param: lr, metric: err_final, value: 0.4}]\n",
+        [],
+        ["reference", "exactly one of metric"],
+    ),
+    "study_reference_log_nonpositive": (
+        "study",
+        STUDY_OK.replace("metric: err_final}", "metric: err_final, log: true}")
+        + "reference: [{label: floor, metric: err_final, value: 0}]\n",
+        [],
+        ["key 'reference.0.value'", "> 0"],
+    ),
     "study_misspelt_key": ("study", STUDY_OK.replace("n_trials", "n_trails"), [], ["did you mean 'n_trials'"]),
     "study_bool_n_trials": ("study", STUDY_OK.replace("n_trials: 2", "n_trials: true"), [], ["n_trials", "bool"]),
     # a billion laughs under a param: 364 bytes that expand to 9**8 = 43 million seeds (the issue's, which

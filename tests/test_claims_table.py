@@ -208,3 +208,46 @@ def test_reproduction_page_tallies_are_the_csvs() -> None:
     """docs/reproduction.md's tally table is what `python -m analysis.repro_table tallies` prints from the CSVs."""
     page = (repro_table.REPO / "docs" / "reproduction.md").read_text()
     assert repro_table.tallies_markdown() in page
+
+
+TWIN_SAYS = "Small twin of lsq_claims for tests: 10 steps, one seed; exercises the path."
+
+
+def test_a_reduced_twin_shows_its_own_regime_and_check_and_report_tally_alike(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45, 9 (a): a claim decided on the reduced twin prints the twin's setting (its grid file's
+    description), not the full grid's regime; (b) the report counts decided / undecided as `check` does
+    (it counted "undecided at this budget" as decided)."""
+    import yaml
+
+    from analysis.report import build_report
+
+    twin = tmp_path / "small_lsq_claims.yaml"
+    twin.write_text(
+        yaml.safe_dump(
+            {
+                "name": "small_lsq_claims",
+                "description": TWIN_SAYS,
+                "blocks": [{"task": "least_squares", "params": {"n_iters": 10}}],
+            }
+        )
+    )
+    run_grid(str(twin), store, opts())
+    claims = [
+        *CLAIMS,
+        _claim("x.twin", ("not_run", "small_lsq_claims"), Verdict(HOLDS, "on the twin")),
+        _claim("x.nodata", ("lsq_claims",), Verdict(NO_DATA, "too few runs")),
+    ]
+    monkeypatch.setattr("analysis.claims.registry", lambda: claims)
+    assert main(["check", store]) == 0
+    out = capsys.readouterr().out
+    block = out.split("x.twin: holds")[1]
+    assert f"regime: reduced twin small_lsq_claims: {TWIN_SAYS}" in block
+    assert "inside a made-up theorem" not in block.split("x.nodata")[0]
+    summary = out.strip().splitlines()[-1]
+    assert "2 decided, 1 undecided at their budget, 1 without enough data" in summary
+    build_report(store, tmp_path / "report")
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "The 4 claims of the grids in this store: 2 decided, 1 undecided at their budget, 1 without" in page
+    assert summary.split("lists them): ")[1] in " ".join(page.split())  # the same sentence

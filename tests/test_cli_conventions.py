@@ -239,3 +239,17 @@ def test_a_worker_running_the_drivers_files_takes_its_code_version_without_git(
         assert provenance.code_version() == "0.1.0 (commit unknown: not a git checkout)"
     finally:
         provenance.adopt(None)
+
+
+@pytest.mark.parametrize("command", ["report", "check", "status", "compact", "logs"])
+def test_a_subcommand_that_reads_a_store_documents_its_positional_results_root(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`convgrid report --help` (and check, status, compact, logs) names the results root it reads (issue 45)."""
+    from runner.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    shown = capsys.readouterr().out
+    positional = shown.split("positional arguments:")[1].split("options:")[0]
+    assert "RESULTS" in positional and "results root" in positional, shown

@@ -234,6 +234,16 @@ def test_thm32_per_update_contraction_holds(order, rule):
     assert res.summary["thm32_max_ratio"] <= 1 + 1e-8
 
 
+@pytest.mark.parametrize("algo", ["bcgd", "gd"])
+def test_thm32_fields_are_null_not_a_sentinel_where_not_checked(algo):
+    """Without check_thm32 nothing was counted: null (issue 45; version 3 stored -1, which a mean or max
+    over runs read as a count), and NaN for the ratio."""
+    extra = {"lr": 0.01} if algo == "gd" else {}
+    res = TASK.run(params(algo=algo, d_in=8, d_out=2, m=30, L=3, width=8, n_iters=20, **extra), RunContext())
+    assert res.summary["thm32_violations"] is None
+    assert math.isnan(res.summary["thm32_max_ratio"])
+
+
 def test_l4_optimum_and_run():
     p = params(algo="bcgd", loss="l4", d_in=10, d_out=2, m=40, L=3, n_iters=150)
     res = TASK.run(p, RunContext())

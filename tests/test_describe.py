@@ -16,6 +16,22 @@ def test_lists_every_task_with_its_version(capsys: pytest.CaptureFixture[str]) -
     assert "unavailable" not in out
 
 
+@pytest.mark.parametrize("width", [60, 100])
+def test_task_descriptions_wrap_whole_and_are_never_cut_mid_phrase(width: int) -> None:
+    """Each task's description is its docstring's whole first paragraph, wrapped at words to the width
+    (issue 45: the list showed the paragraph's first source line, stopping mid-phrase)."""
+    from runner.cli.describe import _doc, list_tasks
+    from tasks import get_task
+
+    out = list_tasks(width)
+    assert all(len(line) <= width for line in out.splitlines()), out
+    entries = " ".join(out.split())  # the wrapped text, rejoined
+    for name in builtin_task_names():
+        paragraph = _doc(type(get_task(name)))  # the class's docstring, or its module's
+        assert paragraph.endswith((".", ")")), paragraph  # a whole sentence, the thing shown
+        assert paragraph in entries, name
+
+
 def test_one_task_shows_variants_types_defaults_bounds_and_docs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tasks", "deep_linear"]) == 0
     out = capsys.readouterr().out

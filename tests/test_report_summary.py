@@ -236,4 +236,82 @@ def test_a_studys_history_draws_its_baselines_as_reference_lines(report: tuple[P
     told a trial's (log10 of err_final here), a dashed line named in the legend."""
     _, out = report
     svg = (out / "figures" / "least_squares_gd_step" / "least_squares_gd_step_history.svg").read_text()
-    assert ">baseline 1<" in svg and ">least_squares_gd_step: optimization History Plot<" in svg
+    assert ">baseline 1<" in svg and ">least_squares_gd_step: optimisation history<" in svg
+    # the study file's theory value of its searched lr (0.45 = 2/(lambda_max+lambda_min)), on the lr slice
+    slice_svg = (out / "figures" / "least_squares_gd_step" / "least_squares_gd_step_slice.svg").read_text()
+    assert ">theory: 2/(λmax+λmin)<" in slice_svg
+
+
+def test_history_and_slice_are_drawn_in_the_house_style_with_every_outcome_and_reference(tmp_path: Path) -> None:
+    """Issue 45, item 4: the history and slice plots read back in the house style (white axes, the palette,
+    no Optuna grey), every trial's outcome counted in the legend (pruned trials, which have no value, as
+    ticks), the baselines' and the theory's values as dashed lines where they belong."""
+    import warnings
+
+    import matplotlib
+    import optuna
+
+    from analysis.figures import drawn
+    from analysis.studies import draw_study
+    from analysis.style import COLORS
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="toy", sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def objective(trial: optuna.Trial) -> float:
+        lr = trial.suggest_float("lr", 0.01, 1.0, log=True)
+        if trial.number % 4 == 3:
+            raise optuna.TrialPruned()
+        return (lr - 0.3) ** 2
+
+    study.optimize(objective, n_trials=12)
+    with drawn() as figures, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        paths, declined = draw_study(
+            study,
+            tmp_path,
+            {},
+            references=[("baseline 1", 0.05), ("theory", 0.0)],
+            param_references=[("opt", "lr", 0.3)],
+        )
+    assert not declined and sorted(p.stem for p in paths if p.suffix == ".png") == ["toy_history", "toy_slice"]
+    history, slice_ = (f.axes[0] for f in figures)
+    for ax in (history, slice_):
+        assert matplotlib.colors.to_hex(ax.get_facecolor()) == "#ffffff"  # ggplot's is #e5e5e5
+    assert history.get_title() == "toy: optimisation history" and history.get_xlabel() == "trial"
+    labels = [t.get_text() for t in history.get_legend().get_texts()]
+    assert labels == ["complete (9)", "best so far", "pruned (3, no value)", "baseline 1", "theory"]
+    points = history.get_lines()[0]
+    assert matplotlib.colors.to_hex(points.get_color()) == COLORS[0].lower() and len(points.get_xdata()) == 9
+    dashed = {line.get_label(): line.get_ydata()[0] for line in history.get_lines() if line.get_linestyle() == "--"}
+    assert dashed == {"baseline 1": 0.05, "theory": 0.0}
+    best = history.get_lines()[1].get_ydata()
+    assert list(best) == sorted(best, reverse=True) and best[-1] == min(
+        t.value for t in study.trials if t.value is not None
+    )
+    assert slice_.get_xscale() == "log" and slice_.get_xlabel() == "lr"
+    (opt,) = [line for line in slice_.get_lines() if line.get_label() == "opt"]
+    assert opt.get_xdata()[0] == 0.3 and opt.get_linestyle() == "--"
+
+
+def test_a_study_files_theory_values_go_to_the_plot_of_their_axis() -> None:
+    """`reference:` of an objective's metric lands on the history as Optuna is told that objective (log10
+    where `log: true`), beside the baselines; one of a searched param on that param's slice."""
+    from analysis.report import GridSection, theory_references
+
+    section = GridSection("s", "least_squares", 1, {}, False, kind="study")
+    section.references.append(("baseline 1", -20.0))
+    spec = {
+        "objective": {"metric": "err_final", "log": True},
+        "reference": [
+            {"label": "floor", "metric": "err_final", "value": 1e-21},
+            {"label": "theory step", "param": "lr", "value": 0.45},
+        ],
+    }
+    theory_references(section, spec)
+    assert section.references == [("baseline 1", -20.0), ("floor", pytest.approx(-21.0))]
+    assert section.param_references == [("theory step", "lr", 0.45)]
+    spec["objective"] = [{"metric": "err_final"}, {"metric": "flops"}]  # several objectives, not logged
+    section.references.clear()
+    theory_references(section, spec)
+    assert section.references == [("floor", 1e-21)]

@@ -20,6 +20,7 @@ from cluster import ClusterError, head_lost, shutdown_if_owned
 from runner import errors
 from runner.cli.options import (
     add_execution_options,
+    add_results_root,
     check_results_root,
     check_writable_folder,
     execution_options,
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("name", nargs="?")
 
     compact = sub.add_parser("compact", help="merge small part files; readers see the same results")
-    compact.add_argument("results", nargs="?", default="results")
+    add_results_root(compact)
     compact.add_argument(
         "--repair",
         action="store_true",
@@ -96,11 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     report = sub.add_parser("report", help="figures, grids, failures and provenance as Markdown and HTML")
-    report.add_argument("results", nargs="?", default="results")
+    add_results_root(report)
     report.add_argument("--out", default=None, help="output folder (default RESULTS/report)")
 
     check = sub.add_parser("check", help="the claims table: each paper claim decided on the stored runs")
-    check.add_argument("results", nargs="?", default="results")
+    add_results_root(check)
     check.add_argument(
         "--strict",
         action="store_true",
@@ -109,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--all", action="store_true", help="list every registered claim, not only those with runs")
 
     status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
-    status.add_argument("results", nargs="?", default="results")
+    add_results_root(status)
 
     from runner.cli.logs import add_parser as add_logs_parser
     from runner.cli.tune import add_parser as add_tune_parser

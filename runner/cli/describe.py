@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import shutil
+import textwrap
 from typing import Any
 
 from pydantic.fields import FieldInfo
@@ -14,11 +16,17 @@ from tasks import UnknownTaskError, get_task, task_names
 
 
 def _doc(obj: Any) -> str:
+    """The docstring's first paragraph as one line: its first line alone stops mid-phrase where the
+    paragraph wraps in the source."""
     doc = inspect.getdoc(obj) or inspect.getdoc(inspect.getmodule(obj)) or ""
-    return doc.strip().splitlines()[0] if doc else ""
+    return " ".join(doc.strip().split("\n\n")[0].split())
 
 
-def list_tasks() -> str:
+def list_tasks(width: int | None = None) -> str:
+    """One entry per task, its description wrapped (whole words, never cut) to `width` columns (default:
+    the terminal's, 100 when output is not a terminal), continuation lines under the description."""
+    width = width or shutil.get_terminal_size((100, 24)).columns
+    indent = " " * 23  # f"{name:<16} v{version:<4} " is 23 columns
     lines = []
     for name in task_names():
         try:
@@ -26,7 +34,17 @@ def list_tasks() -> str:
         except ImportError as exc:
             lines.append(f"{name:<16} (unavailable: {exc})")
             continue
-        lines.append(f"{name:<16} v{task.version:<4} {_doc(type(task))}")
+        head = f"{name:<16} v{task.version:<4} "
+        lines.append(
+            textwrap.fill(
+                _doc(type(task)),
+                width=max(width, len(indent) + 20),
+                initial_indent=head,
+                subsequent_indent=indent,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
     return "\n".join(lines)
 
 

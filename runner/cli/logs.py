@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from runner.cli.options import add_results_root
 from runner.errors import ConfigError, printable
 from runner.store import ResultStore
 from runner.store.logs import AttemptLog, logged_runs, read_logs
@@ -16,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="The output of a run's newest attempt (every attempt's with --all), its last 64 Ki characters.",
     )
     p.add_argument("run_id", metavar="RUN_ID", help="a run id, or a prefix of one that names one run")
-    p.add_argument("results", nargs="?", default="results")
+    add_results_root(p)
     p.add_argument("--all", action="store_true", help="every stored attempt of the run, oldest first")
 
 

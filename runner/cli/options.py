@@ -39,8 +39,16 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
+RESULTS_ROOT_HELP = "results root: a path or a pyarrow URI (default ./results)"
+
+
+def add_results_root(p: argparse.ArgumentParser) -> None:
+    """The positional results root of the commands that read a store (report, check, status, ...)."""
+    p.add_argument("results", nargs="?", default="results", metavar="RESULTS", help=RESULTS_ROOT_HELP)
+
+
 def add_execution_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (default ./results)")
+    p.add_argument("--results", default="results", help=RESULTS_ROOT_HELP)
     p.add_argument(
         "--executor",
         default="auto",

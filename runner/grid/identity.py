@@ -147,6 +147,11 @@ def _check_value(key: str, raw: Any, value: Any) -> None:
         raise ParamValueError(key, f"expected a number, got {raw!r} (a bool would silently become {int(raw)})")
     if isinstance(value, bool):
         return
+    if isinstance(raw, str) and isinstance(value, int | float):  # pydantic's lax mode parses "20" as 20
+        raise ParamValueError(
+            key,
+            f"expected {type(value).__name__}, got the string {raw!r} (write the number without quotes)",
+        )
     if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
         raise ParamValueError(key, f"{value} is outside the 64-bit integer range [{INT64_MIN}, {INT64_MAX}]")
     if isinstance(value, float) and not math.isfinite(value):
@@ -177,14 +182,23 @@ def _passing_defaults(model: type[BaseModel]) -> dict[str, Any]:
 _ABSENT = object()
 
 
+@cache
+def _old_names(model: type[BaseModel]) -> dict[str, str]:
+    """Field -> the name it is stored under where that differs (a renamed param's serialization alias,
+    still taken on input): the raw value to check may be under either."""
+    return {name: f.serialization_alias for name, f in model.model_fields.items() if f.serialization_alias}
+
+
 def validate_params(task: TaskIdentity, raw: dict[str, Any]) -> BaseModel:
     """Validate raw params: pydantic.ValidationError for a wrong type or bound, ParamValueError for a
     value that would change meaning or not survive the store and the run id (see _check_value)."""
     params: BaseModel = params_adapter(task).validate_python(raw)
     defaults = _passing_defaults(type(params))
+    old = _old_names(type(params))
     for key, value in params.__dict__.items():
-        given = raw.get(key, _ABSENT)
+        name = old[key] if old and key not in raw and old.get(key) in raw else key  # the name the file gave
+        given = raw.get(name, _ABSENT)
         if given is _ABSENT and value is defaults.get(key, _ABSENT):
             continue
-        _check_value(key, None if given is _ABSENT else given, value)
+        _check_value(name, None if given is _ABSENT else given, value)
     return params

@@ -21,6 +21,7 @@ The parser is libyaml's where PyYAML has it (its wheels do): about 5 times faste
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,16 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+# YAML 1.2's floats that YAML 1.1 (PyYAML's) reads as strings: 1e-8, 5E3, 1.e-3 (1.1 wants a dot and a
+# signed exponent). Unquoted they are numbers here, so that a string where a number goes is always a
+# quoted one, which grid params refuse (runner.grid.identity). add_implicit_resolver copies the class's
+# table first: PyYAML's own loaders are unchanged.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 class AliasBomb(yaml.YAMLError):

@@ -162,10 +162,30 @@ def check_metrics(spec: StudyFile, task: Task, objectives: list[Objective], prun
     for i, obj in enumerate(objectives):
         if obj.metric not in valid:
             key = "objective.metric" if len(objectives) == 1 else f"objective.{i}.metric"
-            raise ConfigError(f"{task.name} has no metric {obj.metric!r}", file=file, key=key, choices=valid)
+            raise ConfigError(_no_such("metric", obj.metric, task, valid), file=file, key=key, choices=valid)
     for i, metric in enumerate(spec.report):
         if metric not in valid:
-            raise ConfigError(f"{task.name} has no metric {metric!r}", file=file, key=f"report.{i}", choices=valid)
+            raise ConfigError(_no_such("metric", metric, task, valid), file=file, key=f"report.{i}", choices=valid)
+    for i, ref in enumerate(spec.reference):
+        targets, given, what = (
+            ([o.metric for o in objectives], ref.metric, "metric")
+            if ref.metric is not None
+            else (sorted(spec.space), ref.param, "param")
+        )
+        if given not in targets:
+            kind = "an objective's metric" if what == "metric" else "a searched param"
+            raise ConfigError(
+                f"a reference is drawn against {kind}: {given!r} is not one" + did_you_mean(str(given), targets),
+                file=file,
+                key=f"reference.{i}.{what}",
+                choices=targets,
+            )
+        if what == "metric" and any(o.log for o in objectives if o.metric == given) and ref.value <= 0:
+            raise ConfigError(
+                f"the objective {given!r} is told as log10: a reference value must be > 0 (got {ref.value})",
+                file=file,
+                key=f"reference.{i}.value",
+            )
     if pruner.name == "nop":
         return
     if len(objectives) > 1:
@@ -182,8 +202,14 @@ def check_metrics(spec: StudyFile, task: Task, objectives: list[Objective], prun
         )
     if pruner.metric not in curves:
         raise ConfigError(
-            f"{task.name} has no curve column {pruner.metric!r}", file=file, key="pruner.metric", choices=curves
+            _no_such("curve column", pruner.metric, task, curves), file=file, key="pruner.metric", choices=curves
         )
+
+
+def _no_such(what: str, name: str, task: Task, valid: list[str]) -> str:
+    """ "deep_linear has no metric 'iters_to_tl' (did you mean 'iters_to_tol'?)": the closest valid name, as
+    the grid file's errors give it."""
+    return f"{task.name} has no {what} {name!r}" + did_you_mean(name, valid)
 
 
 def check_batch(spec: StudyFile, task: Task, file: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from runner.tune.space import SpaceParam, Strict
 
@@ -43,6 +43,22 @@ class Baseline(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class Reference(Strict):
+    """A value the theory gives, drawn as a dashed line: on the history plot for an objective `metric` (as
+    Optuna is told it: log10 where the objective says `log: true`), on the slice plot for a searched `param`."""
+
+    label: str = Field(min_length=1, description="the legend's name for it, e.g. 'theory: 2/(lambda_max+lambda_min)'")
+    value: float = Field(allow_inf_nan=False)
+    metric: str | None = Field(None, description="an objective's metric: a horizontal line on the history plot")
+    param: str | None = Field(None, description="a searched param: a vertical line on its slice")
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> Reference:
+        if (self.metric is None) == (self.param is None):
+            raise ValueError("give exactly one of metric (an objective's) or param (a searched one)")
+        return self
+
+
 class StudyFile(Strict):
     name: str | None = None
     description: str = ""
@@ -66,3 +82,4 @@ class StudyFile(Strict):
     baselines: list[Baseline] = Field(default_factory=list)
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="one study per combination")
     report: list[str] = Field(default_factory=list, description="metrics printed for the best trials and baselines")
+    reference: list[Reference] = Field(default_factory=list, description="the theory's values, drawn as lines")

@@ -263,4 +263,5 @@ AnyParams = BCGDParams | GDParams | BCSGDParams
 # What the driver needs to plan a grid of this learner (tasks.registry.get_spec): no torch imported.
 # version 2: GD and L2 BCGD compute with a leading config axis (last-bit changes)
 # version 3: their small float64 stacks are multiplied by numpy on the CPU (tasks.deep_linear.flops.stack_product)
-SPEC = TaskSpec(name="deep_linear", version="3", Params=DeepLinearParams)
+# version 4: thm32_violations is null where Thm 3.2 is not checked (was the sentinel -1, issue 45)
+SPEC = TaskSpec(name="deep_linear", version="4", Params=DeepLinearParams)

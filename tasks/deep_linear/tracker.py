@@ -358,7 +358,8 @@ def make_result(p: AnyParams, s: Setup, f: Final, stats: BCSGDStats | None = Non
             "w_star_fro": float(torch.linalg.matrix_norm(obj.w_star if isinstance(obj, L4Objective) else prob.w_star)),
             "l4_grad_rel": obj.grad_rel if isinstance(obj, L4Objective) else NAN,
             "thm32_max_ratio": f.ratio_max,
-            "thm32_violations": f.violations if isinstance(p, BCGDParams) and p.check_thm32 else -1,
+            # null where not checked: a sentinel -1 read as a count (a mean, a max over runs) lies
+            "thm32_violations": f.violations if isinstance(p, BCGDParams) and p.check_thm32 else None,
             "err_tail": f.err_tail,
             "flops_learner": f.flops_learner,
             "flops_metric": flops_metric,
