@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median_by, medians
+from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median_by, medians, on_drawn_problems
 
 TASK = "linear_resnet"
 
@@ -217,3 +217,7 @@ CLAIMS = [
         margin_never_met,
     ),
 ]
+
+# The problem is a draw (X, Phi and E from data_seed, None reading the seed): one draw decides nothing close
+# (issue 43), so every claim is refused a verdict on fewer than 3 seeds (every full grid runs 3 or 5).
+CLAIMS = on_drawn_problems(CLAIMS, "data_seed", {})
