@@ -103,3 +103,25 @@ def test_c5_sgd_locality_fails_on_a_wrong_step(tmp_path: Path, monkeypatch: pyte
     run_grid(grid, root, opts())
     (result,) = evaluate(root, [c for c in HIER_CLAIMS if c.id == "004.C5.local_sgd"]).results
     assert result.verdict.verdict == "does not hold", result.verdict
+
+
+
+def test_semi_smoothness_is_no_verdict_on_a_frozen_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training whose gradient step is frozen at zero (W^{k+1} = W^k): Lemma 4.5's ratio is 0/0 at every epoch,
+    so no evidence, and the HOLDS that test_small_grids_end_to_end_through_the_cli asserts for 001.c11.semi_smooth
+    does not survive (the check says 'not enough data' rather than a vacuous 'holds'). Lemma 4.5's bound is so
+    loose (10^-1.5 at its tightest t, 10^-115 at t = T on the small twin) that a wrong gain or step on P moves
+    the weights' change with the iterates' and leaves it holding: tried, a gain of 1e4 or 1e8 on the sigmoid
+    and a step 3x or 10x all still hold."""
+    import tasks.l2o_gd.train as train
+
+    real = train.torch.autograd.grad
+
+    def frozen(outputs: Any, inputs: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.zeros_like(g) for g in real(outputs, inputs, *args, **kwargs))  # the planted fault
+
+    monkeypatch.setattr(train.torch.autograd, "grad", frozen)
+    root = str(tmp_path / "res")
+    run_grid(L2O_SMALL / "theory_width.yaml", root, opts())
+    (result,) = evaluate(root, [c for c in L2O_CLAIMS if c.id == "001.c11.semi_smooth"]).results
+    assert result.grid == "small_theory_width" and result.verdict.verdict != "holds", result.verdict
