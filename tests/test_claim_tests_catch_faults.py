@@ -125,3 +125,25 @@ def test_semi_smoothness_is_no_verdict_on_a_frozen_step(tmp_path: Path, monkeypa
     run_grid(L2O_SMALL / "theory_width.yaml", root, opts())
     (result,) = evaluate(root, [c for c in L2O_CLAIMS if c.id == "001.c11.semi_smooth"]).results
     assert result.grid == "small_theory_width" and result.verdict.verdict != "holds", result.verdict
+
+
+def test_c1_c2_outcomes_fail_when_joint_training_freezes_the_lower_layers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Joint training whose schedule freezes every layer below the newest (the planted fault: a frozen layer, so
+    'joint' trains as 'layerwise' does): the HOLDS that test_small_grids_run_end_to_end asserts for
+    004.C1.joint_beats_layerwise and 004.C2.bfc (the lower features corrected) turn into 'does not hold'. One seed
+    and gamma of the small twin (the cheaper quarter, each protocol once)."""
+    import tasks.hierarchical.schedule as schedule
+    from analysis.hierarchical.claims import CLAIMS as HIER_CLAIMS
+
+    monkeypatch.setattr(schedule, "lowest_trainable", lambda p, layer: layer)
+    grid = yaml.safe_load((HIER_SMALL / "small_c1_joint_vs_layerwise.yaml").read_text())
+    grid["blocks"][0]["product"]["gamma"] = [0.3]
+    grid["blocks"][0]["repeat"] = 1
+    root = str(tmp_path / "res")
+    run_grid(grid, root, opts())
+    table = {r.claim.id: r for r in evaluate(root, HIER_CLAIMS).results}
+    for cid in ("004.C1.joint_beats_layerwise", "004.C2.bfc"):
+        assert table[cid].grid == "small_c1_joint_vs_layerwise", table[cid]
+        assert table[cid].verdict.verdict == "does not hold", (cid, table[cid].verdict)
