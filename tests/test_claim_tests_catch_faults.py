@@ -20,6 +20,7 @@ from tests.test_ldminv_theory_claims import LEMMA2_OUTCOMES, SMALL, THM1_OUTCOME
 
 L2O_SMALL = Path(__file__).resolve().parents[1] / "grids" / "l2o_gd" / "small"
 HIER_SMALL = Path(__file__).resolve().parents[1] / "grids" / "hierarchical" / "small"
+RESNET_SMALL = Path(__file__).resolve().parents[1] / "grids" / "linear_resnet" / "small"
 
 
 def test_lemma2_outcomes_fail_on_a_flipped_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,3 +148,27 @@ def test_c1_c2_outcomes_fail_when_joint_training_freezes_the_lower_layers(
     for cid in ("004.C1.joint_beats_layerwise", "004.C2.bfc"):
         assert table[cid].grid == "small_c1_joint_vs_layerwise", table[cid]
         assert table[cid].verdict.verdict == "does not hold", (cid, table[cid].verdict)
+
+
+def test_fig1d_depth_fails_when_the_resnet_loses_its_skip_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ResNet's gradient computed as the standard net's (the planted fault: the skip connections dropped from
+    the backward and forward pass): its iteration count no longer stays flat in depth, and the HOLDS that
+    test_registered_claims_run_on_reduced_grids asserts for 003.fig1d.depth turns into 'does not hold'."""
+    import tasks.linear_resnet.train as train
+    from analysis.linear_resnet.claims import CLAIMS as RESNET_CLAIMS
+
+    for name in ("gram_excess_grad", "direct_loss_grad"):
+        real = getattr(train, name)
+
+        def no_skip(*args: Any, _real: Any = real) -> Any:
+            return _real(*args[:-1], False)  # the planted fault: resnet=False whatever the model
+
+        monkeypatch.setattr(train, name, no_skip)
+    root = str(tmp_path / "res")
+    grid = yaml.safe_load((RESNET_SMALL / "fig1d_depth_m200.yaml").read_text())
+    grid["blocks"][0]["repeat"] = 1  # one seed of the twin's two (half its runs)
+    run_grid(grid, root, opts())
+    (result,) = evaluate(root, [c for c in RESNET_CLAIMS if c.id == "003.fig1d.depth"]).results
+    assert result.grid == "small_fig1d_depth_m200" and result.verdict.verdict == "does not hold", result.verdict

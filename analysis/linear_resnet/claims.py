@@ -46,7 +46,8 @@ def resnet_flat_standard_slows(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     res, std = _depth_trend(runs)
     if len(res) < 2 or len(std) < 2:
         return Verdict(NO_DATA, "needs both models at two or more depths")
-    res_spread = res.max() / res.min()
+    # a ResNet that never reaches 1e-6 at some depth is not flat in depth (inf / inf would read as nan)
+    res_spread = res.max() / res.min() if np.isfinite(res).all() else np.inf
     # a diverged standard net (never reaches 1e-6) counts as slower than any finite count
     std_growth = std.iloc[-1] / std.iloc[0]
     holds = res_spread <= 1.6 and std_growth >= 1.5
