@@ -21,6 +21,7 @@ from tests.test_ldminv_theory_claims import LEMMA2_OUTCOMES, SMALL, THM1_OUTCOME
 L2O_SMALL = Path(__file__).resolve().parents[1] / "grids" / "l2o_gd" / "small"
 HIER_SMALL = Path(__file__).resolve().parents[1] / "grids" / "hierarchical" / "small"
 RESNET_SMALL = Path(__file__).resolve().parents[1] / "grids" / "linear_resnet" / "small"
+DL_SMALL = Path(__file__).resolve().parents[1] / "grids" / "deep_linear" / "small"
 
 
 def test_lemma2_outcomes_fail_on_a_flipped_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,3 +173,25 @@ def test_fig1d_depth_fails_when_the_resnet_loses_its_skip_connections(
     run_grid(grid, root, opts())
     (result,) = evaluate(root, [c for c in RESNET_CLAIMS if c.id == "003.fig1d.depth"]).results
     assert result.grid == "small_fig1d_depth_m200" and result.verdict.verdict == "does not hold", result.verdict
+
+
+def test_fig6_order_rule_fails_when_the_sweep_order_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BCGD that sweeps its layers in ascending order whatever `order` says (the planted fault: a broken step
+    schedule): both orders train alike, and the HOLDS that test_deep_linear_claims_on_reduced_grids asserts for
+    002.fig6.order_rule turns into 'does not hold'. The twin's orth-identity runs alone (what the claim reads)."""
+    import tasks.deep_linear.batched as batched
+    import tasks.deep_linear.bcgd as bcgd
+    from analysis.deep_linear.claims import CLAIMS as DL_CLAIMS
+
+    slots, update = bcgd.gauss_seidel_slots, bcgd.apply_update
+    for module in (bcgd, batched):
+        monkeypatch.setattr(module, "gauss_seidel_slots", lambda ws, order, counter: slots(ws, "asc", counter))
+        monkeypatch.setattr(module, "apply_update", lambda *args: update(*args[:-2], "asc", args[-1]))
+    grid = yaml.safe_load((DL_SMALL / "fig6_order_init.yaml").read_text())
+    grid["blocks"][0]["product"]["init"] = ["orth_identity"]
+    root = str(tmp_path / "res")
+    run_grid(grid, root, opts())
+    (result,) = evaluate(root, [c for c in DL_CLAIMS if c.id == "002.fig6.order_rule"]).results
+    assert result.grid == "small_fig6_order_init" and result.verdict.verdict == "does not hold", result.verdict
