@@ -195,3 +195,20 @@ def test_fig6_order_rule_fails_when_the_sweep_order_is_ignored(
     run_grid(grid, root, opts())
     (result,) = evaluate(root, [c for c in DL_CLAIMS if c.id == "002.fig6.order_rule"]).results
     assert result.grid == "small_fig6_order_init" and result.verdict.verdict == "does not hold", result.verdict
+
+
+def test_lemma1_exactness_fails_on_a_wrong_coefficient(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed D-Minv whose hyper-power polynomial carries a constant term 1 + 1e-3 instead of 1 (the planted
+    fault: a wrong coefficient): ||AA+ - AX_k||_2 no longer equals e0^(L^k), and the HOLDS that
+    test_small_grid_runs_reports_and_checks asserts for 000.lemma1.exact turns into 'does not hold'."""
+    import tasks.ldminv.matrix_path as matrix_path
+
+    real = matrix_path.hyperpower_matrix
+
+    def wrong(e: torch.Tensor, order: int) -> torch.Tensor:
+        return real(e, order) + 1e-3 * torch.eye(e.shape[-1], dtype=e.dtype, device=e.device)
+
+    monkeypatch.setattr(matrix_path, "hyperpower_matrix", wrong)
+    root = str(tmp_path / "res")
+    run_grid(SMALL / "theory_lemma1.yaml", root, opts())
+    assert _verdicts(root, "000.lemma1") == {"000.lemma1.exact": "does not hold"}
