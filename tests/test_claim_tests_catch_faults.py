@@ -107,7 +107,6 @@ def test_c5_sgd_locality_fails_on_a_wrong_step(tmp_path: Path, monkeypatch: pyte
     assert result.verdict.verdict == "does not hold", result.verdict
 
 
-
 def test_semi_smoothness_is_no_verdict_on_a_frozen_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Training whose gradient step is frozen at zero (W^{k+1} = W^k): Lemma 4.5's ratio is 0/0 at every epoch,
     so no evidence, and the HOLDS that test_small_grids_end_to_end_through_the_cli asserts for 001.c11.semi_smooth
@@ -175,9 +174,7 @@ def test_fig1d_depth_fails_when_the_resnet_loses_its_skip_connections(
     assert result.grid == "small_fig1d_depth_m200" and result.verdict.verdict == "does not hold", result.verdict
 
 
-def test_fig6_order_rule_fails_when_the_sweep_order_is_ignored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fig6_order_rule_fails_when_the_sweep_order_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """BCGD that sweeps its layers in ascending order whatever `order` says (the planted fault: a broken step
     schedule): both orders train alike, and the HOLDS that test_deep_linear_claims_on_reduced_grids asserts for
     002.fig6.order_rule turns into 'does not hold'. The twin's orth-identity runs alone (what the claim reads)."""
