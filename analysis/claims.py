@@ -60,6 +60,7 @@ __all__ = [
     "median_by",
     "medians",
     "named",
+    "on_drawn_problems",
     "registry",
 ]
 
@@ -132,7 +133,9 @@ class Claim:
     post_hoc: bool = False
     history: tuple[RuleChange, ...] = ()  # every change of the rule after results were read, oldest first
     # the run column naming the problem draw (data or matrix seed) when the randomness is in the problem: the
-    # claim is then refused a verdict on fewer than MIN_DRAWS distinct draws among the grid's runs
+    # claim is then refused a verdict on fewer than MIN_DRAWS distinct draws among the grid's runs. Several
+    # columns joined by "+" (a target and a data seed) count distinct combinations; a learner's data seed left
+    # unset (None) is its run seed, so a missing value there reads the run's `seed`
     draws: str = ""
 
 
@@ -389,7 +392,9 @@ def evaluate(root: str, claims: Sequence[Claim] | None = None) -> ClaimsTable:
             verdict = Verdict(NO_DATA, "no finished runs")
         else:
             curves = load_curves(root, claim.task, runs=runs.drop_duplicates("run_id")) if claim.needs_curves else None
-            verdict = _enforced(claim, runs[runs["grid"] == grid], claim.check(runs, curves), n_finished, len(wanted))
+            verdict = _enforced(
+                claim, runs[runs["grid"] == grid], claim.check(runs, curves), n_finished, len(wanted), is_reduced(grid)
+            )
         table.results.append(
             ClaimResult(
                 claim,
@@ -415,9 +420,45 @@ def twin_regime(member_frame: pd.DataFrame, grid: str) -> str:
     return f"reduced twin {grid}: {' '.join(description.split())}" if isinstance(description, str) else ""
 
 
-def _enforced(claim: Claim, grid_runs: pd.DataFrame, verdict: Verdict, n_finished: int, n_wanted: int) -> Verdict:
+def on_drawn_problems(
+    claims: Sequence[Claim], draws: str, exempt: dict[str, str], moved: dict[str, RuleChange] | None = None
+) -> list[Claim]:
+    """`claims` of a learner whose randomness is in the problem, each declaring its draw column(s) `draws` (so
+    that `evaluate` refuses it a verdict on fewer than MIN_DRAWS draws), except those in `exempt`, which maps a
+    claim's id to why one seed's runs are no single draw deciding a margin (an identity checked to rounding, a
+    count, a mean over many drawn test problems of an untrained method, fixed real data). `moved` names the
+    claims whose recorded verdict the rule took away (decided on fewer draws): each gets its history entry."""
+    ids = {c.id for c in claims}
+    unknown = (set(exempt) | set(moved or {})) - ids
+    if unknown:
+        raise ValueError(f"named for the draws rule but not among the claims: {', '.join(sorted(unknown))}")
+    out = []
+    for c in claims:
+        if c.id not in exempt:
+            change = (moved or {}).get(c.id)
+            c = dataclasses.replace(c, draws=draws, history=c.history + ((change,) if change else ()))
+        out.append(c)
+    return out
+
+
+def n_draws(runs: pd.DataFrame, draws: str) -> int:
+    """How many distinct problem draws `runs` hold by the columns `draws` names ("a+b": their combinations); a
+    missing value (a data seed left unset, which the learners read as the run seed) counts as the run's `seed`."""
+    keys = pd.DataFrame(index=runs.index)
+    for col in draws.split("+"):
+        values = runs[col] if col in runs else pd.Series(pd.NA, index=runs.index, dtype=object)
+        keys[col] = values.where(values.notna(), runs["seed"]) if "seed" in runs else values
+    return len(keys.dropna().drop_duplicates())
+
+
+def _enforced(
+    claim: Claim, grid_runs: pd.DataFrame, verdict: Verdict, n_finished: int, n_wanted: int, reduced: bool = False
+) -> Verdict:
     """The rules every claim obeys whatever its check says (issue 43): a claim whose randomness is in the
-    problem is not decided on fewer than MIN_DRAWS draws, and a verdict on part of a grid is no verdict on it."""
+    problem is not decided on fewer than MIN_DRAWS draws, and a verdict on part of a grid is no verdict on it.
+    A reduced grid (CI or demo size, one seed) is exempt from the draws rule: its verdict only exercises the
+    path, is labelled "reduced", is never a surprise and never enters a table, and the tests that plant faults
+    in a learner read it (tests/test_claim_tests_catch_faults.py)."""
     if verdict.verdict not in DECIDED:
         return verdict
 
@@ -426,11 +467,11 @@ def _enforced(claim: Claim, grid_runs: pd.DataFrame, verdict: Verdict, n_finishe
             verdict, verdict=UNDECIDED, measured=f"{verdict.verdict} on {on}: {verdict.measured}", lacks=lacks
         )
 
-    n_draws = grid_runs[claim.draws].nunique() if claim.draws and claim.draws in grid_runs else 0
-    if claim.draws and n_draws < MIN_DRAWS:
+    draws = n_draws(grid_runs, claim.draws) if claim.draws else 0
+    if claim.draws and not reduced and draws < MIN_DRAWS:
         return withheld(
-            f"{n_draws} problem draw(s) ({claim.draws})",
-            f"problem draws: {n_draws} of the {MIN_DRAWS} a claim on a drawn problem needs",
+            f"{draws} problem draw(s) ({claim.draws})",
+            f"problem draws: {draws} of the {MIN_DRAWS} a claim on a drawn problem needs",
         )
     if n_finished < n_wanted:
         return withheld(

@@ -20,6 +20,8 @@ from tests.test_ldminv_theory_claims import LEMMA2_OUTCOMES, SMALL, THM1_OUTCOME
 
 L2O_SMALL = Path(__file__).resolve().parents[1] / "grids" / "l2o_gd" / "small"
 HIER_SMALL = Path(__file__).resolve().parents[1] / "grids" / "hierarchical" / "small"
+RESNET_SMALL = Path(__file__).resolve().parents[1] / "grids" / "linear_resnet" / "small"
+DL_SMALL = Path(__file__).resolve().parents[1] / "grids" / "deep_linear" / "small"
 
 
 def test_lemma2_outcomes_fail_on_a_flipped_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,3 +105,108 @@ def test_c5_sgd_locality_fails_on_a_wrong_step(tmp_path: Path, monkeypatch: pyte
     run_grid(grid, root, opts())
     (result,) = evaluate(root, [c for c in HIER_CLAIMS if c.id == "004.C5.local_sgd"]).results
     assert result.verdict.verdict == "does not hold", result.verdict
+
+
+def test_semi_smoothness_is_no_verdict_on_a_frozen_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training whose gradient step is frozen at zero (W^{k+1} = W^k): Lemma 4.5's ratio is 0/0 at every epoch,
+    so no evidence, and the HOLDS that test_small_grids_end_to_end_through_the_cli asserts for 001.c11.semi_smooth
+    does not survive (the check says 'not enough data' rather than a vacuous 'holds'). Lemma 4.5's bound is so
+    loose (10^-1.5 at its tightest t, 10^-115 at t = T on the small twin) that a wrong gain or step on P moves
+    the weights' change with the iterates' and leaves it holding: tried, a gain of 1e4 or 1e8 on the sigmoid
+    and a step 3x or 10x all still hold."""
+    import tasks.l2o_gd.train as train
+
+    real = train.torch.autograd.grad
+
+    def frozen(outputs: Any, inputs: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.zeros_like(g) for g in real(outputs, inputs, *args, **kwargs))  # the planted fault
+
+    monkeypatch.setattr(train.torch.autograd, "grad", frozen)
+    root = str(tmp_path / "res")
+    run_grid(L2O_SMALL / "theory_width.yaml", root, opts())
+    (result,) = evaluate(root, [c for c in L2O_CLAIMS if c.id == "001.c11.semi_smooth"]).results
+    assert result.grid == "small_theory_width" and result.verdict.verdict != "holds", result.verdict
+
+
+def test_c1_c2_outcomes_fail_when_joint_training_freezes_the_lower_layers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Joint training whose schedule freezes every layer below the newest (the planted fault: a frozen layer, so
+    'joint' trains as 'layerwise' does): the HOLDS that test_small_grids_run_end_to_end asserts for
+    004.C1.joint_beats_layerwise, 004.C1.layerwise_plateaus (joint gains no more than layer-wise after stage 2) and
+    004.C2.bfc (the lower features corrected) turn into 'does not hold'. One seed
+    and gamma of the small twin (the cheaper quarter, each protocol once)."""
+    import tasks.hierarchical.schedule as schedule
+    from analysis.hierarchical.claims import CLAIMS as HIER_CLAIMS
+
+    monkeypatch.setattr(schedule, "lowest_trainable", lambda p, layer: layer)
+    grid = yaml.safe_load((HIER_SMALL / "small_c1_joint_vs_layerwise.yaml").read_text())
+    grid["blocks"][0]["product"]["gamma"] = [0.3]
+    grid["blocks"][0]["repeat"] = 1
+    root = str(tmp_path / "res")
+    run_grid(grid, root, opts())
+    table = {r.claim.id: r for r in evaluate(root, HIER_CLAIMS).results}
+    for cid in ("004.C1.joint_beats_layerwise", "004.C1.layerwise_plateaus", "004.C2.bfc"):
+        assert table[cid].grid == "small_c1_joint_vs_layerwise", table[cid]
+        assert table[cid].verdict.verdict == "does not hold", (cid, table[cid].verdict)
+
+
+def test_fig1d_depth_fails_when_the_resnet_loses_its_skip_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ResNet's gradient computed as the standard net's (the planted fault: the skip connections dropped from
+    the backward and forward pass): its iteration count no longer stays flat in depth, and the HOLDS that
+    test_registered_claims_run_on_reduced_grids asserts for 003.fig1d.depth turns into 'does not hold'."""
+    import tasks.linear_resnet.train as train
+    from analysis.linear_resnet.claims import CLAIMS as RESNET_CLAIMS
+
+    for name in ("gram_excess_grad", "direct_loss_grad"):
+        real = getattr(train, name)
+
+        def no_skip(*args: Any, _real: Any = real) -> Any:
+            return _real(*args[:-1], False)  # the planted fault: resnet=False whatever the model
+
+        monkeypatch.setattr(train, name, no_skip)
+    root = str(tmp_path / "res")
+    grid = yaml.safe_load((RESNET_SMALL / "fig1d_depth_m200.yaml").read_text())
+    grid["blocks"][0]["repeat"] = 1  # one seed of the twin's two (half its runs)
+    run_grid(grid, root, opts())
+    (result,) = evaluate(root, [c for c in RESNET_CLAIMS if c.id == "003.fig1d.depth"]).results
+    assert result.grid == "small_fig1d_depth_m200" and result.verdict.verdict == "does not hold", result.verdict
+
+
+def test_fig6_order_rule_fails_when_the_sweep_order_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BCGD that sweeps its layers in ascending order whatever `order` says (the planted fault: a broken step
+    schedule): both orders train alike, and the HOLDS that test_deep_linear_claims_on_reduced_grids asserts for
+    002.fig6.order_rule turns into 'does not hold'. The twin's orth-identity runs alone (what the claim reads)."""
+    import tasks.deep_linear.batched as batched
+    import tasks.deep_linear.bcgd as bcgd
+    from analysis.deep_linear.claims import CLAIMS as DL_CLAIMS
+
+    slots, update = bcgd.gauss_seidel_slots, bcgd.apply_update
+    for module in (bcgd, batched):
+        monkeypatch.setattr(module, "gauss_seidel_slots", lambda ws, order, counter: slots(ws, "asc", counter))
+        monkeypatch.setattr(module, "apply_update", lambda *args: update(*args[:-2], "asc", args[-1]))
+    grid = yaml.safe_load((DL_SMALL / "fig6_order_init.yaml").read_text())
+    grid["blocks"][0]["product"]["init"] = ["orth_identity"]
+    root = str(tmp_path / "res")
+    run_grid(grid, root, opts())
+    (result,) = evaluate(root, [c for c in DL_CLAIMS if c.id == "002.fig6.order_rule"]).results
+    assert result.grid == "small_fig6_order_init" and result.verdict.verdict == "does not hold", result.verdict
+
+
+def test_lemma1_exactness_fails_on_a_wrong_coefficient(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed D-Minv whose hyper-power polynomial carries a constant term 1 + 1e-3 instead of 1 (the planted
+    fault: a wrong coefficient): ||AA+ - AX_k||_2 no longer equals e0^(L^k), and the HOLDS that
+    test_small_grid_runs_reports_and_checks asserts for 000.lemma1.exact turns into 'does not hold'."""
+    import tasks.ldminv.matrix_path as matrix_path
+
+    real = matrix_path.hyperpower_matrix
+
+    def wrong(e: torch.Tensor, order: int) -> torch.Tensor:
+        return real(e, order) + 1e-3 * torch.eye(e.shape[-1], dtype=e.dtype, device=e.device)
+
+    monkeypatch.setattr(matrix_path, "hyperpower_matrix", wrong)
+    root = str(tmp_path / "res")
+    run_grid(SMALL / "theory_lemma1.yaml", root, opts())
+    assert _verdicts(root, "000.lemma1") == {"000.lemma1.exact": "does not hold"}

@@ -251,3 +251,46 @@ def test_a_reduced_twin_shows_its_own_regime_and_check_and_report_tally_alike(
     page = (tmp_path / "report" / "report.md").read_text()
     assert "The 4 claims of the grids in this store: 2 decided, 1 undecided at their budget, 1 without" in page
     assert summary.split("lists them): ")[1] in " ".join(page.split())  # the same sentence
+def test_draws_count_the_problem_and_spare_only_reduced_grids() -> None:
+    """Issue 43: a data seed left unset is the run's seed; "a+b" counts combinations; a reduced grid keeps its
+    verdict (it only exercises the path), a full grid on 2 draws does not; an exemption must name a claim."""
+    import dataclasses
+
+    from analysis.claims import _enforced, n_draws, on_drawn_problems
+
+    runs = pd.DataFrame({"seed": [0, 1, 2, 0], "data_seed": [None, None, None, None], "target_seed": [5, 5, 5, 5]})
+    assert n_draws(runs, "data_seed") == 3  # unset: the seeds 0, 1, 2
+    assert n_draws(runs.assign(data_seed=[7, 7, 7, 7]), "data_seed") == 1  # one fixed draw whatever the seed
+    assert n_draws(runs, "target_seed+data_seed") == 3 and n_draws(runs, "target_seed") == 1
+    drawn = dataclasses.replace(CLAIMS[0], draws="data_seed")
+    two = runs.iloc[[0, 1]]
+    assert _enforced(drawn, two, Verdict(HOLDS, "x"), 2, 2).verdict == UNDECIDED
+    assert _enforced(drawn, two, Verdict(HOLDS, "x"), 2, 2, reduced=True).verdict == HOLDS
+    assert _enforced(drawn, runs, Verdict(FAILS, "x"), 4, 4).verdict == FAILS
+    with pytest.raises(ValueError, match="x.nowhere"):
+        on_drawn_problems(CLAIMS, "seed", {"x.nowhere": "a typo"})
+
+
+def _grid_draws(task: str, grid: str, draws: str) -> int:
+    from analysis.claims import n_draws
+    from runner.grid.spec import load_grid
+
+    path = Path(repro_table.REPO) / "grids" / task / f"{grid}.yaml"
+    cells = pd.DataFrame([c.params.model_dump() for c in load_grid(path).cells])
+    return n_draws(cells, draws)
+
+
+@pytest.mark.parametrize("task", ["ldminv", "deep_linear", "linear_resnet", "hierarchical", "l2o_gd"])
+def test_no_recorded_verdict_rests_on_fewer_draws_than_the_rule_asks(task: str) -> None:
+    """Issue 43: every claim that declares its problem draw and is decided in its CSV was decided on a full grid
+    whose file runs at least MIN_DRAWS draws (counted from the grid's cells, as `evaluate` counts its runs); a
+    grid of fewer draws leaves the claim undecided, its history saying so (fails on the 2026-11-27 rows of the
+    2-seed grids fig1_k, fig1_kl, fig1_l and c6_kernels)."""
+    from analysis.claims import MIN_DRAWS
+
+    rows = repro_table.read_csv(task).set_index("claim")
+    for claim in (c for c in registry() if c.task == task and c.draws):
+        row = rows.loc[claim.id]
+        if row["verdict"] in (HOLDS, FAILS):
+            assert row["size"] == "full", (claim.id, row["size"])
+            assert _grid_draws(task, row["grid"], claim.draws) >= MIN_DRAWS, (claim.id, row["grid"])

@@ -8,7 +8,19 @@ import numpy as np
 import pandas as pd
 
 from analysis.aggregate import never_as_inf
-from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, RuleChange, Verdict, fmt, median, median_by, medians
+from analysis.claims import (
+    FAILS,
+    HOLDS,
+    NO_DATA,
+    Claim,
+    RuleChange,
+    Verdict,
+    fmt,
+    median,
+    median_by,
+    medians,
+    on_drawn_problems,
+)
 
 TASK = "deep_linear"
 TOL = 1e-10
@@ -353,3 +365,16 @@ CLAIMS = [
         ),
     ),
 ]
+
+# The synthetic figures' problem is a draw (X and Y from data_seed, None reading the seed): one draw decides
+# nothing close (issue 43), so their claims are refused a verdict on fewer than 3 seeds. The real-data figures
+# are exempt: MNIST and UCI Ethanol are fixed data sets, and their runs' seed draws nothing of the problem.
+CLAIMS = on_drawn_problems(
+    CLAIMS,
+    "data_seed",
+    {
+        "002.fig8.L2_best": "MNIST is fixed data (identity init): no problem draw",
+        "002.fig8.even_depths": "MNIST is fixed data (identity init): no problem draw",
+        "002.fig9.bcgd_beats_gd": "MNIST and UCI Ethanol are fixed data sets: no problem draw",
+    },
+)

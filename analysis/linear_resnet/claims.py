@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median_by, medians
+from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median_by, medians, on_drawn_problems
 
 TASK = "linear_resnet"
 
@@ -46,7 +46,8 @@ def resnet_flat_standard_slows(runs: pd.DataFrame, _: pd.DataFrame | None) -> Ve
     res, std = _depth_trend(runs)
     if len(res) < 2 or len(std) < 2:
         return Verdict(NO_DATA, "needs both models at two or more depths")
-    res_spread = res.max() / res.min()
+    # a ResNet that never reaches 1e-6 at some depth is not flat in depth (inf / inf would read as nan)
+    res_spread = res.max() / res.min() if np.isfinite(res).all() else np.inf
     # a diverged standard net (never reaches 1e-6) counts as slower than any finite count
     std_growth = std.iloc[-1] / std.iloc[0]
     holds = res_spread <= 1.6 and std_growth >= 1.5
@@ -217,3 +218,7 @@ CLAIMS = [
         margin_never_met,
     ),
 ]
+
+# The problem is a draw (X, Phi and E from data_seed, None reading the seed): one draw decides nothing close
+# (issue 43), so every claim is refused a verdict on fewer than 3 seeds (every full grid runs 3 or 5).
+CLAIMS = on_drawn_problems(CLAIMS, "data_seed", {})
