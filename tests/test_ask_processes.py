@@ -102,7 +102,9 @@ def test_a_process_that_cannot_open_the_study_leaves_the_asks_to_the_driver(
     study = _study(tmp_path)
     missing = str(tmp_path / "no" / "such" / "folder" / JOURNAL_NAME)
     servers = study.ask_servers(1)
-    monkeypatch.setattr(study, "ask_servers", lambda n: [AskServer("remote", missing, s._sampler, {}) for s in servers])
+    monkeypatch.setattr(
+        study, "ask_servers", lambda n: [AskServer("remote", missing, s.optuna_sampler, {}) for s in servers]
+    )
     from runner.tune.ask_processes import AskProcessWarning
 
     with pytest.warns(AskProcessWarning, match="FileNotFoundError"):
