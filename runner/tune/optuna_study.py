@@ -153,7 +153,7 @@ class Study:
             for i in range(count)
         ]
 
-    def _trial_id(self, number: int) -> int:
+    def _storage_id(self, number: int) -> int:
         found = self._ids.get(number)
         if found is None:
             storage = self._storage.optuna_storage
@@ -161,7 +161,7 @@ class Study:
         return found
 
     def set_attr(self, asked: Asked, key: str, value: str) -> None:
-        self._storage.optuna_storage.set_trial_user_attr(self._trial_id(asked.number), key, value)
+        self._storage.optuna_storage.set_trial_user_attr(self._storage_id(asked.number), key, value)
 
     def tell(
         self, trial: Asked | int, values: list[float] | None = None, state: State = State.COMPLETE
@@ -184,7 +184,7 @@ class Study:
         `Trial.report` / `should_prune` do, through public methods: the value into the storage, then
         the study's pruner asked about the trial as stored (the caller, runner.tune.pruning, reports
         each step once)."""
-        storage, trial_id = self._storage.optuna_storage, self._trial_id(asked.number)
+        storage, trial_id = self._storage.optuna_storage, self._storage_id(asked.number)
         storage.set_trial_intermediate_value(trial_id, step, float(value))
         return not self._study.pruner.prune(self._study, storage.get_trial(trial_id))
 
