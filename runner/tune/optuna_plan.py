@@ -19,27 +19,32 @@ from runner.tune.spec import StudyPlan, load_study
 SEEDS_PER_START = 1000
 
 
-def _sampler_class(name: str) -> Any:
-    import optuna.samplers as s
+# A study file's sampler and pruner names -> Optuna's classes (optuna.samplers, optuna.pruners)
+_SAMPLERS = {
+    "tpe": "TPESampler",
+    "cmaes": "CmaEsSampler",
+    "gp": "GPSampler",
+    "grid": "GridSampler",
+    "random": "RandomSampler",
+}
+_PRUNERS = {
+    "nop": "NopPruner",
+    "median": "MedianPruner",
+    "successive_halving": "SuccessiveHalvingPruner",
+    "hyperband": "HyperbandPruner",
+}
 
-    return {
-        "tpe": s.TPESampler,
-        "cmaes": s.CmaEsSampler,
-        "gp": s.GPSampler,
-        "grid": s.GridSampler,
-        "random": s.RandomSampler,
-    }[name]
+
+def _sampler_class(name: str) -> Any:
+    import optuna.samplers
+
+    return getattr(optuna.samplers, _SAMPLERS[name])
 
 
 def _pruner_class(name: str) -> Any:
-    import optuna.pruners as pr
+    import optuna.pruners
 
-    return {
-        "nop": pr.NopPruner,
-        "median": pr.MedianPruner,
-        "successive_halving": pr.SuccessiveHalvingPruner,
-        "hyperband": pr.HyperbandPruner,
-    }[name]
+    return getattr(optuna.pruners, _PRUNERS[name])
 
 
 def make_sampler(p: StudyPlan, seed_offset: int = 0) -> Any:
