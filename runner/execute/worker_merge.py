@@ -99,9 +99,11 @@ class WorkerMerges:
 
     def wait(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for the merge under way and collect it; one still running then is
-        cancelled (Ray raises KeyboardInterrupt in it: its transaction unwinds uncommitted and the
-        writers' lock is given back; one transaction per group, so what it merged before stays) and
-        forgotten: a command's end never waits on a merge for longer than `timeout_s`."""
+        killed (`ray.cancel(force=True)`; a plain cancel did not stop a running one, Ray 2.60) and
+        forgotten: a command's end never waits on a merge for longer than `timeout_s`. A merge that
+        dies is safe: one transaction per group, so what it merged stays and the group under way is
+        uncommitted; its writers' lock is freed with its process (a flock), or taken over at once on
+        this host, after a lease on another (the lease lock)."""
         import ray
 
         if self._under_way is None:
@@ -109,7 +111,7 @@ class WorkerMerges:
         if ray.wait([self._under_way], timeout=timeout_s)[0]:
             self._collect()
             return
-        ray.cancel(self._under_way)
+        ray.cancel(self._under_way, force=True)
         self._under_way = None
 
     def _collect(self) -> None:
