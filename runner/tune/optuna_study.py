@@ -1,9 +1,10 @@
-"""One Optuna study behind convgrid's own types: ask, tell (by trial number), report to the pruner,
-the trials as frozen plain views. Part of the tuner's door to Optuna (runner.tune.optuna_adapter).
+"""One Optuna study behind convgrid's own types: ask, tell, report to the pruner, the trials as
+frozen plain views. Part of the tuner's door to Optuna (runner.tune.optuna_adapter).
 
-A trial is named by its number everywhere (Optuna's `study.tell` takes one); a trial asked in an ask
-process reaches this one as its number, and its reports and attributes go through the storage's public
-methods, by the storage's id of that number."""
+A trial asked in this process is told, reported and labelled through Optuna's trial object, as
+`study.ask` returned it; one asked in an ask process reaches this one as its number (Optuna's
+`study.tell` takes one), and its reports and attributes go through the storage's public methods, by
+the storage's id of that number (one look-up per trial)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,13 @@ class TrialInfo:
 
 @dataclass(frozen=True, eq=False)
 class Asked:
-    """A trial asked and not yet told: its number and params (in this process or an ask process,
-    runner.tune.ask_processes: it pickles)."""
+    """A trial asked and not yet told: its number and params. Asked in this process, Optuna's trial
+    (what `study.ask` returned) stays inside, for the adapter alone; asked in an ask process
+    (runner.tune.ask_processes: it pickles), the trial is named by its number."""
 
     number: int
     params: dict[str, Any]
+    optuna_trial: Any = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ class Study:
 
     def ask(self) -> Asked:
         trial = self._study.ask(self._distributions)
-        return Asked(trial.number, dict(trial.params))
+        return Asked(trial.number, dict(trial.params), trial)
 
     def ask_servers(self, count: int) -> list[AskServer]:
         """What `count` ask processes need, each with a sampler of its own: the plan's, seeded after this
@@ -161,15 +164,20 @@ class Study:
         return found
 
     def set_attr(self, asked: Asked, key: str, value: str) -> None:
-        self._storage.optuna_storage.set_trial_user_attr(self._storage_id(asked.number), key, value)
+        if asked.optuna_trial is not None:
+            asked.optuna_trial.set_user_attr(key, value)
+        else:
+            self._storage.optuna_storage.set_trial_user_attr(self._storage_id(asked.number), key, value)
 
     def tell(
         self, trial: Asked | int, values: list[float] | None = None, state: State = State.COMPLETE
     ) -> TrialInfo | None:
         """Tell a trial (asked, or by number); the told trial, or None when the grid sampler stopped the study."""
         number = trial.number if isinstance(trial, Asked) else trial
+        # the trial asked here, or its number (Optuna's tell looks the number up in the storage)
+        target = trial.optuna_trial if isinstance(trial, Asked) and trial.optuna_trial is not None else number
         try:
-            frozen = self._study.tell(number, values, state=_optuna_state(state))
+            frozen = self._study.tell(target, values, state=_optuna_state(state))
         except RuntimeError as exc:
             # GridSampler calls study.stop() once its grid is covered, which ask/tell cannot take; the
             # trial is told by then, and the driver stops on `exhausted`.
@@ -184,6 +192,9 @@ class Study:
         `Trial.report` / `should_prune` do, through public methods: the value into the storage, then
         the study's pruner asked about the trial as stored (the caller, runner.tune.pruning, reports
         each step once)."""
+        if asked.optuna_trial is not None:  # asked here: Optuna's own report and verdict
+            asked.optuna_trial.report(value, step)
+            return not asked.optuna_trial.should_prune()
         storage, trial_id = self._storage.optuna_storage, self._storage_id(asked.number)
         storage.set_trial_intermediate_value(trial_id, step, float(value))
         return not self._study.pruner.prune(self._study, storage.get_trial(trial_id))
