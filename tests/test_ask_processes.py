@@ -79,6 +79,9 @@ def test_trials_asked_in_processes_are_the_drivers_to_report_and_tell(tmp_path: 
     told = study.trials()
     assert [t.state for t in told] == [State.COMPLETE] * 4
     assert [t.values for t in told] == [[math.log10(a.params["lr"])] for a in asked]
+    # the reports reached each trial in the storage (read back by another reader of the journal)
+    stored = optuna.load_study(study_name="remote", storage=open_storage(None, ResultStore(tmp_path)).optuna_storage)
+    assert [t.intermediate_values for t in stored.get_trials()] == [{0: 0.5}] * 4
 
 
 def test_a_process_that_dies_hands_the_asking_back_to_the_driver(tmp_path: Path, asker: Asker) -> None:
