@@ -328,20 +328,35 @@ def shutdown_if_owned() -> None:
         _ON_SHUTDOWN.pop()()
 
 
+# How Ray 2.60 starts the autoscaler monitor of a head it starts: `python .../ray/autoscaler/_private/monitor.py`
+MONITOR_SCRIPT = ("autoscaler", "monitor.py")
+
+
+def ray_monitors() -> list[Any]:
+    """The autoscaler monitor processes among this process's children (psutil.Process), found by their
+    command line: an embedded Ray's head processes are children of the driver that started them."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # gone meanwhile, or not ours to read
+            line = " ".join(child.cmdline())
+            if all(part in line for part in MONITOR_SCRIPT):
+                found.append(child)
+    return found
+
+
 def _stop_monitor() -> None:
     """Kill the embedded Ray's autoscaler monitor before `ray.shutdown`. The monitor ignores the SIGTERM that
     shutdown sends each of Ray's processes in turn, so shutdown waited its full second for it before the
-    SIGKILL: 1.0 s of a 1.35 s shutdown (Ray 2.60), paid by every command that started Ray. It holds nothing
-    of a single-node Ray that must be saved. Through Ray's private node object: where that changes, the
-    plain shutdown stops it as before."""
+    SIGKILL: ~1 s of every command that started Ray (measured in docs/performance_log.md). It holds nothing
+    of a single-node Ray that must be saved. Found as a child process by its command line (psutil, which
+    Ray ships), no private Ray API; where its script moves, the plain shutdown stops it as before, and
+    tests/test_ray_conventions.py fails saying so."""
     try:
-        from ray._private import ray_constants, worker
-
-        node = worker._global_node
-        infos: list[Any] = node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []) if node is not None else []
-        for info in infos:
-            info.process.kill()
-            info.process.wait(timeout=5)  # reaped here (at once but on a stalled machine); shutdown skips it then
+        for monitor in ray_monitors():
+            monitor.kill()
+            monitor.wait(timeout=5)  # reaped here (at once but on a stalled machine); shutdown skips it then
     except Exception:  # noqa: BLE001 - only a faster stop is lost
         logging.getLogger(__name__).debug("could not stop Ray's monitor first", exc_info=True)
 

@@ -194,6 +194,21 @@ class TaskSpec:
     Params: Any
 
 
+class FromSpec:
+    """The identity of a learner's Task class, taken from its SPEC: `class XTask(FromSpec, spec=SPEC)`
+    has SPEC's name, version and Params. The version is bumped in the learner's params.py, where the
+    driver reads it without importing the task's numerical code."""
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    Params: ClassVar[Any]
+
+    def __init_subclass__(cls, spec: TaskSpec | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if spec is not None:
+            cls.name, cls.version, cls.Params = spec.name, spec.version, spec.Params
+
+
 @runtime_checkable
 class Task(Hashable, Protocol):
     """A learner family.

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import torch
 
-from tasks.base import DType, Result, RunContext
+from tasks.base import DType
 
 P = TypeVar("P")
 
@@ -50,19 +49,3 @@ def with_singular_values(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """Replace the singular values of `x` (rank min(x.shape)) with `s`, keeping its singular vectors."""
     u, _, vh = torch.linalg.svd(x, full_matrices=False)
     return (u * s.to(x.dtype).unsqueeze(0)) @ vh
-
-
-def by_resume_step(
-    ps: Sequence[P], ctxs: Sequence[RunContext], run_batch: Callable[[Sequence[P], Sequence[RunContext]], list[Result]]
-) -> list[Result] | None:
-    """A batch whose members resume from different steps (tasks.base.RunContext.resume; None: step 0) as
-    one `run_batch` call per step, the results in the members' order; None where all start at one step
-    (the caller runs them as one batch). A member's rows compute the same bits whatever its batch."""
-    starts = [ctx.resume.step if ctx.resume is not None else 0 for ctx in ctxs]
-    if len(set(starts)) <= 1:
-        return None
-    results: dict[int, Result] = {}
-    for start in sorted(set(starts)):
-        idx = [i for i, s in enumerate(starts) if s == start]
-        results.update(zip(idx, run_batch([ps[i] for i in idx], [ctxs[i] for i in idx]), strict=True))
-    return [results[i] for i in range(len(ps))]

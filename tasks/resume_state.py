@@ -7,8 +7,7 @@ is kept: a learner builds its optimiser from its params (learning rates, betas) 
 schedule, so the hyper-parameters never travel (they are plain config, not state).
 
 A batch whose members resume from different steps (`RunContext.resume`) runs as one batch per step:
-`by_resume_step` (the runner-side branch has the same function as tasks.common.by_resume_step; one of the
-two goes when both are merged).
+`by_resume_step`.
 """
 
 from __future__ import annotations

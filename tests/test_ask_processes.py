@@ -79,6 +79,9 @@ def test_trials_asked_in_processes_are_the_drivers_to_report_and_tell(tmp_path: 
     told = study.trials()
     assert [t.state for t in told] == [State.COMPLETE] * 4
     assert [t.values for t in told] == [[math.log10(a.params["lr"])] for a in asked]
+    # the reports reached each trial in the storage (read back by another reader of the journal)
+    stored = optuna.load_study(study_name="remote", storage=open_storage(None, ResultStore(tmp_path)).optuna_storage)
+    assert [t.intermediate_values for t in stored.get_trials()] == [{0: 0.5}] * 4
 
 
 def test_a_process_that_dies_hands_the_asking_back_to_the_driver(tmp_path: Path, asker: Asker) -> None:
@@ -102,7 +105,9 @@ def test_a_process_that_cannot_open_the_study_leaves_the_asks_to_the_driver(
     study = _study(tmp_path)
     missing = str(tmp_path / "no" / "such" / "folder" / JOURNAL_NAME)
     servers = study.ask_servers(1)
-    monkeypatch.setattr(study, "ask_servers", lambda n: [AskServer("remote", missing, s._sampler, {}) for s in servers])
+    monkeypatch.setattr(
+        study, "ask_servers", lambda n: [AskServer("remote", missing, s.optuna_sampler, {}) for s in servers]
+    )
     from runner.tune.ask_processes import AskProcessWarning
 
     with pytest.warns(AskProcessWarning, match="FileNotFoundError"):

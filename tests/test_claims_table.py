@@ -251,6 +251,8 @@ def test_a_reduced_twin_shows_its_own_regime_and_check_and_report_tally_alike(
     page = (tmp_path / "report" / "report.md").read_text()
     assert "The 4 claims of the grids in this store: 2 decided, 1 undecided at their budget, 1 without" in page
     assert summary.split("lists them): ")[1] in " ".join(page.split())  # the same sentence
+
+
 def test_draws_count_the_problem_and_spare_only_reduced_grids() -> None:
     """Issue 43: a data seed left unset is the run's seed; "a+b" counts combinations; a reduced grid keeps its
     verdict (it only exercises the path), a full grid on 2 draws does not; an exemption must name a claim."""

@@ -130,7 +130,7 @@ def test_each_trial_links_to_its_run_and_a_complete_one_costs_no_attribute_write
     root = tmp_path / "results"
     assert cli("tune", steps, "--results", str(root), "--executor", "local", "--no-progress").returncode == 0
     store = ResultStore(root)
-    study = optuna.load_study(study_name="linked", storage=open_storage(None, store)._storage)
+    study = optuna.load_study(study_name="linked", storage=open_storage(None, store).optuna_storage)
     runs = {r["run_id"]: r for r in store.read_runs("least_squares", columns=["status", "lr"]).to_pylist()}
     rows = {r["number"]: r for r in read_trials(store, "linked").to_pylist()}
     assert len(study.trials) == 3

@@ -52,8 +52,8 @@ def _victim(cluster: Any) -> Any:
     """A worker node other than the one this driver is attached to (all share 127.0.0.1)."""
     import ray
 
-    mine = ray._private.worker.global_worker.node._raylet_socket_name
-    return next(n for n in _alive_workers(cluster) if n._raylet_socket_name != mine)
+    mine = ray.get_runtime_context().get_node_id()
+    return next(n for n in _alive_workers(cluster) if n.node_id != mine)
 
 
 def _descendants(pid: int) -> list[tuple[int, str]]:
@@ -97,9 +97,7 @@ def _ensure_three(cluster: Any) -> None:
 
 
 def _raylet_pid(node: Any) -> int:
-    from ray._private import ray_constants
-
-    (raylet,) = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
+    (raylet,) = node.all_processes["raylet"]  # a cluster_utils node's processes, by Ray's process type
     return int(raylet.process.pid)
 
 
@@ -108,9 +106,9 @@ def _busy_node(cluster: Any, executor: RayExecutor) -> Any | None:
     import ray
 
     pids = ray.get([actor.pid.remote() for actor in executor.actors], timeout=10)  # answered while busy
-    mine = ray._private.worker.global_worker.node._raylet_socket_name
+    mine = ray.get_runtime_context().get_node_id()
     for node in _alive_workers(cluster):
-        if node._raylet_socket_name == mine:
+        if node.node_id == mine:
             continue
         on_node = {pid for pid, _ in _descendants(_raylet_pid(node))}
         for actor, pid in zip(executor.actors, pids, strict=True):

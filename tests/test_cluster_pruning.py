@@ -49,7 +49,7 @@ def test_bad_trials_are_pruned_on_ray_with_each_storage(tmp_path: Path, ray_loca
         parallel=1,
     )
     plan = load_plans(raw)[0]
-    optuna_storage = open_storage(storage, ResultStore(tmp_path))._storage
+    optuna_storage = open_storage(storage, ResultStore(tmp_path)).optuna_storage
     study = optuna.create_study(storage=optuna_storage, study_name=name, directions=plan.directions)
     for point in GOOD + BAD:
         study.enqueue_trial(point)

@@ -167,3 +167,34 @@ def test_a_long_run_s_parts_are_merged_on_a_worker_while_it_runs(
         a, b = content(tmp_path / "local"), content(tmp_path / root)
         for key in a:
             pd.testing.assert_frame_equal(a[key], b[key], check_exact=True, obj=f"{root}: {key}")
+
+
+def test_a_merge_still_running_at_close_is_cancelled_not_waited_for(ray_local: Any, tmp_path: Path) -> None:
+    """`close` waits a bounded time for a merge on a worker, then cancels it: a command's end never
+    hangs on one. The merge here is one that would run a minute."""
+    import time
+
+    import ray
+
+    from runner.execute.worker_merge import WorkerMerges
+
+    def slow(root: str, _max_parts: int) -> str:
+        Path(root, "started").touch()
+        time.sleep(60)
+        return "merged"
+
+    merges = WorkerMerges()
+    merges._task = ray.remote(num_cpus=0, max_retries=0)(slow)
+    assert merges.ask(frozenset({ray.get_runtime_context().get_node_id()}), str(tmp_path), 4)
+    running = merges._under_way
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():  # running, not still being scheduled
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    merges.wait(0.2)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(running, timeout=30)  # cancelled: it ends now, not in a minute
+    assert time.monotonic() - t0 < 30 and merges.reports == []
+    assert merges.ask(frozenset({ray.get_runtime_context().get_node_id()}), str(tmp_path), 4)  # free for the next
+    merges.wait(0.2)

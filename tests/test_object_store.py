@@ -112,18 +112,28 @@ def test_two_lease_lock_holders_exclude_each_other(s3_root: str) -> None:
     root = s3_root.replace("convgrid/results", "convgrid/lock-two")
     # a lease long enough that a busy machine's scheduler does not starve the holder's beats past it
     # (at 0.4 s the check failed once beside three busy loops on 2 cores)
-    first, second = _lock(root, 1.0), _lock(root, 1.0)
+    refused_for_long = threading.Event()  # the waiter has looked, and waited, for 2.5 leases of its clock
+
+    def waiting(seconds: float, since: list[float] = []) -> None:  # noqa: B006 - the first wait's time
+        since.append(time.monotonic())
+        time.sleep(seconds)
+        if time.monotonic() - since[0] >= 2.5:
+            refused_for_long.set()
+
+    first, second = _lock(root, 1.0), _lock(root, 1.0, sleep=waiting)
     events: list[str] = []
 
     def hold_second() -> None:
         with second.held():
             events.append("second in")
+            refused_for_long.set()  # (only a wrong takeover gets here before the first is out)
 
     with first.held(), first.held():  # re-entrant
         events.append("first in")
         waiter = threading.Thread(target=hold_second)
         waiter.start()
-        time.sleep(2.5)  # 2.5 leases: the first holder's beats keep the lock its own
+        # 2.5 leases of looks: the first holder's beats keep the lock its own
+        assert refused_for_long.wait(60) and events == ["first in"]
         first.check()
         events.append("first out")
     waiter.join(timeout=10)
@@ -174,14 +184,21 @@ def test_a_paused_holder_refuses_to_commit(s3_root: str) -> None:
     store = ResultStore(root)
     assert isinstance(store.lock, LeaseLock)
     store.lock.lease_s = 0.4
+    heartbeat = store.lock.heartbeat
     with store.writing():
+        heartbeat.stop()  # its heartbeat thread stops: as if the process were paused ...
+        clock = FakeClock()  # ... on a clock of the test's (the machine's own speed plays no part)
+        heartbeat.clock, heartbeat.last_success = clock, clock.now
+        clock.sleep(0.19)  # just under half a lease since its last beat: it may commit
+        first = Transaction(store.files)
+        first.add(pa.table({"x": [1]}), "members")
+        first.commit()
+        clock.sleep(0.11)  # 0.3 s: past half its lease, within the lease
         txn = Transaction(store.files)
-        txn.add(pa.table({"x": [1]}), "members")
-        store.lock.heartbeat.stop()  # its heartbeat thread stops: as if the process were paused
-        store.lock.heartbeat.last_success -= 0.3  # ... for 0.3 s, more than half its lease, since its last beat
+        txn.add(pa.table({"x": [2]}), "members")
         with pytest.raises(LockLost):
             txn.commit()
-    assert store.parts("members") == []
+    assert store.parts("members") == [first.marker.adds[0][1]]  # the first's part, and only it
 
 
 def test_compact_racing_a_live_driver_on_s3_loses_and_doubles_nothing(s3_root: str) -> None:

@@ -25,5 +25,7 @@ def test_one_unwritable_record_is_stored_as_failed_and_the_rest_are_kept(tmp_pat
     bad = runs[runs["status"] == "failed"].iloc[0]
     assert bad["x"] == 1000.0 and bad["poison"]
     assert "the store could not take this run's results" in bad["error"]
+    kept = ("version", "wall_s", "started", "finished", "host", "device", "code_version", "packages")
+    assert all(bad[c] is not None and bad[c] == bad[c] for c in kept), bad[list(kept)]  # how it ran stays
     again = run_grid(GRID, tmp_path, opts())
     assert again.executed == 0 and again.skipped_failed == 1

@@ -65,16 +65,18 @@ def test_an_embedded_start_prints_no_auth_notice_and_keeps_token_auth() -> None:
         "ray = connect(None, num_cpus=1)\n"
         "from ray._raylet import AuthenticationMode, get_authentication_mode\n"
         "print(get_authentication_mode() == AuthenticationMode.TOKEN, ray.get(ray.put(7)))\n"
-        "from ray._private import worker\n"
-        "procs = [i.process for infos in worker._global_node.all_processes.values() for i in infos]\n"
-        "monitor = worker._global_node.all_processes['monitor'][0].process\n"
+        "import psutil\n"
+        "from cluster.connect import ray_monitors\n"
+        # the embedded Ray's head processes (not convgrid's own reaper, which lives as long as the driver)
+        "procs = [p for p in psutil.Process().children() if '/ray/' in ' '.join(p.cmdline())]\n"
+        "(monitor,) = ray_monitors()\n"  # found by its command line: fails here if Ray moves its script
         "real = ray.shutdown\n"
         "def shutdown(*a, **k):\n"
-        "    print(monitor.poll() is not None, sum(p.poll() is None for p in procs) > 0)\n"
+        "    print(not monitor.is_running(), sum(p.is_running() for p in procs) > 0)\n"
         "    real(*a, **k)\n"
         "ray.shutdown = shutdown\n"
         "shutdown_if_owned()\n"
-        "print(all(p.poll() is not None for p in procs))\n"
+        "print(not any(p.is_running() for p in procs))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     done = subprocess.run(

@@ -91,7 +91,7 @@ def test_every_sampler_and_pruner_runs_a_study(tmp_path: Path, sampler: str, pru
 def enqueue(root: Path, raw: dict[str, Any], points: list[dict[str, Any]]) -> None:
     """Put trials in the study's queue before the driver starts (Optuna's own enqueue_trial)."""
     plan = load_study(raw)[0]
-    storage = open_storage(None, ResultStore(root))._storage
+    storage = open_storage(None, ResultStore(root)).optuna_storage
     study = optuna.create_study(storage=storage, study_name=plan.name, directions=plan.directions)
     for point in points:
         study.enqueue_trial(point)

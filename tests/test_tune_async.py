@@ -279,7 +279,7 @@ def test_asks_under_way_when_max_failed_is_reached_run_and_leave_nothing_running
     (report,) = tune(raw, tmp_path, opts(), executor=ScriptedExecutor(lifo=False))
     # the other trial was being asked when the limit was reached: it ran, and the line says so
     assert report.stopped_early == "max_failed (1) reached; 1 trials in flight then ran to their end"
-    storage = open_storage(None, ResultStore(tmp_path))._storage
+    storage = open_storage(None, ResultStore(tmp_path)).optuna_storage
     states = sorted(t.state.name for t in optuna.load_study(study_name="limit", storage=storage).trials)
     assert states == ["COMPLETE", "FAIL"]
 
@@ -413,7 +413,7 @@ def test_params_rejected_in_a_run_s_thread_count_as_failed_and_leave_nothing_run
     enqueue(tmp_path, raw, [{"lr": 0.1}, {"lr": 0.2}, {"lr": -1.0}])  # lr <= 0: the task rejects it
     (report,) = tune(raw, tmp_path, opts(), executor=LocalExecutor(workers=2))
     assert len(rejected_in) == 1 and rejected_in[0].startswith("convgrid-run")
-    storage = open_storage(None, ResultStore(tmp_path))._storage
+    storage = open_storage(None, ResultStore(tmp_path)).optuna_storage
     states = [t.state.name for t in optuna.load_study(study_name="rejects", storage=storage).trials]
     assert "RUNNING" not in states and states.count("FAIL") == 1
     (failed,) = [t for t in optuna.load_study(study_name="rejects", storage=storage).trials if t.state.name == "FAIL"]

@@ -130,7 +130,7 @@ def test_the_journal_lock_keeps_optunas_grace(tmp_path: Path, monkeypatch: pytes
 
     from optuna.storages.journal import JournalFileSymlinkLock
 
-    from runner.tune import journal_lock, optuna_adapter
+    from runner.tune import journal_lock, optuna_journal
 
     made: list[Any] = []
 
@@ -138,8 +138,8 @@ def test_the_journal_lock_keeps_optunas_grace(tmp_path: Path, monkeypatch: pytes
         made.append(journal_lock.journal_lock(path, lock_class))
         return made[-1]
 
-    monkeypatch.setattr(optuna_adapter, "journal_lock", spy)  # the lock the journal backend is built with
-    optuna_adapter._journal_backend(tmp_path / "j.log")
+    monkeypatch.setattr(optuna_journal, "journal_lock", spy)  # the lock the journal backend is built with
+    optuna_journal.journal_backend(tmp_path / "j.log")
     optunas = inspect.signature(JournalFileSymlinkLock.__init__).parameters["grace_period"].default
     assert len(made) == 1 and made[0].grace_period >= max(30, optunas)  # 5 s before: a stalled appender lost it
 
@@ -148,10 +148,10 @@ def test_a_wait_for_the_journal_lock_says_so_at_once(tmp_path: Path) -> None:
     import threading
 
     from runner.tune.journal_lock import JournalLockWait
-    from runner.tune.optuna_adapter import _journal_backend
+    from runner.tune.optuna_journal import journal_backend
 
     journal = tmp_path / "j.log"
-    backend = _journal_backend(journal)
+    backend = journal_backend(journal)
     lock = Path(f"{journal}.lock")
     lock.symlink_to(journal)  # what Optuna's lock is: another appender holds it now
     said: list[str] = []

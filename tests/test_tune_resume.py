@@ -53,7 +53,7 @@ def _cmd(study: Path, root: Path) -> list[str]:
 
 
 def _trials(root: Path) -> list[optuna.trial.FrozenTrial]:
-    storage = open_storage(None, ResultStore(root))._storage
+    storage = open_storage(None, ResultStore(root)).optuna_storage
     try:
         return optuna.load_study(study_name="killed", storage=storage).get_trials(deepcopy=False)
     except KeyError:

@@ -114,7 +114,7 @@ def test_journal_and_postgres_hold_the_same_trials(tmp_path: Path, pg_url: str) 
     (journal,) = tune(raw, tmp_path / "a", opts())
     (rdb,) = tune(raw, tmp_path / "b", opts(), storage=pg_url)
     assert journal.states == rdb.states and journal.states["PRUNED"] >= 1  # pruning decisions are the same too
-    from_journal = _trial_set(open_storage(None, ResultStore(tmp_path / "a"))._storage, name)
+    from_journal = _trial_set(open_storage(None, ResultStore(tmp_path / "a")).optuna_storage, name)
     from_pg = _trial_set(pg_url, name)
     assert len(from_journal) == 12 and from_journal == from_pg
     # Both stores link the same trials to the same runs.

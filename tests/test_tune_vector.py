@@ -13,7 +13,8 @@ from runner.errors import ConfigError
 from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
-from runner.tune.optuna_adapter import _distributions, _make_sampler, load_plans
+from runner.tune.optuna_adapter import load_plans
+from runner.tune.optuna_plan import distributions, make_sampler
 from tests.options import opts
 
 STUDY = {
@@ -28,10 +29,16 @@ STUDY = {
 }
 
 
-def test_a_vector_is_sampled_as_elements_and_run_as_one_list(tmp_path: Path) -> None:
+def test_a_vector_is_sampled_as_elements_and_run_as_one_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import optuna.samplers
+
     plan = load_plans(STUDY)[0]
-    assert sorted(_distributions(plan)) == ["weights[0]", "weights[1]", "weights[2]"]
-    assert _make_sampler(plan)._x0 == {"weights[0]": 0.0, "weights[1]": 0.0, "weights[2]": 0.0}
+    assert sorted(distributions(plan)) == ["weights[0]", "weights[1]", "weights[2]"]
+    made: dict[str, object] = {}  # the options CMA-ES is built with (its x0 is kept in a private field)
+    monkeypatch.setattr(optuna.samplers, "CmaEsSampler", lambda **options: made.update(options))
+    make_sampler(plan)
+    monkeypatch.undo()
+    assert made["x0"] == {"weights[0]": 0.0, "weights[1]": 0.0, "weights[2]": 0.0}
     cell = plan.cell({"weights[0]": 0.5, "weights[1]": 1.0, "weights[2]": 2.0})
     assert cell.params.weights == [0.5, 1.0, 2.0]
 

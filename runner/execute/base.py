@@ -136,7 +136,11 @@ class Executor(Protocol):
     caller calls it; then its workers that can reach the root write their runs' curve rows there as
     staged parts (runner.store.incoming) and its records carry the parts' names instead
     (`RunRecord.staged`), which the caller commits like any record. The root's credentials then travel
-    to the workers, and every message redacts them (runner.errors.redact).
+    to the workers, and every message redacts them (runner.errors.redact). One exception: such an
+    executor may offer `merge_on_worker` (runner.execute.worker_merge.MergesOnWorkers), which the
+    caller's commit listener calls to have the store's own merge (runner.store.merge, under the
+    store's writers' lock) run on a node whose workers reach the root: the executor picks the node,
+    the store's code writes, and the merged bytes never pass through the driver.
     With a `channel` (made by this executor's `report_channel`), runs report through it.
 
     `report_channel(judge, spec)` builds the channel that fits this executor (a direct call in

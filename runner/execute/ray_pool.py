@@ -28,7 +28,7 @@ from runner.execute.staging import StagingTarget, probe_nodes
 from runner.execute.worker_merge import WorkerMerges
 from runner.store.records import RunRecord
 
-MERGE_CLOSE_S = 120.0  # how long `close` waits for a merge under way on a worker
+MERGE_CLOSE_S = 10.0  # how long `close` waits for a merge under way on a worker before cancelling it
 
 
 @dataclass

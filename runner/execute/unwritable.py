@@ -21,27 +21,17 @@ import pyarrow as pa
 
 from runner.errors import StoreIOError, StoreWriteError
 from runner.store import ResultStore, RunRecord, SchemaFor
+from runner.store.columns import RUN_COLUMNS
 from runner.store.flush import curve_table, write_records
 from runner.store.layout import RUNS, task_dir, without_partition
 from runner.store.tables import conform
 from tasks.status import FAILED
 
-# Columns a failed record keeps: what identifies the run and how it ran (params, provenance).
-_KEPT = (
-    "run_id",
-    "task",
-    "version",
-    "params_json",
-    "wall_s",
-    "started",
-    "finished",
-    "host",
-    "device",
-    "gpu_name",
-    "gpu_memory_gb",
-    "code_version",
-    "packages",
-)  # fmt: skip - one tuple of names, kept short
+# What a run produced (its outcome, and what the store numbers): a failed record drops these. It keeps
+# every other shared runs/ column, what identifies the run and how it ran (params, provenance), so a
+# column added to RUN_COLUMNS is kept unless it is named here.
+_OUTCOME = frozenset({"status", "error", "batch_id", "flops", "n_steps", "diverged_step", "curve_rows", "commit_seq"})
+_KEPT = ("task", *(f.name for f in RUN_COLUMNS if f.name not in _OUTCOME))
 
 
 def as_unwritable(record: RunRecord, reason: str) -> RunRecord:

@@ -91,17 +91,28 @@ class WorkerMerges:
             # is safe (one transaction per group), so it is not retried
             self._task = ray.remote(num_cpus=0, max_retries=0)(merge_here)
         chosen = sorted(nodes)[len(self.reports) % len(nodes)]
-        where = NodeAffinitySchedulingStrategy(chosen, soft=True)
+        # hard: only a node the staging probe saw reach the root; one gone meanwhile fails this merge
+        # (collected as failed), and the next asks the next node
+        where = NodeAffinitySchedulingStrategy(chosen, soft=False)
         self._under_way = self._task.options(scheduling_strategy=where).remote(root, max_parts)
         return True
 
     def wait(self, timeout_s: float) -> None:
-        """Wait up to `timeout_s` for the merge under way, collect it if it ended, and forget it."""
+        """Wait up to `timeout_s` for the merge under way and collect it; one still running then is
+        killed (`ray.cancel(force=True)`; a plain cancel did not stop a running one, Ray 2.60) and
+        forgotten: a command's end never waits on a merge for longer than `timeout_s`. A merge that
+        dies is safe: one transaction per group, so what it merged stays and the group under way is
+        uncommitted; its writers' lock is freed with its process (a flock), or taken over at once on
+        this host, after a lease on another (the lease lock)."""
         import ray
 
-        if self._under_way is not None and ray.wait([self._under_way], timeout=timeout_s)[0]:
+        if self._under_way is None:
+            return
+        if ray.wait([self._under_way], timeout=timeout_s)[0]:
             self._collect()
-        self._under_way = None  # a merge left running is safe to stop: one transaction per group
+            return
+        ray.cancel(self._under_way, force=True)
+        self._under_way = None
 
     def _collect(self) -> None:
         import ray

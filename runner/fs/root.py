@@ -99,16 +99,8 @@ class Root:
         (each lstat'ed, never followed): SymlinkInRoot otherwise. A path not there yet is checked as far as
         it exists. An object store has no links: nothing to check."""
         path = self.abs(rel)
-        if rel and isinstance(self.fs, pafs.LocalFileSystem):
-            here = self.base
-            for name in rel.split("/"):
-                here = f"{here}/{name}"
-                try:
-                    mode = os.lstat(here).st_mode
-                except FileNotFoundError:
-                    break
-                if stat.S_ISLNK(mode):
-                    raise SymlinkInRoot(here)
+        if rel:
+            self.safe_all([rel])
         return path
 
     def safe_all(self, rels: Iterable[str]) -> None:

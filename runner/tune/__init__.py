@@ -3,7 +3,7 @@
 study_file.py      the study file's model (pydantic; knows nothing of Optuna)
 study_checks.py    the file checked against its task: every problem one ConfigError
 spec.py            StudyPlan, one per sweep combination (load_study)
-optuna_adapter.py  the one module that speaks Optuna: Study (ask, tell, report, trials, ...), storages
+optuna_adapter.py  the door to Optuna (Study: ask, tell, report, trials; storages); optuna_*.py behind it
 driver.py          a study's run: its storage, trials/ and members/ rows, the executor
 schedule.py        when trials are asked and told (async or deterministic), behind ScheduleHost
 pruning.py         the judge of intermediate values

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from multiprocessing.connection import Connection
 
-from runner.tune.optuna_adapter import serve_asks
+from runner.tune.optuna_asks import serve_asks
 
 
 def main(fd: int) -> None:

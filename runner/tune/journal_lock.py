@@ -40,8 +40,8 @@ def _warn(message: str) -> None:
 
 def journal_lock(path: str, lock_class: type, say: Callable[[str], None] = _warn) -> Any:
     """Optuna's symlink lock (`lock_class`: optuna.storages.journal.JournalFileSymlinkLock, handed in
-    by runner.tune.optuna_adapter, the one module that imports Optuna) of the journal at `path`, with
-    Optuna's grace, telling `say` of every wait."""
+    by runner.tune.optuna_journal: only the adapter's modules import Optuna) of the journal at `path`,
+    with Optuna's grace, telling `say` of every wait."""
 
     class SayingLock(lock_class):
         lock_path = f"{path}.lock"  # Optuna's lock file: <journal>.lock

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from tasks.base import Checkpoint, FieldType, Result, RunContext
-from tasks.common import by_resume_step
 from tasks.deep_linear.batch_tracker import BatchTracker, Bookkeeping, MemberTrackers
 from tasks.deep_linear.bcgd import apply_update, layer_gradients
 from tasks.deep_linear.flops import FlopCounter, Product, stack_product
@@ -41,6 +40,7 @@ from tasks.deep_linear.objective import L2Objective
 from tasks.deep_linear.params import AnyParams, BCGDParams, GDParams
 from tasks.deep_linear.sweep import gauss_seidel_slots
 from tasks.deep_linear.tracker import Setup, initial_weights, prepare, restored_weights, weight_tensors
+from tasks.resume_state import by_resume_step
 
 # Below this many members one Tracker per member costs less than a BatchTracker's array operations. Measured
 # on this project's 2-core CPU (steps and results, per step, three runs): 1 member 3 us with Trackers against

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
-from tasks.base import Checkpoint, FieldType, Result, RunContext
+from tasks.base import Checkpoint, FieldType, FromSpec, Result, RunContext
 from tasks.common import generator
 from tasks.deep_linear import batched
 from tasks.deep_linear.bcgd import bcgd
@@ -24,12 +24,9 @@ from tasks.deep_linear.params import SPEC, AnyParams, BCSGDParams, GDParams
 from tasks.deep_linear.tracker import Tracker, prepare, restored_weights, weight_tensors
 
 
-class DeepLinearTask:
-    name: ClassVar[str] = SPEC.name
-    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+class DeepLinearTask(FromSpec, spec=SPEC):
     thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # computes on ctx.device (tasks.base.device_for)
-    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "err_0": "float",
         "err_final": "float",

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from tasks.base import Checkpoint, FieldType, Result, RunContext
+from tasks.base import Checkpoint, FieldType, FromSpec, Result, RunContext
 from tasks.common import generator
 from tasks.hierarchical import flops as FL
 from tasks.hierarchical.data import make_data
@@ -59,11 +59,8 @@ def _after_fields() -> dict[str, FieldType]:
     return out
 
 
-class HierarchicalTask:
-    name: ClassVar[str] = SPEC.name
-    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+class HierarchicalTask(FromSpec, spec=SPEC):
     thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
-    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "test_mse": "float",
         "train_mse": "float",

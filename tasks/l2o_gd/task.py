@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import Checkpoint, FieldType, Result, RunContext, is_diverged
+from tasks.base import Checkpoint, FieldType, FromSpec, Result, RunContext, is_diverged
 from tasks.l2o_gd.metrics import improvement, ratios
 from tasks.l2o_gd.params import SPEC, GDParams, L2OParams
 from tasks.l2o_gd.problem import Problem, gd_trajectory, make_problem
@@ -187,11 +187,8 @@ _I: FieldType = "int"
 _S: FieldType = "str"
 
 
-class L2OGDTask:
-    name: ClassVar[str] = SPEC.name
-    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+class L2OGDTask(FromSpec, spec=SPEC):
     thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
-    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         # problem and baselines (every run)
         "beta": _F,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
-from tasks.base import FieldType, Result, RunContext
+from tasks.base import FieldType, FromSpec, Result, RunContext
 from tasks.common import torch_dtype
 from tasks.ldminv.params import SPEC, DsvdParams, MinvParams
 from tasks.ldminv.train_dsvd import run_dsvd, run_dsvd_batch
@@ -22,11 +22,8 @@ from tasks.ldminv.train_minv import MinvOutcome, run_minv, run_minv_batch
 from tasks.resume_state import by_resume_step
 
 
-class LdminvTask:
-    name: ClassVar[str] = SPEC.name
-    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+class LdminvTask(FromSpec, spec=SPEC):
     thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
-    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         # minv
         "test_loss": "float",

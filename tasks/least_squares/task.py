@@ -16,9 +16,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import Checkpoint, FieldType, Result, RunContext, is_diverged
-from tasks.common import by_resume_step, generator, torch_dtype, with_singular_values
+from tasks.base import Checkpoint, FieldType, FromSpec, Result, RunContext, is_diverged
+from tasks.common import generator, torch_dtype, with_singular_values
 from tasks.least_squares.params import SPEC, CommonParams, ConstStep, OptimalStep
+from tasks.resume_state import by_resume_step
 from tasks.status import DIVERGED, OK, Status
 
 
@@ -40,12 +41,9 @@ def gd_flops_per_iter(d_in: int, d_out: int) -> float:
     return 4.0 * d_out * d_in * d_in + 6.0 * d_out * d_in
 
 
-class LeastSquaresTask:
-    name: ClassVar[str] = SPEC.name
-    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+class LeastSquaresTask(FromSpec, spec=SPEC):
     thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # computes on ctx.device (tasks.base.device_for)
-    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "err_final": "float",
         "err_0": "float",

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import FieldType, Result, RunContext
+from tasks.base import FieldType, FromSpec, Result, RunContext
 from tasks.common import generator, torch_dtype
 from tasks.linear_resnet import flops as F
 from tasks.linear_resnet import theory as T
@@ -155,11 +155,8 @@ def summarize(out: Outcome, theory: dict[str, Any], flops_per_step: float, setup
     return summary
 
 
-class LinearResNetTask:
-    name: ClassVar[str] = SPEC.name
-    version: ClassVar[str] = SPEC.version  # bump it in params.py, where the driver reads it
+class LinearResNetTask(FromSpec, spec=SPEC):
     thread_safe: ClassVar[bool] = True  # own generators, no shared mutable state (tasks.base.is_thread_safe)
-    Params: ClassVar[Any] = SPEC.Params
     summary_fields: ClassVar[dict[str, FieldType]] = {
         "loss_0": "float",
         "loss_star": "float",
