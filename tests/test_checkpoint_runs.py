@@ -328,3 +328,25 @@ def test_every_learner_s_budget_grows_through_the_runner(
     pd.testing.assert_frame_equal(
         curve(tmp_path / "grown").to_pandas(), curve(tmp_path / "scratch").to_pandas(), check_exact=True
     )
+
+
+def test_a_dropped_pool_is_not_kept_alive_by_its_preemption_listener() -> None:
+    """A Ray pool listens for the driver's preemption to tell its actors. A pool its caller drops without
+    closing must still be collected (and its actors with it, as Ray kills actors whose handles are gone):
+    a strong reference here kept every dropped pool's actors holding their CPUs, and the next pool waited
+    for a CPU for ever."""
+    import gc
+    import weakref
+
+    from runner.execute.checkpointing import _listeners, on_preempt
+
+    class Pool:
+        def preempt(self) -> None: ...
+
+    pool = Pool()
+    on_preempt(pool.preempt)
+    gone = weakref.ref(pool)
+    del pool
+    gc.collect()
+    assert gone() is None, "the preemption listener kept a dropped pool alive"
+    assert _listeners[-1]() is None, "its listener is dead, and skipped by a preemption"

@@ -16,12 +16,14 @@ stop with status `preempted`, which the driver never stores; a run not yet start
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import signal
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -208,7 +210,9 @@ def preempt_on_sigterm(grace_s: float, idle: Callable[[], bool]) -> bool:
 
 # --- the driver's side: SIGTERM while runs execute preempts them (runner.cli installs the handler) ---
 
-_listeners: list[Callable[[], None]] = []  # pass a preemption on (a Ray pool tells its actors)
+# pass a preemption on (a Ray pool tells its actors); held weakly where a listener is a bound method, so that
+# a pool its caller dropped without closing it is not kept alive here, nor its actors with it
+_listeners: list[Callable[[], Callable[[], None] | None]] = []
 _armed: list[float] = []  # the grace periods of the `preemptible` sections now open (innermost last)
 _settled = threading.Event()  # the section closed: the runs in flight came back
 # A SIGTERM this soon after the one that began the preemption is the same stop delivered twice, not a
@@ -222,8 +226,11 @@ _began: list[float] = []  # when this process's preemption began
 def on_preempt(listener: Callable[[], None]) -> Callable[[], None]:
     """Call `listener` (from a thread, not the signal handler) when this process is preempted; returns a
     function that removes it."""
-    _listeners.append(listener)
-    return lambda: _listeners.remove(listener) if listener in _listeners else None
+    ref: Callable[[], Callable[[], None] | None] = (
+        weakref.WeakMethod(listener) if inspect.ismethod(listener) else (lambda: listener)
+    )
+    _listeners.append(ref)
+    return lambda: _listeners.remove(ref) if ref in _listeners else None
 
 
 class preemptible:  # noqa: N801 - a context manager read as a phrase: `with preemptible(30):`
@@ -256,7 +263,10 @@ def begin_preemption(then: Callable[[], None]) -> bool:
     PREEMPT.set()
 
     def wait() -> None:
-        for listener in list(_listeners):
+        for ref in list(_listeners):
+            listener = ref()
+            if listener is None:  # its pool is gone
+                continue
             try:
                 listener()
             except Exception as exc:  # noqa: BLE001 - a worker gone already: its runs resume next time anyway
