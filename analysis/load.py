@@ -197,7 +197,7 @@ def grid_file(sources: pd.Series) -> dict[str, Any]:
     for source in sources.dropna().unique():
         try:
             text = yaml.safe_load(Path(str(source)).read_text())
-        except (OSError, yaml.YAMLError):
+        except (OSError, ValueError, yaml.YAMLError):  # ValueError: a stored source no path can be (a NUL in it)
             continue
         if isinstance(text, dict):
             return text
