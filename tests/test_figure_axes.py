@@ -165,6 +165,12 @@ def test_least_squares_step_sweep(tmp_path: Path) -> None:
     assert_bands_explained(ax)
     assert ax.get_xlim()[1] <= 1.05 * runs.loc[runs["status"] == "ok", "n_steps"].max()
     assert "error to the optimum" in ax.get_ylabel()
+    # symbols typeset, not plain text (issue 45): eta in the legend, lambda_max/min in the theory step's label
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(r"step $\eta$ = 0.2" in t for t in labels) and not any("η" in t for t in labels), labels
+    from analysis.least_squares.figures import _rule
+
+    assert r"$2/(\lambda_{\max} + \lambda_{\min})$" in _rule({"lr_rule": "optimal"})
 
 
 def test_deep_linear_fig1_gd_diverges_bcgd_stops_at_the_floor(tmp_path: Path) -> None:

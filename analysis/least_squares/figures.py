@@ -16,7 +16,9 @@ ERR_LABEL = r"error to the optimum $\|(W - W^*)X\|_F^2\,/\,m$"
 
 
 def _rule(key: dict) -> str:
-    return "optimal step 2/(λ_max + λ_min)" if key["lr_rule"] == "optimal" else f"step η = {key['lr']:g}"
+    if key["lr_rule"] == "optimal":
+        return r"optimal step $2/(\lambda_{\max} + \lambda_{\min})$"
+    return rf"step $\eta$ = {key['lr']:g}"
 
 
 def step_sweep(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
