@@ -350,3 +350,71 @@ def test_a_dropped_pool_is_not_kept_alive_by_its_preemption_listener() -> None:
     gc.collect()
     assert gone() is None, "the preemption listener kept a dropped pool alive"
     assert _listeners[-1]() is None, "its listener is dead, and skipped by a preemption"
+
+
+def _long_config(name: str, seconds: float = 3.0) -> dict[str, Any]:
+    """A learner's first growable example with its budget scaled so that a run takes about `seconds` here."""
+    found = _growable_example(name)
+    assert found is not None
+    raw, budget, _ = found
+    task = get_task(name)
+    params = validate_params(task, raw)
+    base = int(getattr(params, budget))
+    t0 = time.perf_counter()
+    task.run(validate_params(task, {**raw, budget: 4 * base}), RunContext())
+    per_unit = max((time.perf_counter() - t0) / (4 * base), 1e-6)
+    return {**raw, budget: max(4 * base, int(seconds / per_unit))}
+
+
+@pytest.mark.soak
+@pytest.mark.faults
+@pytest.mark.parametrize("name", GROWABLE)
+def test_every_learner_on_ray_sigkilled_mid_run_resumes_to_the_run_alone(
+    name: str, tmp_path: Path, ray_local: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42's conformance on Ray, per learner: a run of a few seconds whose actor is SIGKILLed once it has
+    saved resumes on its next attempt from that checkpoint, and stores bit for bit the run alone in process."""
+    import ray
+
+    from runner.execute.ray_pool import RayExecutor
+
+    raw = _long_config(name)
+    spec = {"name": f"long_{name}", "blocks": [{"task": name, "params": raw}]}
+    (rid,) = cell_ids(spec)
+    run(spec, tmp_path / "alone", checkpoints=False)
+    root = tmp_path / "killed"
+    folder = root / CHECKPOINTS_DIR / name / "runs" / rid
+    executor = RayExecutor(workers=1)
+    executor.start()
+    reports: list[RunReport] = []
+    worker = threading.Thread(
+        target=lambda: reports.append(run_grid(spec, root, LOCAL.with_(checkpoint_every_s=0.05), executor=executor))
+    )
+    try:
+        (pid,) = executor.worker_pids()
+        worker.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (folder.exists() and any(folder.iterdir())):
+            time.sleep(0.01)
+        assert ray.get(executor.actors[0].current.remote(), timeout=10) is not None, "killed mid-run"
+        os.kill(pid, signal.SIGKILL)
+        worker.join(300)
+        assert not worker.is_alive()
+    finally:
+        executor.close()
+    table = ResultStore(root).read_attempts(name, ["run_id", "resumed_from"]).to_pylist()
+    resumed = [r["resumed_from"] for r in table if r["run_id"] == rid]
+    assert resumed and resumed[-1] is not None and resumed[-1] > 0, "the next attempt resumed"
+    own = ["status", "n_steps", "flops", "diverged_step", *get_task(name).summary_fields]
+
+    def stored_run(where: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+        store = ResultStore(where)
+        runs = store.read_runs(name).to_pandas()
+        curves = store.read_curves(name).to_pandas()
+        return runs.loc[runs["run_id"] == rid, own].reset_index(drop=True), curves.loc[
+            curves["run_id"] == rid
+        ].sort_values("step").reset_index(drop=True)
+
+    (rows, curve), (rows_alone, curve_alone) = stored_run(root), stored_run(tmp_path / "alone")
+    pd.testing.assert_frame_equal(rows, rows_alone, check_exact=True)
+    pd.testing.assert_frame_equal(curve, curve_alone, check_exact=True)

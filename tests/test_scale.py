@@ -80,9 +80,9 @@ class CountingExecutor:
     def execute(
         self, items: Iterable[WorkItem], channel: Any = None, doorbell: Any = None
     ) -> Iterator[list[RunRecord]]:
-        def seen() -> Iterator[WorkItem]:
-            for item in items:
-                self.ran.append(item.run_id)
+        def seen() -> Iterator[WorkItem | list[WorkItem] | None]:
+            for item in items:  # a source may also give groups, and None for "nothing yet" (runner.execute.feed)
+                self.ran += [i.run_id for i in (item if isinstance(item, list) else [item]) if i is not None]
                 yield item
 
         return self.inner.execute(seen(), channel, doorbell)
