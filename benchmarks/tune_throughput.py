@@ -3,7 +3,7 @@ and with a journal file, on a short (~0.5 ms) and a longer (~10 ms) objective, 2
 
     python benchmarks/tune_throughput.py [--repeats 3] [--fast-trials 600] [--slow-trials 300] [--json out.json]
                                          [--only CONTENDER,...] [--objectives fast,slow]
-                                         [--against TREE]
+                                         [--against [LABEL=]TREE ...]
 
 Every contender runs in its own process, the contenders of a round in rotated order, `--repeats`
 rounds; printed are min / median / max over the rounds of the ratios within a round (convgrid's
@@ -39,9 +39,10 @@ Contenders (2 in flight each):
                        in memory a tuner that keeps one (convgrid does, by default) starts
 
 `--only` keeps some contenders (comma-separated; the optimize ones are always kept: they are the
-baselines). `--against TREE` adds, in every round, each of convgrid's contenders kept run from another
-source tree (say, a `git archive` of the commit before a change) with this Python, labelled "@against":
-a before/after measured interleaved on the same shared machine, its ratios within each round.
+baselines). `--against [LABEL=]TREE` (repeatable) adds, in every round, each of convgrid's contenders
+kept run from another source tree (say, a `git archive` of the commit before a change, or a copy with one
+mechanism switched off) with this Python, labelled "@LABEL" ("@against" without one): a before/after
+measured interleaved on the same shared machine, its ratios within each round (benchmarks.trees).
 
 Ray starts its workers at niceness 15 (`RAY_worker_niceness`): on a machine shared with other jobs,
 convgrid's actors would then run behind everyone else while optimize's threads run at the caller's
@@ -78,7 +79,6 @@ OBJECTIVES: dict[str, dict[str, Any]] = {
 LOW, HIGH = 0.01, 0.6
 CONTENDERS = ["convgrid async", "convgrid determ.", "convgrid command", "optimize memory", "optimize journal"]
 BASELINES = ["optimize memory", "optimize journal"]
-AGAINST = "@against"  # a contender run from the --against tree
 CLOCKS = ("study_s", "process_s", "cpu_s")
 
 
@@ -200,14 +200,13 @@ def child(contender: str, objective: str, trials: int, root: Path) -> dict[str, 
     return child_optuna(objective, trials, root, journal=contender == "optimize journal")
 
 
-def spawn(contender: str, objective: str, trials: int, root: Path, against: Path | None) -> dict[str, Any]:
-    name, tree = (contender.removesuffix(AGAINST), against) if contender.endswith(AGAINST) else (contender, REPO)
-    assert tree is not None
+def spawn(contender: str, objective: str, trials: int, root: Path, trees: dict[str, Path]) -> dict[str, Any]:
+    from benchmarks.trees import resolve, tree_env
+
+    name, tree = resolve(contender, trees)
     cmd = [sys.executable, __file__, "--child", name, "--objective", objective, "--trials", str(trials)]
     t0, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
-    # Ray's workers import the tree's runner too (not an installed copy)
-    env = {**os.environ, "PYTHONPATH": path, "BENCH_TREE": str(tree)}
+    env = tree_env(tree)  # Ray's workers import the tree's runner too (not an installed copy)
     proc = subprocess.run([*cmd, "--root", str(root)], cwd=tree, env=env, capture_output=True, text=True, timeout=1800)
     wall, now = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -231,7 +230,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement here")
     parser.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (baselines always)")
     parser.add_argument("--objectives", default=",".join(OBJECTIVES), help="comma-separated: fast, slow")
-    parser.add_argument("--against", type=Path, default=None, help="another source tree: its convgrid contenders too")
+    parser.add_argument(
+        "--against", action="append", metavar="[LABEL=]TREE", help="another source tree: its convgrid contenders too"
+    )
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--objective", choices=list(OBJECTIVES), help=argparse.SUPPRESS)
     parser.add_argument("--trials", type=int, help=argparse.SUPPRESS)
@@ -246,14 +247,16 @@ def main() -> int:
             end_as_the_command_does()
         return 0
 
+    sys.path.insert(0, str(REPO))
     from benchmarks.machine import header, load
+    from benchmarks.trees import parse_trees, with_trees
 
+    trees = parse_trees(args.against)
     print(header(), flush=True)
     trials = {"fast": args.fast_trials, "slow": args.slow_trials}
     objectives = [o for o in OBJECTIVES if o in args.objectives.split(",")]
-    ours = [c for c in args.only.split(",") if c in CONTENDERS and c not in BASELINES]
-    if args.against is not None:
-        ours += [c + AGAINST for c in ours]
+    kept = [c for c in args.only.split(",") if c in CONTENDERS and c not in BASELINES]
+    ours = with_trees(kept, trees)
     contenders = ours + BASELINES
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
@@ -262,7 +265,7 @@ def main() -> int:
                 order = contenders[rnd % len(contenders) :] + contenders[: rnd % len(contenders)]
                 for contender in order:
                     root = Path(tmp) / f"r{rnd}-{objective}-{contender.replace(' ', '_').replace('@', '')}"
-                    out = spawn(contender, objective, trials[objective], root, args.against)
+                    out = spawn(contender, objective, trials[objective], root, trees)
                     out.update(round=rnd, objective=objective, contender=contender)
                     results.append(out)
                     print(
@@ -276,7 +279,7 @@ def main() -> int:
                     )
     print(f"\n{header()}; ratios of trials/s within a round, min / median / max over {args.repeats} rounds")
     pairs = [(mine, theirs) for mine in ours for theirs in BASELINES]
-    pairs += [(mine, mine + AGAINST) for mine in ours if mine + AGAINST in ours]  # after / before
+    pairs += [(mine, f"{mine}@{label}") for mine in kept for label in trees]  # this tree / the other
     # Optuna's own loop with a journal against itself in memory: what keeping a journal costs, whoever's loop
     pairs.append(("optimize journal", "optimize memory"))
     seconds = {(r["round"], r["objective"], r["contender"], clock): r[clock] for r in results for clock in CLOCKS}

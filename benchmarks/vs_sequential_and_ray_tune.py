@@ -1,7 +1,7 @@
 """The same grid of ~10 ms runs, five ways, each its own process timed from spawn to exit.
 
     python benchmarks/vs_sequential_and_ray_tune.py [--runs 2000] [--rounds 3] [--tune-default-trials 100]
-                                                    [--only NAME,...] [--against TREE]
+                                                    [--only NAME,...] [--against [LABEL=]TREE ...]
 
 The grid: `--runs` least_squares runs (d_in 200, d_out 10, m 100, n_iters 200, seeds 0..runs-1).
 Contenders, run in a rotating order within each round:
@@ -20,9 +20,10 @@ Contenders, run in a rotating order within each round:
                  the final error (storage in a fresh folder)
   tune-default   Ray Tune with its defaults, capped at `--tune-default-trials` configs and
                  extrapolated linearly to `--runs` (it starts a new worker per trial)
-`--against TREE` adds, in every round, each convgrid contender kept (convgrid*, local-*; `--against-only`
-narrows them) run from another source tree (say, a `git archive` of the commit before a change) with
-this Python, labelled "NAME@against": a before/after measured interleaved on the same shared machine.
+`--against [LABEL=]TREE` (repeatable) adds, in every round, each convgrid contender kept (convgrid*, local-*;
+`--against-only` narrows them) run from another source tree (say, a `git archive` of the commit before a
+change, or a copy with one mechanism switched off) with this Python, labelled "NAME@LABEL" ("@against"
+without one): a before/after measured interleaved on the same shared machine (benchmarks.trees).
 Printed per contender: seconds min/median/max over rounds, and the ratio to `sequential` of the same
 round, min/median/max, and the median CPU seconds of the processes it waited for (the driver and what
 it spawned and reaped; Ray's workers mostly not). The machine may be shared: ratios within a round
@@ -47,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-AGAINST = "@against"  # a contender run from the --against tree
 PARAMS = {"d_in": 200, "d_out": 10, "m": 100, "n_iters": 200}
 
 
@@ -154,14 +154,13 @@ CONTENDERS = {
 }
 
 
-def timed(name: str, runs: int, cap: int, against: Path | None) -> tuple[float, float]:
+def timed(name: str, runs: int, cap: int, trees: dict[str, Path]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one contender's process; the CPU seconds are those of the processes
     it waited for (Ray's workers mostly not), which other jobs on a shared machine change far less."""
-    contender, tree = (name.removesuffix(AGAINST), against) if name.endswith(AGAINST) else (name, REPO)
-    assert tree is not None
-    # the tree's runner first, for the contender and for Ray's workers alike
-    env = {**os.environ, "BENCH_TREE": str(tree)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
+    from benchmarks.trees import resolve, tree_env
+
+    contender, tree = resolve(name, trees)
+    env = tree_env(tree)  # the tree's runner first, for the contender and for Ray's workers alike
     with tempfile.TemporaryDirectory(prefix=f"vs-{contender}-") as tmp:
         argv = [sys.executable, __file__, "--contender", contender, "--runs", str(runs), "--tune-default-trials"]
         t0, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -184,7 +183,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tune-default-trials", type=int, default=100)
     ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated contenders (sequential always)")
-    ap.add_argument("--against", type=Path, default=None, help="another source tree: its convgrid contenders too")
+    ap.add_argument(
+        "--against", action="append", metavar="[LABEL=]TREE", help="another source tree: its convgrid contenders too"
+    )
     ap.add_argument("--against-only", default=None, help="with --against: only these contenders run from it too")
     ap.add_argument("--contender", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
@@ -196,11 +197,14 @@ def main() -> None:
         CONTENDERS[args.contender](args.runs, args.tune_default_trials, Path(args.tmp))
         return
     names = ["sequential", *(n for n in args.only.split(",") if n != "sequential")]
-    if args.against is not None:
-        again = args.against_only.split(",") if args.against_only else names
-        names += [n + AGAINST for n in names if n.startswith(("convgrid", "local")) and n in again]
     sys.path.insert(0, str(REPO))
     from benchmarks.machine import header, load
+    from benchmarks.trees import parse_trees, with_trees
+
+    trees = parse_trees(args.against)
+    again = args.against_only.split(",") if args.against_only else names
+    ours = [n for n in names if n.startswith(("convgrid", "local")) and n in again]
+    names += with_trees(ours, trees)[len(ours) :]  # each of ours also run from each tree
 
     print(f"{header()}\n{args.runs} least_squares runs {PARAMS}; {args.rounds} rounds")
     seconds: dict[str, list[float]] = {n: [] for n in names}
@@ -208,7 +212,7 @@ def main() -> None:
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no contender always goes first
-        measured = {name: timed(name, args.runs, args.tune_default_trials, args.against) for name in order}
+        measured = {name: timed(name, args.runs, args.tune_default_trials, trees) for name in order}
         walls = {name: wall for name, (wall, _) in measured.items()}
         for name in names:
             seconds[name].append(walls[name])
