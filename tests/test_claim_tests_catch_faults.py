@@ -39,6 +39,18 @@ def _l2o_verdict(root: str, claim_id: str, grid: str) -> str:
     return result.verdict.verdict
 
 
+def _l2o_unbroken_and_broken(
+    clean: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claim_id: str, stem: str, fault: tuple[Any, str, Any]
+) -> tuple[str, str]:
+    """The claim's verdict on the shared clean run of small `stem`, then on a rerun of it with `fault` (module,
+    name, replacement) planted."""
+    unbroken = _l2o_verdict(clean, claim_id, f"small_{stem}")
+    monkeypatch.setattr(*fault)
+    root = str(tmp_path / "res")
+    run_grid(L2O_SMALL / f"{stem}.yaml", root, opts())
+    return unbroken, _l2o_verdict(root, claim_id, f"small_{stem}")
+
+
 @pytest.fixture(scope="module")
 def l2o_clean(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The unbroken learner on the small grids test_small_grids_end_to_end_through_the_cli runs (main and
@@ -124,11 +136,9 @@ def test_lemma_a3_does_not_hold_unbroken_and_holds_on_the_wrong_operand(
         eye = torch.eye(m.shape[1], dtype=torch.float64, device=m.device)
         return float(torch.linalg.matrix_norm(eye - h / beta, ord=2).max())
 
-    assert _l2o_verdict(l2o_clean, "001.c4.lemma_a3", "small_theory_width") == "does not hold"
-    monkeypatch.setattr(diagnostics, "a3_norm", wrong_operand)  # the trainer calls it as D.a3_norm
-    root = str(tmp_path / "res")
-    run_grid(L2O_SMALL / "theory_width.yaml", root, opts())
-    assert _l2o_verdict(root, "001.c4.lemma_a3", "small_theory_width") == "holds"
+    fault = (diagnostics, "a3_norm", wrong_operand)  # the trainer calls it as D.a3_norm
+    verdicts = _l2o_unbroken_and_broken(l2o_clean, tmp_path, monkeypatch, "001.c4.lemma_a3", "theory_width", fault)
+    assert verdicts == ("does not hold", "holds")
 
 
 def test_alpha0_does_not_hold_unbroken_and_holds_on_the_smallest_nonzero_singular_value(
@@ -150,11 +160,11 @@ def test_alpha0_does_not_hold_unbroken_and_holds_on_the_smallest_nonzero_singula
         k, n = hidden_last.shape
         return diagnostics.Spectrum(thin if n >= k else 0.0, thin, s.sigma_max, s.rank)
 
-    assert _l2o_verdict(l2o_clean, "001.c6.alpha0_positive", "small_theory_width") == "does not hold"
-    monkeypatch.setattr(diagnostics, "spectrum", nonzero_only)  # the trainer calls it as D.spectrum
-    root = str(tmp_path / "res")
-    run_grid(L2O_SMALL / "theory_width.yaml", root, opts())
-    assert _l2o_verdict(root, "001.c6.alpha0_positive", "small_theory_width") == "holds"
+    fault = (diagnostics, "spectrum", nonzero_only)  # the trainer calls it as D.spectrum
+    verdicts = _l2o_unbroken_and_broken(
+        l2o_clean, tmp_path, monkeypatch, "001.c6.alpha0_positive", "theory_width", fault
+    )
+    assert verdicts == ("does not hold", "holds")
 
 
 def test_thm47_conditions_do_not_hold_unbroken_and_hold_on_a_flipped_infinity(
@@ -171,11 +181,10 @@ def test_thm47_conditions_do_not_hold_unbroken_and_hold_on_a_flipped_infinity(
     def flipped(x: float) -> float:
         return math.inf if x <= 0 else real(x)  # the planted fault: log 0 = +inf
 
-    assert _l2o_verdict(l2o_clean, "001.c12.conditions", "small_main") == "does not hold"
-    monkeypatch.setattr(theory, "_log", flipped)
-    root = str(tmp_path / "res")
-    run_grid(L2O_SMALL / "main.yaml", root, opts())
-    assert _l2o_verdict(root, "001.c12.conditions", "small_main") == "holds"
+    verdicts = _l2o_unbroken_and_broken(
+        l2o_clean, tmp_path, monkeypatch, "001.c12.conditions", "main", (theory, "_log", flipped)
+    )
+    assert verdicts == ("does not hold", "holds")
 
 
 def test_c5_sgd_locality_fails_on_a_wrong_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
