@@ -1,10 +1,19 @@
 """Tests of the tests (issue 43): a test that asserts a claim's outcome on a learner's runs must fail on a broken
 learner. Each test here plants one fault in a learner (in process, for this test only: a flipped sign, a frozen
 step, a wrong initialisation) and runs the same small grid and the same outcome assertion the claim's test makes,
-showing that the assertion no longer passes. The faults are monkeypatched, so tasks/ is untouched."""
+showing that the assertion no longer passes. The faults are monkeypatched, so tasks/ is untouched.
+
+The three "does not hold" outcomes of paper 001's structural checks (001.c4.lemma_a3, 001.c6.alpha0_positive,
+001.c12.conditions) read statistics the learner computes in tasks/l2o_gd/ (diagnostics.a3_norm,
+diagnostics.spectrum, theory.thm47), so each is broken there. The expected outcome is a failure of the paper's
+statement, so the fault has to make the check say "holds" (a broken learner that makes a false lemma look true),
+and it is one a plausible bug makes: a matrix on the wrong operand, a sigma_min over the wrong singular values,
+the wrong sign of an infinity. A flipped sign on log delta_4 alone does not do it (tried: the (13a-d) margins stay
+-inf, since alpha_0 = 0 makes log alpha_0 = -inf whatever the right-hand sides are)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +31,34 @@ L2O_SMALL = Path(__file__).resolve().parents[1] / "grids" / "l2o_gd" / "small"
 HIER_SMALL = Path(__file__).resolve().parents[1] / "grids" / "hierarchical" / "small"
 RESNET_SMALL = Path(__file__).resolve().parents[1] / "grids" / "linear_resnet" / "small"
 DL_SMALL = Path(__file__).resolve().parents[1] / "grids" / "deep_linear" / "small"
+
+
+def _l2o_verdict(root: str, claim_id: str, grid: str) -> str:
+    (result,) = evaluate(root, [c for c in L2O_CLAIMS if c.id == claim_id]).results
+    assert result.grid == grid, result
+    return result.verdict.verdict
+
+
+def _l2o_unbroken_and_broken(
+    clean: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claim_id: str, stem: str, fault: tuple[Any, str, Any]
+) -> tuple[str, str]:
+    """The claim's verdict on the shared clean run of small `stem`, then on a rerun of it with `fault` (module,
+    name, replacement) planted."""
+    unbroken = _l2o_verdict(clean, claim_id, f"small_{stem}")
+    monkeypatch.setattr(*fault)
+    root = str(tmp_path / "res")
+    run_grid(L2O_SMALL / f"{stem}.yaml", root, opts())
+    return unbroken, _l2o_verdict(root, claim_id, f"small_{stem}")
+
+
+@pytest.fixture(scope="module")
+def l2o_clean(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The unbroken learner on the small grids test_small_grids_end_to_end_through_the_cli runs (main and
+    theory_width, about a second together), shared by the l2o tests here."""
+    root = str(tmp_path_factory.mktemp("l2o_clean") / "res")
+    for stem in ("main", "theory_width"):
+        run_grid(L2O_SMALL / f"{stem}.yaml", root, opts())
+    return root
 
 
 def test_lemma2_outcomes_fail_on_a_flipped_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +97,7 @@ def test_thm1_outcomes_fail_on_a_frozen_step(tmp_path: Path, monkeypatch: pytest
 
 
 def test_l2o_alignment_holds_unbroken_and_fails_on_a_wrong_initialisation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    l2o_clean: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """W_L initialised away from 0: the first forward pass is no longer GD with 1/beta, r_T at k = 0 is not 0, and
     the HOLDS test_l2o_gd_grids asserts for 001.sec51.alignment turns into 'does not hold'."""
@@ -75,15 +112,79 @@ def test_l2o_alignment_holds_unbroken_and_fails_on_a_wrong_initialisation(
         return ws
 
     claim = [c for c in L2O_CLAIMS if c.id == "001.sec51.alignment"]
-    clean = str(tmp_path / "clean")
-    run_grid(L2O_SMALL / "main.yaml", clean, opts())
-    assert evaluate(clean, claim).results[0].verdict.verdict == "holds"  # the unbroken learner on the same grid
+    assert _l2o_verdict(l2o_clean, claim[0].id, "small_main") == "holds"  # the unbroken learner on the same grid
     monkeypatch.setattr(train, "init_weights", wrong)  # the name the trainer calls
     root = str(tmp_path / "res")
     run_grid(L2O_SMALL / "main.yaml", root, opts())
     (result,) = evaluate(root, claim).results
     assert result.grid == "small_main" and result.verdict.verdict == "does not hold", result.verdict
     assert "max |r_T|, max |mean_t r_t| at k = 0" in result.verdict.measured
+
+
+def test_lemma_a3_does_not_hold_unbroken_and_holds_on_the_wrong_operand(
+    l2o_clean: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lemma A.3's matrix built on the wrong operand, I_b - M diag(P) M^T / beta (b x b) instead of
+    I_d - diag(P) M^T M / beta (d x d): M diag(P) M^T is positive definite with eigenvalues below 2 for P in (0, 2),
+    so the norm drops under 1 (0.976 on the small twin, against 1.06-1.07 unbroken), the null space of M^T M
+    (d > b) that makes the lemma false is gone, and the DOES NOT HOLD that test_small_grids_end_to_end_through_the_cli
+    asserts for 001.c4.lemma_a3 turns into 'holds'."""
+    import tasks.l2o_gd.diagnostics as diagnostics
+
+    def wrong_operand(p: torch.Tensor, m: torch.Tensor, beta: float) -> float:
+        h = torch.einsum("nbd,nd,ned->nbe", m.double(), p.double(), m.double())  # the planted fault: M diag(P) M^T
+        eye = torch.eye(m.shape[1], dtype=torch.float64, device=m.device)
+        return float(torch.linalg.matrix_norm(eye - h / beta, ord=2).max())
+
+    fault = (diagnostics, "a3_norm", wrong_operand)  # the trainer calls it as D.a3_norm
+    verdicts = _l2o_unbroken_and_broken(l2o_clean, tmp_path, monkeypatch, "001.c4.lemma_a3", "theory_width", fault)
+    assert verdicts == ("does not hold", "holds")
+
+
+def test_alpha0_does_not_hold_unbroken_and_holds_on_the_smallest_nonzero_singular_value(
+    l2o_clean: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alpha_0 taken as the smallest singular value of G_{L-1,T}^0 above the rank tolerance (the pseudo-inverse's
+    sigma_min) instead of the smallest of all min(n_{L-1}, N d): a rank-deficient G (rank 0.63-0.84 of N d on the
+    small twin) then reports alpha_0 / sigma_max of 6e-5 .. 5e-7 instead of 0, and the DOES NOT HOLD that
+    test_small_grids_end_to_end_through_the_cli asserts for 001.c6.alpha0_positive turns into 'holds'."""
+    import tasks.l2o_gd.diagnostics as diagnostics
+
+    real = diagnostics.spectrum
+
+    def nonzero_only(hidden_last: torch.Tensor) -> diagnostics.Spectrum:
+        s = real(hidden_last)
+        sv = torch.linalg.svdvals(hidden_last.double())
+        tol = s.sigma_max * max(hidden_last.shape) * torch.finfo(torch.float64).eps
+        thin = float(sv[sv > tol].min())  # the planted fault: the zero singular values skipped
+        k, n = hidden_last.shape
+        return diagnostics.Spectrum(thin if n >= k else 0.0, thin, s.sigma_max, s.rank)
+
+    fault = (diagnostics, "spectrum", nonzero_only)  # the trainer calls it as D.spectrum
+    verdicts = _l2o_unbroken_and_broken(
+        l2o_clean, tmp_path, monkeypatch, "001.c6.alpha0_positive", "theory_width", fault
+    )
+    assert verdicts == ("does not hold", "holds")
+
+
+def test_thm47_conditions_do_not_hold_unbroken_and_hold_on_a_flipped_infinity(
+    l2o_clean: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thm 4.7's log margins with log 0 taken as +inf instead of -inf (the planted fault: a flipped sign): alpha_0 = 0
+    on the small twin then gives log alpha_0 = +inf, every margin of (13a-d) turns from -inf into +inf, and the
+    DOES NOT HOLD that test_small_grids_end_to_end_through_the_cli asserts for 001.c12.conditions turns into
+    'holds'."""
+    import tasks.l2o_gd.theory as theory
+
+    real = theory._log
+
+    def flipped(x: float) -> float:
+        return math.inf if x <= 0 else real(x)  # the planted fault: log 0 = +inf
+
+    verdicts = _l2o_unbroken_and_broken(
+        l2o_clean, tmp_path, monkeypatch, "001.c12.conditions", "main", (theory, "_log", flipped)
+    )
+    assert verdicts == ("does not hold", "holds")
 
 
 def test_c5_sgd_locality_fails_on_a_wrong_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
