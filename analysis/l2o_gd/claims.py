@@ -30,10 +30,6 @@ from analysis.l2o_gd.tuned_step import TUNED_STEP_STUDIES, beats_tuned_step
 TASK = "l2o_gd"
 
 
-def _grids(stem: str) -> tuple[str, ...]:
-    return (stem, f"small_{stem}")
-
-
 def _c(cid: str, grids: tuple[str, ...], statement: str, check: Check, **kw: Any) -> Claim:
     return Claim(f"001.{cid}", "001", TASK, grids, statement, check, **kw)
 
