@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeGuard, runtime_checkable
 
@@ -40,6 +40,12 @@ class TaskParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seed: int = 0
+
+    def only_when(self, name: str, ok: bool, when: str) -> None:
+        """For a model validator: the variant-only param `name` may be set only where `ok` (a ValueError
+        saying it is only used when `when`)."""
+        if getattr(self, name) is not None and not ok:
+            raise ValueError(f"{name} is only used when {when}")
 
 
 @dataclass
@@ -284,6 +290,13 @@ class BatchableTask(Task, Protocol):
     def batch_bytes(self, p: Any) -> int: ...
 
     def run_batch(self, ps: Sequence[Any], ctxs: Sequence[RunContext]) -> list[Result]: ...
+
+
+def one_batch_key(task: str, keys: Iterable[Hashable | None]) -> None:
+    """`run_batch`'s guard: the members' batch keys must be one (a ValueError naming the keys otherwise)."""
+    distinct = set(keys)
+    if len(distinct) != 1:
+        raise ValueError(f"{task} run_batch needs configs of one batch key, got {sorted(map(str, distinct))}")
 
 
 _BATCHABLE: dict[type, bool] = {}
