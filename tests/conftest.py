@@ -13,6 +13,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,6 +58,13 @@ def ray_local() -> Iterator[object]:
     ray = connect(None, num_cpus=2)
     yield ray
     shutdown_if_owned()
+
+
+def convgrid(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m runner.cli ARGS` in a fresh interpreter from the repository root, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def done_ids(store: ResultStore, task: str | None = None) -> set[str]:

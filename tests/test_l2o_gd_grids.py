@@ -90,21 +90,9 @@ def test_small_grid_runs_and_draws(path: Path, tmp_path: Path) -> None:
 
 def test_small_grids_end_to_end_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = tmp_path / "res"
+    local = ["--results", str(res), "--executor", "local", "--no-progress"]
     for stem in ("main", "theory_width"):
-        assert (
-            main(
-                [
-                    "run",
-                    str(GRIDS / "small" / f"{stem}.yaml"),
-                    "--results",
-                    str(res),
-                    "--executor",
-                    "local",
-                    "--no-progress",
-                ]
-            )
-            == 0
-        )
+        assert main(["run", str(GRIDS / "small" / f"{stem}.yaml"), *local]) == 0
     assert main(["report", str(res), "--out", str(tmp_path / "report")]) == 0
     pngs = list((tmp_path / "report").rglob("*.png"))
     assert any("small_main_training" in p.name for p in pngs) and any("small_theory_width_rank" in p.name for p in pngs)

@@ -47,21 +47,9 @@ def test_every_full_grid_has_a_small_twin() -> None:
 
 def test_small_grid_runs_reports_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "res"
+    local = ["--results", str(results), "--executor", "local", "--no-progress"]
     for stem in ("theory_lemma1", "theory_prop4"):
-        assert (
-            main(
-                [
-                    "run",
-                    str(GRIDS / "small" / f"{stem}.yaml"),
-                    "--results",
-                    str(results),
-                    "--executor",
-                    "local",
-                    "--no-progress",
-                ]
-            )
-            == 0
-        )
+        assert main(["run", str(GRIDS / "small" / f"{stem}.yaml"), *local]) == 0
     assert main(["report", str(results), "--out", str(tmp_path / "report")]) == 0
     pngs = list((tmp_path / "report").rglob("*.png"))
     assert {p.stem for p in pngs} >= {"theory_lemma1", "theory_prop4"}
