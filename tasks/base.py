@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeGuard, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from tasks.status import ALL_STATUSES, DIVERGED, PREEMPTED, PRUNED, TIMEOUT, Status
 
@@ -351,6 +351,24 @@ def tagged_union(tag: str, default: str | None, *models: type[TaskParams]) -> An
 
     members = tuple(Annotated[m, Tag(get_args(m.model_fields[tag].annotation)[0])] for m in models)
     return Annotated[Union[members], Discriminator(pick)]  # noqa: UP007 - a runtime-built union
+
+
+def fills_defaults(fill: Callable[[Any, dict[str, Any]], None]) -> Any:
+    """A params model's mode="before" validator from `fill(cls, params)`, which sets in a copy of the raw params
+    the values a variant resolves its unset params to (raw params that are no dict go on to pydantic's errors).
+    Use it as a decorator in the model's body, in place of `@model_validator(mode="before")` and `@classmethod`."""
+
+    def validator(cls: Any, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        fill(cls, out)
+        return out
+
+    validator.__name__ = validator.__qualname__ = fill.__name__
+    validator.__doc__ = fill.__doc__
+    before: Any = model_validator(mode="before")  # typed for functions; a classmethod is what its docs stack
+    return before(classmethod(validator))
 
 
 def renamed(data: Any, old: str, new: str) -> Any:

@@ -23,7 +23,7 @@ import pytest
 from runner import RayExecutor, ResultStore, run_grid
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
-from tests.faulty_study import faulty_study
+from tests.faulty_inputs import faulty_study
 from tests.options import opts
 
 pytestmark = [pytest.mark.ray, pytest.mark.faults]

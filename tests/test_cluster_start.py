@@ -23,7 +23,7 @@ from runner.store import ResultStore
 from runner.store.trials import read_trials
 from tests.cluster_procs import HandCluster, free_port
 from tests.conftest import REPO
-from tests.faulty_study import faulty_study
+from tests.faulty_inputs import faulty_study
 
 pytestmark = pytest.mark.ray
 

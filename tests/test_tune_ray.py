@@ -14,7 +14,7 @@ import pytest
 from runner import RayExecutor, ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
-from tests.faulty_study import faulty_study
+from tests.faulty_inputs import faulty_study
 from tests.options import opts
 from tests.test_tune import prune_study
 

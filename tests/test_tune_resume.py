@@ -20,7 +20,7 @@ from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.optuna_adapter import open_storage
 from tests.conftest import REPO
-from tests.faulty_study import faulty_study
+from tests.faulty_inputs import faulty_study
 
 pytestmark = pytest.mark.faults
 

@@ -130,14 +130,6 @@ def fig1_transforms(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, ste
     return save_figure(fig, out_dir, stem)
 
 
-def fig1a(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1a_transforms_m40") -> list[Path]:
-    return fig1_transforms(runs, curves, out_dir, stem, "Fig. 1(a) transforms")
-
-
-def fig1b(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1b_transforms_m200") -> list[Path]:
-    return fig1_transforms(runs, curves, out_dir, stem, "Fig. 1(b) transforms")
-
-
 # ------------------------------------------------------------------------------- Fig. 1 (c)-(d)
 def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str, title: str) -> list[Path]:
     """ResNet (zero init) against the standard linear net (Gaussian init) over depth. The paper draws
@@ -165,14 +157,6 @@ def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: st
     fig = _loss_panels(runs, curves, ["model", "depth"], label=label, style=style, references=references)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, c = {_values(runs, 'c')} (eta ~ 1/L); faint: ResNet at smaller L")
     return save_figure(fig, out_dir, stem)
-
-
-def fig1c(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1c_depth_m40") -> list[Path]:
-    return fig1_depth(runs, curves, out_dir, stem, "Fig. 1(c) ResNet vs standard net")
-
-
-def fig1d(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1d_depth_m200") -> list[Path]:
-    return fig1_depth(runs, curves, out_dir, stem, "Fig. 1(d) ResNet vs standard net")
 
 
 # ------------------------------------------------------------------------------------- sweeps
@@ -322,6 +306,22 @@ def sweep_sgd_batch(
     ax.set_title("L* = 0 (noise 0): linear convergence of the last iterate (Thm 3.8)")
     fig.suptitle(f"SGD: n = {_values(runs, 'n')}, m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}")
     return save_figure(fig, out_dir, stem)
+
+
+def _panel(draw: Callable[[pd.DataFrame, pd.DataFrame, Path, str, str], list[Path]], stem: str, title: str) -> Figure:
+    """One of Fig. 1's four figures: `draw` with its title, into the file `stem` (a small twin names its own)."""
+
+    def figure(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = stem) -> list[Path]:
+        return draw(runs, curves, out_dir, stem, title)
+
+    figure.__name__ = stem.split("_")[0]
+    return figure
+
+
+fig1a = _panel(fig1_transforms, "fig1a_transforms_m40", "Fig. 1(a) transforms")
+fig1b = _panel(fig1_transforms, "fig1b_transforms_m200", "Fig. 1(b) transforms")
+fig1c = _panel(fig1_depth, "fig1c_depth_m40", "Fig. 1(c) ResNet vs standard net")
+fig1d = _panel(fig1_depth, "fig1d_depth_m200", "Fig. 1(d) ResNet vs standard net")
 
 
 def _named(fn: Callable[..., list[Path]], stem: str) -> Figure:

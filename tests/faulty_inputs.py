@@ -1,5 +1,6 @@
-"""The study the tuning fault tests run: the `faulty` toy learner (tests/toy_learner.py) minimising x^2 over
-[-2, 2], each trial sleeping `sleep_s` so that a kill lands while trials are in flight."""
+"""Grids and studies of the `faulty` toy learner (tests/toy_learner.py) that several tests run: a grid with
+runs that finish and one that fails, and the study the tuning fault tests run (x^2 minimised over [-2, 2],
+each trial sleeping `sleep_s` so that a kill lands while trials are in flight)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,14 @@ def faulty_study(
     if sampler is not None:
         study["sampler"] = sampler
     return {**study, "n_trials": n_trials, "parallel": parallel}
+
+
+def grid_with_a_failure(ok: list[float], failing: float) -> dict[str, Any]:
+    """Grid "f": a run at each x of `ok`, and one at x = `failing` that fails (RuntimeError, recorded)."""
+    return {
+        "name": "f",
+        "blocks": [
+            {"task": "faulty", "product": {"x": ok}},
+            {"task": "faulty", "params": {"x": failing, "fail": True}},
+        ],
+    }
