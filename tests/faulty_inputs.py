@@ -1,4 +1,4 @@
-"""Grids and studies of the `faulty` toy learner (tests/toy_learner.py) that several tests run: a grid with
+"""Grids and studies of the `faulty` toy learner (tests/toy_learner/) that several tests run: a grid with
 runs that finish and one that fails, and the study the tuning fault tests run (x^2 minimised over [-2, 2],
 each trial sleeping `sleep_s` so that a kill lands while trials are in flight)."""
 
