@@ -112,6 +112,17 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
     return run
 
 
+def run_and_report(grids: list[Path], results: Path, out: Path) -> list[Path]:
+    """The command line in process: `convgrid run` of each grid (local executor), then `convgrid report`
+    into `out`; the PNGs the report drew."""
+    from runner.cli import main
+
+    for grid in grids:
+        assert main(["run", str(grid), "--results", str(results), "--executor", "local", "--no-progress"]) == 0
+    assert main(["report", str(results), "--out", str(out)]) == 0
+    return list(out.rglob("*.png"))
+
+
 def run_cell_by_cell(grid: dict[str, Any], root: Path, options: ExecutionOptions | None = None) -> None:
     """Run each cell of `grid` (blocks of one-key products, or single cells) as a `run_grid` of its own
     under the grid's name, so each run is committed as a part of its own: flushes of one `run_grid`
