@@ -13,26 +13,25 @@ pays only for what it uses.
 
 from __future__ import annotations
 
-from tasks.lazy import lazy_exports
+from tasks.lazy import by_module, lazy_exports
 
-_EXPORTS = {
-    "Cell": "runner.grid.cells",
-    "ConfigError": "runner.errors",
-    "ExecutionOptions": "runner.execute.options",
-    "FlushPolicy": "runner.execute.options",
-    "Grid": "runner.grid.cells",
-    "LocalExecutor": "runner.execute.local",
-    "RayExecutor": "runner.execute.ray_pool",
-    "ResultStore": "runner.store",
-    "RunReport": "runner.run.grid_run",
-    "cells_from_store": "runner.run.rerun",
-    "execute_cells": "runner.run.persist",
-    "load_grid": "runner.grid.spec",
-    "plan": "runner.run.plan",
-    "run_grid": "runner.run.grid_run",
-    "store_status": "runner.store.status",
-    "tune": "runner.tune.driver",
-}
+_EXPORTS = by_module(
+    {
+        "runner.errors": ("ConfigError",),
+        "runner.execute.local": ("LocalExecutor",),
+        "runner.execute.options": ("ExecutionOptions", "FlushPolicy"),
+        "runner.execute.ray_pool": ("RayExecutor",),
+        "runner.grid.cells": ("Cell", "Grid"),
+        "runner.grid.spec": ("load_grid",),
+        "runner.run.grid_run": ("RunReport", "run_grid"),
+        "runner.run.persist": ("execute_cells",),
+        "runner.run.plan": ("plan",),
+        "runner.run.rerun": ("cells_from_store",),
+        "runner.store": ("ResultStore",),
+        "runner.store.status": ("store_status",),
+        "runner.tune.driver": ("tune",),
+    }
+)
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_exports("runner", _EXPORTS)

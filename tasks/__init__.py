@@ -6,21 +6,14 @@ pydantic models or torch, so the names below load on first use.
 
 from __future__ import annotations
 
-from tasks.lazy import lazy_exports
+from tasks.lazy import by_module, lazy_exports
 
-_EXPORTS = {
-    "Checkpoint": "tasks.base",
-    "Result": "tasks.base",
-    "RunContext": "tasks.base",
-    "Task": "tasks.base",
-    "TaskIdentity": "tasks.base",
-    "TaskSpec": "tasks.base",
-    "TaskParams": "tasks.base",
-    "UnknownTaskError": "tasks.registry",
-    "get_spec": "tasks.registry",
-    "get_task": "tasks.registry",
-    "task_names": "tasks.registry",
-}
+_EXPORTS = by_module(
+    {
+        "tasks.base": ("Checkpoint", "Result", "RunContext", "Task", "TaskIdentity", "TaskSpec", "TaskParams"),
+        "tasks.registry": ("UnknownTaskError", "get_spec", "get_task", "task_names"),
+    }
+)
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_exports("tasks", _EXPORTS)

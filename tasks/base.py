@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeGuard, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from tasks.status import ALL_STATUSES, DIVERGED, PREEMPTED, PRUNED, TIMEOUT, Status
 
@@ -40,6 +40,12 @@ class TaskParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seed: int = 0
+
+    def only_when(self, name: str, ok: bool, when: str) -> None:
+        """For a model validator: the variant-only param `name` may be set only where `ok` (a ValueError
+        saying it is only used when `when`)."""
+        if getattr(self, name) is not None and not ok:
+            raise ValueError(f"{name} is only used when {when}")
 
 
 @dataclass
@@ -286,6 +292,13 @@ class BatchableTask(Task, Protocol):
     def run_batch(self, ps: Sequence[Any], ctxs: Sequence[RunContext]) -> list[Result]: ...
 
 
+def one_batch_key(task: str, keys: Iterable[Hashable | None]) -> None:
+    """`run_batch`'s guard: the members' batch keys must be one (a ValueError naming the keys otherwise)."""
+    distinct = set(keys)
+    if len(distinct) != 1:
+        raise ValueError(f"{task} run_batch needs configs of one batch key, got {sorted(map(str, distinct))}")
+
+
 _BATCHABLE: dict[type, bool] = {}
 
 
@@ -338,6 +351,24 @@ def tagged_union(tag: str, default: str | None, *models: type[TaskParams]) -> An
 
     members = tuple(Annotated[m, Tag(get_args(m.model_fields[tag].annotation)[0])] for m in models)
     return Annotated[Union[members], Discriminator(pick)]  # noqa: UP007 - a runtime-built union
+
+
+def fills_defaults(fill: Callable[[Any, dict[str, Any]], None]) -> Any:
+    """A params model's mode="before" validator from `fill(cls, params)`, which sets in a copy of the raw params
+    the values a variant resolves its unset params to (raw params that are no dict go on to pydantic's errors).
+    Use it as a decorator in the model's body, in place of `@model_validator(mode="before")` and `@classmethod`."""
+
+    def validator(cls: Any, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        fill(cls, out)
+        return out
+
+    validator.__name__ = validator.__qualname__ = fill.__name__
+    validator.__doc__ = fill.__doc__
+    before: Any = model_validator(mode="before")  # typed for functions; a classmethod is what its docs stack
+    return before(classmethod(validator))
 
 
 def renamed(data: Any, old: str, new: str) -> Any:

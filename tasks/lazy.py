@@ -20,3 +20,8 @@ def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def by_module(offers: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """`lazy_exports`'s table (name -> module) from the names each module offers, written module by module."""
+    return {name: module for module, names in offers.items() for name in names}

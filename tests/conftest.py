@@ -13,6 +13,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -58,6 +60,13 @@ def ray_local() -> Iterator[object]:
     shutdown_if_owned()
 
 
+def convgrid(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m runner.cli ARGS` in a fresh interpreter from the repository root, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def done_ids(store: ResultStore, task: str | None = None) -> set[str]:
     """Run ids whose newest row is final (ok or diverged): what a `run` never runs again."""
     from tasks.status import FINAL_STATUSES
@@ -101,6 +110,17 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
         return CliResult(code, out, err)
 
     return run
+
+
+def run_and_report(grids: list[Path], results: Path, out: Path) -> list[Path]:
+    """The command line in process: `convgrid run` of each grid (local executor), then `convgrid report`
+    into `out`; the PNGs the report drew."""
+    from runner.cli import main
+
+    for grid in grids:
+        assert main(["run", str(grid), "--results", str(results), "--executor", "local", "--no-progress"]) == 0
+    assert main(["report", str(results), "--out", str(out)]) == 0
+    return list(out.rglob("*.png"))
 
 
 def run_cell_by_cell(grid: dict[str, Any], root: Path, options: ExecutionOptions | None = None) -> None:

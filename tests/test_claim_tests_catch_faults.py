@@ -101,8 +101,8 @@ def test_l2o_alignment_holds_unbroken_and_fails_on_a_wrong_initialisation(
 ) -> None:
     """W_L initialised away from 0: the first forward pass is no longer GD with 1/beta, r_T at k = 0 is not 0, and
     the HOLDS test_l2o_gd_grids asserts for 001.sec51.alignment turns into 'does not hold'."""
+    import tasks.l2o_gd.member as member
     import tasks.l2o_gd.model as model
-    import tasks.l2o_gd.train as train
 
     real = model.init_weights
 
@@ -113,7 +113,7 @@ def test_l2o_alignment_holds_unbroken_and_fails_on_a_wrong_initialisation(
 
     claim = [c for c in L2O_CLAIMS if c.id == "001.sec51.alignment"]
     assert _l2o_verdict(l2o_clean, claim[0].id, "small_main") == "holds"  # the unbroken learner on the same grid
-    monkeypatch.setattr(train, "init_weights", wrong)  # the name the trainer calls
+    monkeypatch.setattr(member, "init_weights", wrong)  # the name the trainer calls
     root = str(tmp_path / "res")
     run_grid(L2O_SMALL / "main.yaml", root, opts())
     (result,) = evaluate(root, claim).results

@@ -23,6 +23,7 @@ import pytest
 from runner import RayExecutor, ResultStore, run_grid
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
+from tests.faulty_inputs import faulty_study
 from tests.options import opts
 
 pytestmark = [pytest.mark.ray, pytest.mark.faults]
@@ -203,16 +204,7 @@ def test_a_node_lost_while_its_actor_is_idle_gets_it_no_work(three_nodes: Any) -
 
 def test_worker_node_removed_mid_study_the_study_completes(tmp_path: Path, three_nodes: Any) -> None:
     _ensure_three(three_nodes)
-    study = {
-        "name": "node_lost_study",
-        "task": "faulty",
-        "params": {"sleep_s": 0.3},
-        "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
-        "objective": {"metric": "square"},
-        "sampler": {"name": "random", "seed": 3},
-        "n_trials": 24,
-        "parallel": 3,
-    }
+    study = faulty_study("node_lost_study", 24, 3, sleep_s=0.3, sampler={"name": "random", "seed": 3})
     executor = RayExecutor(address=three_nodes.address, workers=3)
     try:
         with losing_a_busy_node(three_nodes, executor, tmp_path):

@@ -23,6 +23,7 @@ from runner.store import ResultStore
 from runner.store.trials import read_trials
 from tests.cluster_procs import HandCluster, free_port
 from tests.conftest import REPO
+from tests.faulty_inputs import faulty_study
 
 pytestmark = pytest.mark.ray
 
@@ -43,6 +44,33 @@ def _grid(tmp: Path, n: int, sleep_s: float, name: str) -> Path:
     block = {"task": "faulty", "params": {"sleep_s": sleep_s}, "product": {"x": [float(i) for i in range(n)]}}
     path.write_text(yaml.safe_dump({"name": name, "blocks": [block]}))
     return path
+
+
+def _driver_losing_nodes(
+    args: list[str], env: dict[str, str], cluster: HandCluster, results: Path, lost: list[subprocess.Popen[bytes]]
+) -> tuple[int, str, str]:
+    """A driver running `args` on `cluster`, whose nodes `lost` are stopped once it has stored a first part
+    (a condition, not a time: the rest of its work is in flight then); its exit code and output."""
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args, "--address", cluster.address],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not list((results / "runs").rglob("part-*.parquet")):
+            assert driver.poll() is None, driver.communicate()
+            time.sleep(0.2)
+        for node in lost:
+            cluster.stop_node(node)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    return driver.returncode, out, err
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -68,19 +96,7 @@ def test_grid_and_study_on_a_hand_started_two_node_cluster_with_token_auth(
     assert run.returncode == 0, run.stdout + run.stderr
     assert "two_nodes: ran 8 of 8 cells" in run.stdout
     study = tmp_path / "study.yaml"
-    study.write_text(
-        yaml.safe_dump(
-            {
-                "name": "hand_study",
-                "task": "faulty",
-                "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
-                "objective": {"metric": "square"},
-                "sampler": {"name": "random", "seed": 0},
-                "n_trials": 6,
-                "parallel": 2,
-            }
-        )
-    )
+    study.write_text(yaml.safe_dump(faulty_study("hand_study", 6, 2, sampler={"name": "random", "seed": 0})))
     tune = _cli(env, "tune", str(study), "--address", hand_cluster.address, "--results", str(results), "--no-progress")
     assert tune.returncode == 0, tune.stdout + tune.stderr
     trials = read_trials(ResultStore(results), "hand_study").to_pylist()
@@ -160,27 +176,10 @@ def test_head_lost_mid_grid_exits_with_a_message_and_a_new_cluster_resumes(
     results = tmp_path / "results"
     env = {**hand_cluster.driver_env(token=True), "CONVGRID_HEAD_GRACE_S": "3"}
     args = ["run", str(grid), "--results", str(results), "--no-progress"]
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *args, "--address", hand_cluster.address],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        # Lose the head once some work is stored (a condition, not a time): the rest is in flight.
-        while not list((results / "runs").rglob("part-*.parquet")):
-            assert driver.poll() is None, driver.communicate()
-            time.sleep(0.2)
-        head, *workers = hand_cluster.nodes
-        hand_cluster.stop_node(head)
-        out, err = driver.communicate(timeout=120)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-    assert driver.returncode == 3, out + err
+    head, *workers = hand_cluster.nodes
+    # Lose the head once some work is stored (a condition, not a time): the rest is in flight.
+    code, out, err = _driver_losing_nodes(args, env, hand_cluster, results, [head])
+    assert code == 3, out + err
     assert "Traceback" not in err
     assert "convgrid: error: lost the Ray head at" in err and "rerun the same command" in err
     before = _stored_ids(results)
@@ -205,18 +204,7 @@ def test_head_lost_mid_study_exits_with_a_message_and_a_new_cluster_resumes(
 ) -> None:
     study = tmp_path / "study.yaml"
     study.write_text(
-        yaml.safe_dump(
-            {
-                "name": "head_lost_study",
-                "task": "faulty",
-                "params": {"sleep_s": 0.5},
-                "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
-                "objective": {"metric": "square"},
-                "sampler": {"name": "random", "seed": 5},
-                "n_trials": 16,
-                "parallel": 2,
-            }
-        )
+        yaml.safe_dump(faulty_study("head_lost_study", 16, 2, sleep_s=0.5, sampler={"name": "random", "seed": 5}))
     )
     results = tmp_path / "results"
     env = {**hand_cluster.driver_env(token=True), "CONVGRID_HEAD_GRACE_S": "3"}
@@ -225,26 +213,9 @@ def test_head_lost_mid_study_exits_with_a_message_and_a_new_cluster_resumes(
         hand_cluster.stop()
         hand_cluster.port = free_port()
         hand_cluster.start_head(num_cpus=2)
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *args, "--address", hand_cluster.address],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        while not list((results / "runs").rglob("part-*.parquet")):  # a first batch is told and stored
-            assert driver.poll() is None, driver.communicate()
-            time.sleep(0.2)
-        for node in list(hand_cluster.nodes):
-            hand_cluster.stop_node(node)
-        out, err = driver.communicate(timeout=120)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-    assert driver.returncode == 3, out + err
+    # Every node lost once a first batch is told and stored.
+    code, out, err = _driver_losing_nodes(args, env, hand_cluster, results, list(hand_cluster.nodes))
+    assert code == 3, out + err
     assert "Traceback" not in err and "convgrid: error: lost the Ray head at" in err
     hand_cluster.nodes.clear()
     hand_cluster.port = free_port()

@@ -16,7 +16,7 @@ import pytest
 
 from runner import RayExecutor, ResultStore, run_grid
 from runner.store.compact import compact
-from tests.conftest import REPO, done_ids
+from tests.conftest import REPO, convgrid, done_ids
 from tests.options import opts
 
 pytestmark = [pytest.mark.ray, pytest.mark.faults]
@@ -108,24 +108,7 @@ def test_driver_sigkilled_mid_grid_resumes_with_only_missing_cells(tmp_path: Pat
     ResultStore(root).recover()
     before = len(set(_physical_ids(root)))
     assert 0 < before < 100
-    final = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner.cli",
-            "run",
-            str(grid),
-            "--results",
-            str(root),
-            "--address",
-            address,
-            "--no-progress",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    final = convgrid("run", str(grid), "--results", str(root), "--address", address, "--no-progress")
     assert final.returncode == 0, final.stderr
     assert f"ran {100 - before} of 100 cells" in final.stdout
     ids = _physical_ids(root)

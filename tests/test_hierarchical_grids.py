@@ -17,6 +17,7 @@ from runner.grid.spec import load_grid
 from runner.run.grid_run import run_grid
 from runner.tune.optuna_adapter import load_plans as load_study
 from tasks.hierarchical.params import WKParams
+from tests.conftest import run_and_report
 from tests.options import opts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,10 +63,7 @@ def test_study_files_validate() -> None:
 def test_small_grids_run_end_to_end(tmp_path: Path) -> None:
     store = tmp_path / "res"
     grid = GRID_DIR / "small" / "small_c1_joint_vs_layerwise.yaml"
-    assert main(["run", str(grid), "--results", str(store), "--executor", "local", "--no-progress"]) == 0
-    out = tmp_path / "report"
-    assert main(["report", str(store), "--out", str(out)]) == 0
-    pngs = {p.name for p in out.rglob("*.png")}
+    pngs = {p.name for p in run_and_report([grid], store, tmp_path / "report")}
     assert "small_c1_joint_vs_layerwise.png" in pngs
     assert main(["check", str(store)]) == 0
     table = {r.claim.id: r for r in evaluate(str(store), CLAIMS).results}

@@ -18,6 +18,7 @@ from runner.grid.spec import load_grid
 from tasks.base import RunContext
 from tasks.l2o_gd.params import L2OParams
 from tasks.l2o_gd.task import L2OGDTask
+from tests.conftest import run_and_report
 from tests.grid_frames import grid_frames
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,23 +91,8 @@ def test_small_grid_runs_and_draws(path: Path, tmp_path: Path) -> None:
 
 def test_small_grids_end_to_end_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = tmp_path / "res"
-    for stem in ("main", "theory_width"):
-        assert (
-            main(
-                [
-                    "run",
-                    str(GRIDS / "small" / f"{stem}.yaml"),
-                    "--results",
-                    str(res),
-                    "--executor",
-                    "local",
-                    "--no-progress",
-                ]
-            )
-            == 0
-        )
-    assert main(["report", str(res), "--out", str(tmp_path / "report")]) == 0
-    pngs = list((tmp_path / "report").rglob("*.png"))
+    grids = [GRIDS / "small" / f"{stem}.yaml" for stem in ("main", "theory_width")]
+    pngs = run_and_report(grids, res, tmp_path / "report")
     assert any("small_main_training" in p.name for p in pngs) and any("small_theory_width_rank" in p.name for p in pngs)
     assert main(["check", str(res)]) == 0
     out = capsys.readouterr().out

@@ -13,6 +13,7 @@ from analysis.ldminv.claims import CLAIMS
 from analysis.ldminv.figures import FIGURES
 from runner.cli import main
 from runner.grid.spec import load_grid
+from tests.conftest import run_and_report
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "grids" / "ldminv"
@@ -47,23 +48,8 @@ def test_every_full_grid_has_a_small_twin() -> None:
 
 def test_small_grid_runs_reports_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "res"
-    for stem in ("theory_lemma1", "theory_prop4"):
-        assert (
-            main(
-                [
-                    "run",
-                    str(GRIDS / "small" / f"{stem}.yaml"),
-                    "--results",
-                    str(results),
-                    "--executor",
-                    "local",
-                    "--no-progress",
-                ]
-            )
-            == 0
-        )
-    assert main(["report", str(results), "--out", str(tmp_path / "report")]) == 0
-    pngs = list((tmp_path / "report").rglob("*.png"))
+    grids = [GRIDS / "small" / f"{stem}.yaml" for stem in ("theory_lemma1", "theory_prop4")]
+    pngs = run_and_report(grids, results, tmp_path / "report")
     assert {p.stem for p in pngs} >= {"theory_lemma1", "theory_prop4"}
     assert all(p.stat().st_size > 5000 for p in pngs)
     table = evaluate(

@@ -10,7 +10,7 @@ import pytest
 
 from runner import RayExecutor, ResultStore, run_grid
 from runner.execute.base import WorkItem
-from tests.conftest import done_ids
+from tests.conftest import convgrid, done_ids
 from tests.options import opts
 
 pytestmark = pytest.mark.ray
@@ -87,36 +87,14 @@ def test_chunks_grow_once_run_times_are_known(ray_local: object) -> None:
 
 
 def test_cli_driver_joins_an_existing_cluster_by_address(tmp_path: Path, ray_local) -> None:
-    import subprocess
-    import sys
-
     import yaml
-
-    from tests.conftest import REPO
 
     address = ray_local.get_runtime_context().gcs_address
     grid = tmp_path / "g.yaml"
     grid.write_text(
         yaml.safe_dump({"name": "joined", "blocks": [{"task": "least_squares", "product": {"lr": [0.01, 0.02, 0.03]}}]})
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner.cli",
-            "run",
-            str(grid),
-            "--results",
-            str(tmp_path / "r"),
-            "--address",
-            address,
-            "--no-progress",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = convgrid("run", str(grid), "--results", str(tmp_path / "r"), "--address", address, "--no-progress")
     assert proc.returncode == 0, proc.stderr
     assert "ran 3 of 3 cells" in proc.stdout
     assert ray_local.is_initialized()  # the driver left the shared cluster running

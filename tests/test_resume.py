@@ -11,6 +11,7 @@ import pytest
 from runner import ResultStore, run_grid, store_status
 from runner.cli import main
 from tests.conftest import done_ids
+from tests.faulty_inputs import grid_with_a_failure
 from tests.options import opts
 
 
@@ -39,13 +40,7 @@ def test_second_run_executes_nothing_and_grown_grid_only_new_cells(tmp_path: Pat
 
 
 def test_failures_are_recorded_with_traceback_and_retried_on_request(tmp_path: Path) -> None:
-    grid = {
-        "name": "f",
-        "blocks": [
-            {"task": "faulty", "product": {"x": [1.0, 2.0]}},
-            {"task": "faulty", "params": {"x": 3.0, "fail": True}},
-        ],
-    }
+    grid = grid_with_a_failure([1.0, 2.0], 3.0)
     rep = run_grid(grid, tmp_path, opts())
     assert rep.counts == {"ok": 2, "failed": 1}
     runs = ResultStore(tmp_path).read_runs("faulty").to_pandas()

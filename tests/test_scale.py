@@ -23,6 +23,7 @@ from runner.grid.spec import load_grid
 from runner.run.plan import plan_grid
 from runner.store import RunRecord
 from runner.store.index import id_array, run_keys
+from tests.faulty_inputs import grid_with_a_failure
 from tests.options import opts
 
 PARAMS = {"d_in": 4, "m": 10, "n_iters": 5}
@@ -117,13 +118,7 @@ def first_ids() -> np.ndarray:
 
 
 def test_the_index_skips_failed_runs_unless_retried(tmp_path: Path) -> None:
-    grid = {
-        "name": "f",
-        "blocks": [
-            {"task": "faulty", "product": {"x": [1.0, 2.0]}},
-            {"task": "faulty", "params": {"x": 3.0, "fail": True}},
-        ],
-    }
+    grid = grid_with_a_failure([1.0, 2.0], 3.0)
     run_grid(grid, tmp_path, opts())
     store, cells = ResultStore(tmp_path), load_grid(grid)
     planned = plan_grid(cells, store)

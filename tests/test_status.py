@@ -10,6 +10,7 @@ import pytest
 
 from runner import ResultStore, run_grid
 from runner.grid.spec import load_grid
+from tests.faulty_inputs import grid_with_a_failure
 from tests.options import opts
 
 
@@ -28,13 +29,7 @@ def test_status_counts_as_an_independent_count_of_the_stored_rows(tmp_path: Path
     from runner.store.columns import MEMBER_SCHEMA
     from runner.store.status import store_status
 
-    grid = {
-        "name": "f",
-        "blocks": [
-            {"task": "faulty", "product": {"x": [1.0, 2.0, 3.0]}},
-            {"task": "faulty", "params": {"x": 4.0, "fail": True}},
-        ],
-    }
+    grid = grid_with_a_failure([1.0, 2.0, 3.0], 4.0)
     run_grid(grid, tmp_path, opts())
     store = ResultStore(tmp_path)
     other = load_grid({"name": "g", "blocks": [{"task": "faulty", "product": {"x": [1.0, 9.0]}}]})

@@ -14,6 +14,7 @@ import pytest
 from runner import RayExecutor, ResultStore
 from runner.store.trials import read_trials
 from runner.tune.driver import tune
+from tests.faulty_inputs import faulty_study
 from tests.options import opts
 from tests.test_tune import prune_study
 
@@ -41,15 +42,7 @@ def test_ray_study_with_a_worker_killed_mid_batch(tmp_path: Path, ray_local: obj
     executor = RayExecutor(workers=2)
     victim = executor.worker_pids()[0]
     killer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))  # the study takes >= 2.4 s
-    study = {
-        "name": "killed_worker",
-        "task": "faulty",
-        "params": {"sleep_s": 0.4},
-        "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
-        "objective": {"metric": "square"},
-        "n_trials": 12,
-        "parallel": 2,
-    }
+    study = faulty_study("killed_worker", 12, 2, sleep_s=0.4)
     killer.start()
     try:
         (report,) = tune(study, tmp_path, opts(), executor=executor)

@@ -20,19 +20,11 @@ from runner.store import ResultStore
 from runner.store.trials import read_trials
 from runner.tune.optuna_adapter import open_storage
 from tests.conftest import REPO
+from tests.faulty_inputs import faulty_study
 
 pytestmark = pytest.mark.faults
 
-STUDY = {
-    "name": "killed",
-    "task": "faulty",
-    "params": {"sleep_s": 0.25},
-    "space": {"x": {"type": "float", "low": -2.0, "high": 2.0}},
-    "objective": {"metric": "square"},
-    "sampler": {"name": "tpe", "seed": 3},
-    "n_trials": 10,
-    "parallel": 2,
-}
+STUDY = faulty_study("killed", 10, 2, sleep_s=0.25, sampler={"name": "tpe", "seed": 3})
 
 
 def _cmd(study: Path, root: Path) -> list[str]:

@@ -20,6 +20,7 @@ from analysis.claims import (
     median_by,
     medians,
     on_drawn_problems,
+    twins,
 )
 
 TASK = "deep_linear"
@@ -237,16 +238,12 @@ def bcgd_beats_gd_at_budget(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdi
     return _bcgd_against_best_gd(runs, err, describe, "BCGD converges faster than GD on real data (Fig. 9)")
 
 
-def _grids(stem: str) -> tuple[str, ...]:
-    return (stem, f"small_{stem}")
-
-
 CLAIMS = [
     Claim(
         "002.fig2.sweeps_decrease",
         "002",
         TASK,
-        _grids("fig2_depth"),
+        twins("fig2_depth"),
         "sweeps to 1e-10 decrease with depth (cond 2.66)",
         sweeps_decrease_with_depth,
     ),
@@ -254,7 +251,7 @@ CLAIMS = [
         "002.fig2.L400_one_sweep",
         "002",
         TASK,
-        _grids("fig2_depth"),
+        twins("fig2_depth"),
         "L = 400 reaches 1e-10 after one sweep",
         deepest_converges_in_one_sweep,
     ),
@@ -262,7 +259,7 @@ CLAIMS = [
         "002.fig2.depth1_fewest_iterations",
         "002",
         TASK,
-        _grids("fig2_depth"),
+        twins("fig2_depth"),
         "depth 1 needs the fewest iterations (cond 2.66)",
         depth1_fewest_iterations,
     ),
@@ -270,7 +267,7 @@ CLAIMS = [
         "002.fig3.deep_beats_depth1",
         "002",
         TASK,
-        _grids("fig3_depth_illcond"),
+        twins("fig3_depth_illcond"),
         "at 5e4 iterations every depth 3..11 is below 1e-3 x the depth-1 error (cond 236)",
         deep_beats_depth1_illcond,
         needs_curves=True,
@@ -279,7 +276,7 @@ CLAIMS = [
         "002.fig3.per_flop",
         "002",
         TASK,
-        _grids("fig3_depth_illcond"),
+        twins("fig3_depth_illcond"),
         "depth accelerates even per flop (cond 236)",
         depth_pays_per_flop,
         expected=FAILS,
@@ -292,7 +289,7 @@ CLAIMS = [
         "002.fig1.bcgd_beats_gd",
         "002",
         TASK,
-        _grids("fig1_bcgd_vs_gd"),
+        twins("fig1_bcgd_vs_gd"),
         "BCGD needs fewer iterations to 1e-10 than GD at the best hand-picked step (L = 100)",
         bcgd_beats_tuned_gd,
     ),
@@ -300,7 +297,7 @@ CLAIMS = [
         "002.fig4.bcgd_beats_gd",
         "002",
         TASK,
-        _grids("fig4_bcgd_vs_gd"),
+        twins("fig4_bcgd_vs_gd"),
         "BCGD needs fewer iterations to 1e-10 than the best GD step tried",
         bcgd_beats_tuned_gd,
     ),
@@ -308,7 +305,7 @@ CLAIMS = [
         "002.fig4.du_hu_diverges",
         "002",
         TASK,
-        _grids("fig4_bcgd_vs_gd"),
+        twins("fig4_bcgd_vs_gd"),
         "GD with the Du-Hu step diverges",
         du_hu_step_diverges,
     ),
@@ -316,7 +313,7 @@ CLAIMS = [
         "002.fig5.narrow_layer",
         "002",
         TASK,
-        _grids("fig5_width"),
+        twins("fig5_width"),
         "Arch 3 < Arch 2 < Arch 1 in final error",
         narrow_layer_stalls,
     ),
@@ -324,7 +321,7 @@ CLAIMS = [
         "002.fig6.order_rule",
         "002",
         TASK,
-        _grids("fig6_order_init"),
+        twins("fig6_order_init"),
         "orth-identity: ascending wins when d_out > d_in, descending when d_in > d_out",
         order_rule_orth_identity,
     ),
@@ -332,7 +329,7 @@ CLAIMS = [
         "002.fig8.L2_best",
         "002",
         TASK,
-        _grids("fig8_mnist"),
+        twins("fig8_mnist"),
         "MNIST (width 784, identity init): L = 2 has the lowest error after 1e4 iterations of L = 1..10",
         mnist_depth2_best,
     ),
@@ -340,7 +337,7 @@ CLAIMS = [
         "002.fig8.even_depths",
         "002",
         TASK,
-        _grids("fig8_mnist"),
+        twins("fig8_mnist"),
         "MNIST: every even depth ends below every odd depth after 1e4 iterations; odd depths within a factor 1.5",
         mnist_even_depths_accelerate,
     ),
@@ -348,7 +345,7 @@ CLAIMS = [
         "002.fig9.bcgd_beats_gd",
         "002",
         TASK,
-        _grids("fig9_real_gd"),
+        twins("fig9_real_gd"),
         "BCGD's error after 1e4 iterations is below the best GD step's, on each of the figure's real data sets "
         "(MNIST and UCI Ethanol)",
         bcgd_beats_gd_at_budget,

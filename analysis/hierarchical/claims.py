@@ -4,7 +4,7 @@ value stands the spec's PROTOTYPE number (spec 3.11, one run per row, not the pa
 
 from __future__ import annotations
 
-from analysis.claims import FAILS, Claim, RuleChange, on_drawn_problems
+from analysis.claims import FAILS, Claim, RuleChange, on_drawn_problems, twins
 from analysis.hierarchical.checks import (
     bfc_lower_features_improve,
     correction_is_local,
@@ -25,10 +25,6 @@ TASK = "hierarchical"
 ISSUE43 = "2026-11-29"
 
 
-def _grids(name: str) -> tuple[str, ...]:
-    return (name, f"small_{name}")
-
-
 GAUSSIAN_L4 = (
     "measured (c1, Gaussian L = 4, medians over gamma and 3 seeds): joint training makes fe_2 worse while layers 3 "
     "and 4 are added (0.047 -> 0.13 -> 0.16, final 0.10), most at gamma 0.1 (0.0083 -> 0.015 -> 0.054) where stage 4 "
@@ -46,7 +42,7 @@ CLAIMS: list[Claim] = [
         "004.C1.joint_beats_layerwise",
         "004",
         TASK,
-        _grids("c1_joint_vs_layerwise"),
+        twins("c1_joint_vs_layerwise"),
         "training all layers together (joint) beats layer-wise training in every (L, gamma, inputs) cell",
         joint_beats_layerwise,
         regime=SETTING + "; L in {3, 4}, gamma in {0.1, 0.3, 1}, uniform and Gaussian inputs",
@@ -59,7 +55,7 @@ CLAIMS: list[Claim] = [
         "004.C1.layerwise_plateaus",
         "004",
         TASK,
-        _grids("c1_joint_vs_layerwise"),
+        twins("c1_joint_vs_layerwise"),
         "layer-wise training barely improves after stage 2; joint keeps improving",
         layerwise_plateaus,
         regime=SETTING + "; L in {3, 4}, gamma in {0.1, 0.3, 1}, uniform and Gaussian inputs",
@@ -70,7 +66,7 @@ CLAIMS: list[Claim] = [
         "004.C2.bfc",
         "004",
         TASK,
-        _grids("c1_joint_vs_layerwise"),
+        twins("c1_joint_vs_layerwise"),
         "the layer-2 feature error falls as higher layers are trained (joint) and stays put under layer-wise "
         "(uniform inputs)",
         bfc_lower_features_improve("uniform"),
@@ -83,7 +79,7 @@ CLAIMS: list[Claim] = [
         "004.C2.bfc_gaussian",
         "004",
         TASK,
-        _grids("c1_joint_vs_layerwise"),
+        twins("c1_joint_vs_layerwise"),
         "the layer-2 feature error falls as higher layers are trained (joint) and stays put under layer-wise "
         "(Gaussian inputs, untruncated activation)",
         bfc_lower_features_improve("gaussian"),
@@ -109,7 +105,7 @@ CLAIMS: list[Claim] = [
         "004.C3.gap_overfit",
         "004",
         TASK,
-        _grids("c3_gap_sweep"),
+        twins("c3_gap_sweep"),
         "fe_2 right after stage 2 grows with gamma like gamma^a, 1 < a <= 2",
         feature_error_grows_with_gap,
         regime=SETTING + "; L = 3, uniform, gamma 0.05..1",
@@ -120,7 +116,7 @@ CLAIMS: list[Claim] = [
         "004.C4.window",
         "004",
         TASK,
-        _grids("c4_window"),
+        twins("c4_window"),
         "the final test MSE falls monotonically with the BFC window w",
         deeper_window_better,
         regime=SETTING + "; L = 4, gamma = 0.3, uniform",
@@ -157,7 +153,7 @@ CLAIMS: list[Claim] = [
         "004.C5.local_kept_state",
         "004",
         TASK,
-        _grids("c5_locality"),
+        twins("c5_locality"),
         "investigation beside C5: the same with one Adam state kept across all phases, as the spec's prototype",
         correction_is_local("keep"),
         expected=FAILS,
@@ -182,7 +178,7 @@ CLAIMS: list[Claim] = [
         "004.C5.local_sgd",
         "004",
         TASK,
-        _grids("c5_locality"),
+        twins("c5_locality"),
         "investigation beside C5: the same on SGD + momentum (state reset at every phase), which ends with 13-18x "
         "Adam's test error",
         correction_is_local("reset", "sgd"),
@@ -195,7 +191,7 @@ CLAIMS: list[Claim] = [
         "004.C6.kernels",
         "004",
         TASK,
-        _grids("c6_kernels"),
+        twins("c6_kernels"),
         "at the same n, kernel ridge / NTK / random features stay far above the network's error",
         kernels_need_more_samples,
         regime=SETTING + "; L = 3, gamma = 0.3, uniform, n 1e3..2e4 (the default target, not Appendix I's hard "
@@ -208,7 +204,7 @@ CLAIMS: list[Claim] = [
         "004.C7.overparam",
         "004",
         TASK,
-        _grids("c7_overparam"),
+        twins("c7_overparam"),
         "a W-path of width m = k_2 does worse than an over-parameterised one",
         overparameterisation_needed,
         expected=FAILS,
@@ -248,7 +244,7 @@ CLAIMS: list[Claim] = [
         "004.C8.distill_wd0",
         "004",
         TASK,
-        _grids("c8_distill"),
+        twins("c8_distill"),
         "investigation beside C8: the same without weight decay (lam6 = 0), so that the lam_mult = 0 cells measure "
         "the distillation term alone",
         distillation_keeps_features(0.0),
@@ -261,7 +257,7 @@ CLAIMS: list[Claim] = [
         "004.C9.staging",
         "004",
         TASK,
-        _grids("c9_staging"),
+        twins("c9_staging"),
         "staged training and training all layers from the start reach similar errors",
         staging_matches_all_from_start,
         regime=SETTING + "; L in {3, 4}, gamma = 0.3, uniform",
@@ -273,7 +269,7 @@ CLAIMS: list[Claim] = [
         "004.C10.gap",
         "004",
         TASK,
-        _grids("c10_gap_needed"),
+        twins("c10_gap_needed"),
         "at L = 4 joint training degrades as gamma -> 1",
         gap_matters_at_depth,
         regime=SETTING + "; L = 4, uniform, gamma 0.1..1",
@@ -285,7 +281,7 @@ CLAIMS: list[Claim] = [
         "004.C11.truncation",
         "004",
         TASK,
-        _grids("c11_truncation"),
+        twins("c11_truncation"),
         "training with the truncated activation leaves E(F - F~)^2 ~ 0",
         truncation_changes_nothing,
         expected=FAILS,
@@ -298,7 +294,7 @@ CLAIMS: list[Claim] = [
         "004.C12.quadratic",
         "004",
         TASK,
-        _grids("c12_densenet"),
+        twins("c12_densenet"),
         "on this polynomial target a quadratic plain DenseNet beats a ReLU one",
         quadratic_nets_win,
         regime=SETTING + "; plain DenseNet, all layers from the start",

@@ -3,6 +3,8 @@ the runs (and curves) of a claim's grid that returns a Verdict with the measured
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -184,27 +186,33 @@ def alpha0_positive(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
     )
 
 
-def lemma_a3(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = l2o(runs)
-    if "a3_norm_max" not in r:
+def _bound_over_runs(
+    r: pd.DataFrame, column: str, within: Callable[[pd.Series], pd.Series], what: str, theory: str
+) -> Verdict:
+    """Holds when every run's diagnostic `column` (its maximum over training) is `within` the lemma's bound."""
+    if column not in r:
         return Verdict(NO_DATA, "no diagnostics")
-    v = r["a3_norm_max"].astype(float)
-    return Verdict(
-        HOLDS if bool((v < 1).all()) else FAILS,
-        f"max_t ||I - diag(P_t) M^T M / beta||_2 over runs: {v.min():.4f} .. {v.max():.4f}",
-        theory="Lemma A.3: < 1 for P in (0, 2); false when d > b (null space of M^T M, non-symmetric matrix)",
+    v = r[column].astype(float)
+    return Verdict(HOLDS if bool(within(v).all()) else FAILS, f"{what}: {v.min():.4f} .. {v.max():.4f}", theory=theory)
+
+
+def lemma_a3(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
+    return _bound_over_runs(
+        l2o(runs),
+        "a3_norm_max",
+        lambda v: v < 1,
+        "max_t ||I - diag(P_t) M^T M / beta||_2 over runs",
+        "Lemma A.3: < 1 for P in (0, 2); false when d > b (null space of M^T M, non-symmetric matrix)",
     )
 
 
 def lemma42(runs: pd.DataFrame, _: pd.DataFrame | None) -> Verdict:
-    r = only(runs, lr=1e-7)  # the paper's lr, inside the theorem's small-lr regime
-    if "lemma42_ratio_max" not in r:
-        return Verdict(NO_DATA, "no diagnostics")
-    v = r["lemma42_ratio_max"].astype(float)
-    return Verdict(
-        HOLDS if bool((v <= 1 + 1e-12).all()) else FAILS,
-        f"max over checkpoints and t of ||X_t|| / ((2t/beta)||M^T Y||): {v.min():.4f} .. {v.max():.4f}",
-        theory="Lemma 4.2 (its proof uses the false Lemma A.3; spec: approaches 1 from below)",
+    return _bound_over_runs(
+        only(runs, lr=1e-7),  # the paper's lr, inside the theorem's small-lr regime
+        "lemma42_ratio_max",
+        lambda v: v <= 1 + 1e-12,
+        "max over checkpoints and t of ||X_t|| / ((2t/beta)||M^T Y||)",
+        "Lemma 4.2 (its proof uses the false Lemma A.3; spec: approaches 1 from below)",
     )
 
 

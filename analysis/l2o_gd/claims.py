@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.claims import FAILS, UNDECIDED, Check, Claim, RuleChange
+from analysis.claims import FAILS, UNDECIDED, Check, Claim, RuleChange, twins
 from analysis.l2o_gd.checks import (
     alignment,
     alpha0_positive,
@@ -30,16 +30,13 @@ from analysis.l2o_gd.tuned_step import TUNED_STEP_STUDIES, beats_tuned_step
 TASK = "l2o_gd"
 
 
-def _grids(stem: str) -> tuple[str, ...]:
-    return (stem, f"small_{stem}")
-
-
 def _c(cid: str, grids: tuple[str, ...], statement: str, check: Check, **kw: Any) -> Claim:
     return Claim(f"001.{cid}", "001", TASK, grids, statement, check, **kw)
 
 
 REFERENCE = "the spec's reference scale: 32/20, N = 8, n1 = 64, n2 = 256, T = 100, L = 3, full-batch GD"
-LADDER_FIRST = ("budget_ladder", "main", "reference", "small_budget_ladder", "small_main", "small_reference")
+LADDER_FIRST = twins("budget_ladder", "main", "reference")
+THEORY_GRIDS = twins("theory_width", "reference")
 SPEC_STEPS = (
     "spec 7 [ours], 32/20, N = 8, 150 epochs: learner r_T 0.795 (lr 1e-7) / 0.872 (1e-6); 2/(beta+beta0) 0.819, "
     "best constant c = 1.949 0.971"
@@ -49,6 +46,13 @@ BUDGET_EXPECTED = (
     "its rate continued would pass the constant step: the CPU cannot settle it; main.yaml (50,000 epochs, a GPU "
     "job) decides it, and either decided verdict there is news"
 )
+
+SMALL_LR = "lr = 1e-7, the paper's (the lemma's small-lr regime)"
+THEORY_E_SCALE = REFERENCE.replace("n1 = 64, ", "") + ", 50 epochs"
+DEEPER_SPEC = "spec C8: leading orders e = Omega(T^{4/(L-1)}) etc. (constants unknown)"
+DEEPER_PAPER = "'a deeper NN with more layers alleviates the requirement for a large e' (Lemmas 5.1-5.4)"
+STEPS_REGIME = "e = 100, Gaussian data, " + REFERENCE + " (main: the paper's 512/400)"
+STEPS_PAPER = "the paper compares with GD at 1/beta only"
 
 ISSUE43 = "2026-11-29"
 ONE_DRAW_RULE = (
@@ -61,10 +65,43 @@ PAIRED_NEEDS = (
     "(budget_ladder with seeds 0-4: 5 x 2 runs of 5,000 epochs, ~7.5 h of this CPU)"
 )
 
+
+def _beats_a_step(cid: str, statement: str, check: Check, change: RuleChange, **kw: Any) -> Claim:
+    """A claim of spec G4, the learned steps against a constant step on the same problems: decided on the
+    budget ladder first, paired per problem draw (`draws`), under the rule issue 43 changed (`change`)."""
+    return _c(
+        cid,
+        LADDER_FIRST,
+        statement,
+        check,
+        needs_curves=True,
+        draws="seed",
+        history=(change,),
+        regime=STEPS_REGIME,
+        spec=SPEC_STEPS,
+        paper_says=STEPS_PAPER,
+        **kw,
+    )
+
+
+def _deeper_needs_smaller_e(cid: str, grid: str, statement: str, regime: str, **kw: Any) -> Claim:
+    """A claim of spec C8 on the theory_e grids: the smallest e that improves on GD falls with the depth."""
+    return _c(
+        cid,
+        twins(grid),
+        statement,
+        deeper_needs_smaller_e,
+        regime=regime + THEORY_E_SCALE,
+        spec=DEEPER_SPEC,
+        paper_says=DEEPER_PAPER,
+        **kw,
+    )
+
+
 CLAIMS = [
     _c(
         "sec51.alignment",
-        ("main", "reference", "small_main", "small_reference"),
+        twins("main", "reference"),
         "at initialisation the learner is GD with step 1/beta: every improvement ratio is exactly 0 at k = 0",
         alignment,
         needs_curves=True,
@@ -80,58 +117,42 @@ CLAIMS = [
         spec="spec 7 [ours], 32/20, N = 8: r_T 0.449 / 0.684 / 0.760 / 0.795 at 10 / 50 / 100 / 150 epochs",
         paper_says="'exceeding 50% outperformance over the GD methods' (abstract); 'around 50%' (contributions)",
     ),
-    _c(
+    _beats_a_step(
         "g4.beats_constant_steps",
-        LADDER_FIRST,
         "the learned steps beat GD with the constant step 2/(beta+beta0) on the same problems (r_T, the objective "
         "the learner trains; paired per problem draw, >= 3 draws, the learner's lr chosen on the other draws; a "
         "margin inside 2 standard errors of the paired differences is undecided either way)",
         beats_constant_steps,
-        needs_curves=True,
-        draws="seed",
-        history=(
-            RuleChange(
-                ISSUE43,
-                ONE_DRAW_RULE,
-                "holds (0.9045 vs 0.9042 on one draw, lr picked on the same problem)",
-                "a win of 3e-4 on one problem draw, with the lr chosen on that same problem, while 2/(beta+beta0) "
-                "alone spans r_T 0.56-0.96 across draws: a win smaller than the margin the spread justifies is no "
-                "more a win than such a loss is a loss",
-                needs=PAIRED_NEEDS,
-            ),
+        RuleChange(
+            ISSUE43,
+            ONE_DRAW_RULE,
+            "holds (0.9045 vs 0.9042 on one draw, lr picked on the same problem)",
+            "a win of 3e-4 on one problem draw, with the lr chosen on that same problem, while 2/(beta+beta0) "
+            "alone spans r_T 0.56-0.96 across draws: a win smaller than the margin the spread justifies is no "
+            "more a win than such a loss is a loss",
+            needs=PAIRED_NEEDS,
         ),
-        regime="e = 100, Gaussian data, " + REFERENCE + " (main: the paper's 512/400)",
-        spec=SPEC_STEPS,
-        paper_says="the paper compares with GD at 1/beta only",
     ),
-    _c(
+    _beats_a_step(
         "g4.beats_tuned_step",
-        LADDER_FIRST,
         "the learned steps beat GD with the Optuna-tuned constant step c/beta on the same problems (r_T, the "
         "studies' objective F(X_T); paired per problem draw, >= 3 draws, the learner's lr chosen on the other draws, "
         "the symmetric rule of 001.g4.beats_constant_steps)",
         beats_tuned_step,
-        needs_curves=True,
-        draws="seed",
-        history=(
-            RuleChange(
-                ISSUE43,
-                ONE_DRAW_RULE,
-                "undecided at this budget",
-                "the same symmetric, paired, held-out rule as 001.g4.beats_constant_steps",
-                needs=PAIRED_NEEDS + " and the tuned-step studies on each draw's problems",
-            ),
+        RuleChange(
+            ISSUE43,
+            ONE_DRAW_RULE,
+            "undecided at this budget",
+            "the same symmetric, paired, held-out rule as 001.g4.beats_constant_steps",
+            needs=PAIRED_NEEDS + " and the tuned-step studies on each draw's problems",
         ),
         expected=UNDECIDED,
         why_expected=BUDGET_EXPECTED,
         extra=TUNED_STEP_STUDIES,
-        regime="e = 100, Gaussian data, " + REFERENCE + " (main: the paper's 512/400)",
-        spec=SPEC_STEPS,
-        paper_says="the paper compares with GD at 1/beta only",
     ),
     _c(
         "c2.e_small_zero",
-        ("ablation_e", "reference", "small_ablation_e", "small_reference"),
+        twins("ablation_e", "reference"),
         "e = 1 and e = 5 give zero improvement (r_T < 1e-3)",
         e_small_zero,
         needs_curves=True,
@@ -144,7 +165,7 @@ CLAIMS = [
     ),
     _c(
         "c2.e50_best",
-        ("ablation_e", "reference", "small_ablation_e", "small_reference"),
+        twins("ablation_e", "reference"),
         "e = 50 reaches about 60% and beats e = 100",
         e50_best,
         expected=FAILS,
@@ -156,7 +177,7 @@ CLAIMS = [
     ),
     _c(
         "c3.lr_1e3_best",
-        ("ablation_lr", "reference", "small_ablation_lr", "small_reference"),
+        twins("ablation_lr", "reference"),
         "lr = 1e-3 gives the largest final improvement",
         lr_1e3_best,
         expected=FAILS,
@@ -194,7 +215,7 @@ CLAIMS = [
     ),
     _c(
         "c6.alpha0_positive",
-        ("theory_width", "small_theory_width"),
+        twins("theory_width"),
         "alpha_0 = sigma_min(G_{L-1,T}^0) > 0 once n_{L-1} >= N d (the NTK hypothesis)",
         alpha0_positive,
         expected=FAILS,
@@ -205,7 +226,7 @@ CLAIMS = [
     ),
     _c(
         "c4.lemma_a3",
-        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        THEORY_GRIDS,
         "Lemma A.3: ||I - diag(P) M^T M / beta||_2 < 1",
         lemma_a3,
         expected=FAILS,
@@ -216,25 +237,25 @@ CLAIMS = [
     ),
     _c(
         "c3.lemma42",
-        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        THEORY_GRIDS,
         "Lemma 4.2: ||X_t|| <= (2t/beta) ||M^T Y|| along training",
         lemma42,
-        regime="lr = 1e-7, the paper's (the lemma's small-lr regime)",
+        regime=SMALL_LR,
         spec="spec 7 [ours]: ratio 0.5 at k = 0, 0.998 at k = 80",
         paper_says="Lemma 4.2: ||X_t|| <= (2t/beta) ||M^T Y||",
     ),
     _c(
         "c5.weights_and_gradients",
-        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        THEORY_GRIDS,
         "Lemma A.12 weight-norm invariant and Lemma 4.3 gradient bound hold along training",
         weights_invariant,
-        regime="lr = 1e-7, the paper's (the lemma's small-lr regime)",
+        regime=SMALL_LR,
         spec="spec 7 [ours]: ||W_l|| / lam_bar_l = 0.9901 throughout",
         paper_says="Lemma A.12: ||W_l^k|| <= ||W_l^0|| + 1; Lemma 4.3: a bound on the gradient",
     ),
     _c(
         "c11.semi_smooth",
-        ("theory_width", "reference", "small_theory_width", "small_reference"),
+        THEORY_GRIDS,
         "Lemma 4.5 (semi-smoothness): one training step moves every iterate X_t by at most the lemma's bound",
         semi_smooth,
         regime="lr = 1e-7, the paper's (weights within lam_bar, C5)",
@@ -251,23 +272,18 @@ CLAIMS = [
         spec="spec C12 [ours]: delta_3 Theta_L 2.81e8 at e = 100 (d = 32, N = 32): delta_4 underflows",
         paper_says="Thm 4.7: under (13a-d) F(X_T^k) decreases linearly in k",
     ),
-    _c(
+    _deeper_needs_smaller_e(
         "c8.deeper_smaller_e",
-        ("theory_e", "small_theory_e"),
+        "theory_e",
         "a deeper net needs a smaller e for training to improve on GD (at a fixed lr)",
-        deeper_needs_smaller_e,
-        regime="fixed lr = 1e-7: the effective step lr e^{2(L-1)} grows with L at a fixed e (spec G6 confound); "
-        + REFERENCE.replace("n1 = 64, ", "")
-        + ", 50 epochs",
-        spec="spec C8: leading orders e = Omega(T^{4/(L-1)}) etc. (constants unknown)",
-        paper_says="'a deeper NN with more layers alleviates the requirement for a large e' (Lemmas 5.1-5.4)",
+        "fixed lr = 1e-7: the effective step lr e^{2(L-1)} grows with L at a fixed e (spec G6 confound); ",
     ),
-    _c(
+    _deeper_needs_smaller_e(
         "c8.deeper_smaller_e_fixed_eta",
-        ("theory_e_fixed_eta", "small_theory_e_fixed_eta"),
+        "theory_e_fixed_eta",
         "a deeper net needs a smaller e for training to improve on GD, with the effective step lr e^{2(L-1)} held "
         "fixed (spec G6's second variant)",
-        deeper_needs_smaller_e,
+        "fixed eta_eff = lr e^{2(L-1)} = 10 (the paper's e = 100, lr = 1e-7 at L = 3); ",
         expected=UNDECIDED,
         why_expected="measured on 2026-11-27 (one seed): with lr e^{2(L-1)} = 10 fixed, every e from 1 to 100 improves "
         "on GD at every depth and T, so the smallest working e is the grid's smallest, 1, everywhere: the thresholds "
@@ -284,15 +300,10 @@ CLAIMS = [
                 "252 runs of 50 epochs, ~1.5 h of this CPU",
             ),
         ),
-        regime="fixed eta_eff = lr e^{2(L-1)} = 10 (the paper's e = 100, lr = 1e-7 at L = 3); "
-        + REFERENCE.replace("n1 = 64, ", "")
-        + ", 50 epochs",
-        spec="spec C8: leading orders e = Omega(T^{4/(L-1)}) etc. (constants unknown)",
-        paper_says="'a deeper NN with more layers alleviates the requirement for a large e' (Lemmas 5.1-5.4)",
     ),
     _c(
         "c8.lemma5_bounds",
-        ("lemma5_margins", "small_lemma5_margins"),
+        twins("lemma5_margins"),
         "Lemmas 5.1-5.4: Thm 4.7's conditions (13a-d) hold once e exceeds a finite lower bound, and that bound falls "
         "with the depth L (the learner's own (13a-d) margins at initialisation over e in 1..1e4, every draw)",
         lemma5_bounds,

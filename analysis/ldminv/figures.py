@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,11 @@ from analysis.ldminv.frames import (
 )
 from analysis.style import line, new_figure
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
+
 MEDIAN_NOTE = "median over seeds"
+GAP_LABEL = "|test - train| (Eq. 4)"
 
 
 def fig1_kl(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -165,14 +170,19 @@ def theory_prop1(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> lis
         sub = r[r["dtype"] == dt]
         axes[0].semilogy(*_xy(med(sub, ["K"], "prop1_max_residual")), "-o", label=dt)
         axes[1].semilogy(*_xy(med(sub, ["K"], "x_norm_max")), "-o", label=dt)
-    axes[0].set_ylabel("max ||X A A+ - X||_F, ||A+ A X - X||_F")
-    axes[1].set_ylabel("max ||X_K||_2")
+    axes[0].set(xlabel="K", ylabel="max ||X A A+ - X||_F, ||A+ A X - X||_F")
+    axes[1].set(xlabel="K", ylabel="max ||X_K||_2")
+    title = "Prop. 1 on rank-deficient A: float64 stays invariant, float32 null-space noise grows (spec 6.4)"
+    return _save_panels(fig, axes, out_dir, "theory_prop1", title)
+
+
+def _save_panels(fig: MplFigure, axes: Any, out_dir: Path, name: str, title: str) -> list[Path]:
+    """A figure of panels side by side, finished: a legend and a light grid on each panel, the title above."""
     for ax in axes:
-        ax.set_xlabel("K")
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle("Prop. 1 on rank-deficient A: float64 stays invariant, float32 null-space noise grows (spec 6.4)")
-    return save_figure(fig, out_dir, "theory_prop1")
+    fig.suptitle(title)
+    return save_figure(fig, out_dir, name)
 
 
 def _xy(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -265,14 +275,9 @@ def theory_thm2(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list
     k_mode = r["K"].mode().iloc[0]
     s = med(r[r["K"] == k_mode], ["n_train"], "gen_gap").abs()
     axes[1].loglog(*_xy(s), "-o", label=f"K = {int(k_mode)}")
-    axes[0].set_xlabel("K")
-    axes[1].set_xlabel("n (training matrices)")
-    for ax in axes:
-        ax.set_ylabel("|test - train| (Eq. 4)")
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.suptitle("Theorem 2: generalisation gap against K and n")
-    return save_figure(fig, out_dir, "theory_thm2")
+    axes[0].set(xlabel="K", ylabel=GAP_LABEL)
+    axes[1].set(xlabel="n (training matrices)", ylabel=GAP_LABEL)
+    return _save_panels(fig, axes, out_dir, "theory_thm2", "Theorem 2: generalisation gap against K and n")
 
 
 def theory_prop4(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:

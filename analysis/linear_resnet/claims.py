@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median_by, medians, on_drawn_problems
+from analysis.claims import FAILS, HOLDS, NO_DATA, Claim, Verdict, fmt, median_by, medians, on_drawn_problems, twins
 
 TASK = "linear_resnet"
 
@@ -135,16 +135,12 @@ def sgd_stall_scales_with_step_over_batch(runs: pd.DataFrame, _: pd.DataFrame | 
     )
 
 
-def _grids(stem: str) -> tuple[str, ...]:
-    return (stem, f"small_{stem}")
-
-
 CLAIMS = [
     Claim(
         "003.fig1a.identity_stuck",
         "003",
         TASK,
-        _grids("fig1a_transforms_m40"),
+        twins("fig1a_transforms_m40"),
         "identity transforms stay near ||Y||^2/2; Gaussian and modified identity converge (m = 40)",
         identity_stuck_others_converge,
     ),
@@ -152,7 +148,7 @@ CLAIMS = [
         "003.fig1b.identity_stuck",
         "003",
         TASK,
-        _grids("fig1b_transforms_m200"),
+        twins("fig1b_transforms_m200"),
         "identity transforms stay near ||Y||^2/2; Gaussian and modified identity converge (m = 200)",
         identity_stuck_others_converge,
     ),
@@ -160,7 +156,7 @@ CLAIMS = [
         "003.fig1b.modified_slightly_faster",
         "003",
         TASK,
-        _grids("fig1b_transforms_m200"),
+        twins("fig1b_transforms_m200"),
         "modified identity converges slightly (at most 2x) faster than Gaussian transforms",
         modified_identity_faster,
         expected=FAILS,
@@ -173,7 +169,7 @@ CLAIMS = [
         "003.fig1c.depth",
         "003",
         TASK,
-        _grids("fig1c_depth_m40"),
+        twins("fig1c_depth_m40"),
         "standard net slows with depth, ResNet iteration count flat in depth (m = 40)",
         resnet_flat_standard_slows,
     ),
@@ -181,7 +177,7 @@ CLAIMS = [
         "003.fig1d.depth",
         "003",
         TASK,
-        _grids("fig1d_depth_m200"),
+        twins("fig1d_depth_m200"),
         "standard net slows with depth, ResNet iteration count flat in depth (m = 200)",
         resnet_flat_standard_slows,
     ),
@@ -189,7 +185,7 @@ CLAIMS = [
         "003.cor34.kappa",
         "003",
         TASK,
-        _grids("sweep_kappa"),
+        twins("sweep_kappa"),
         "iterations to 1e-6 grow about linearly in kappa",
         iterations_linear_in_kappa,
     ),
@@ -197,7 +193,7 @@ CLAIMS = [
         "003.cor34.width",
         "003",
         TASK,
-        _grids("sweep_width"),
+        twins("sweep_width"),
         "the ResNet's width threshold does not move with depth; the standard net's grows",
         width_threshold_depth_free,
     ),
@@ -205,7 +201,7 @@ CLAIMS = [
         "003.thm36.sgd_stall",
         "003",
         TASK,
-        _grids("sweep_sgd_batch"),
+        twins("sweep_sgd_batch"),
         "SGD with L* > 0 stalls at an excess loss that falls with the batch size and grows with the step",
         sgd_stall_scales_with_step_over_batch,
     ),
@@ -213,7 +209,7 @@ CLAIMS = [
         "003.sec45.margin",
         "003",
         TASK,
-        _grids("fig1a_transforms_m40"),
+        twins("fig1a_transforms_m40"),
         "no experimental configuration meets the proof's margin C_eff >= 25.35",
         margin_never_met,
     ),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from analysis.style import color, new_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure as MplFigure
 
 LOSS_LABEL = {"loss": "training loss $L(W)$", "subopt": "suboptimality $L(W) - L^*$"}
 ITER_LABEL = "iteration t"
@@ -82,6 +83,28 @@ def _values(runs: pd.DataFrame, col: str) -> str:
     return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals)
 
 
+def _loss_panels(
+    runs: pd.DataFrame,
+    curves: pd.DataFrame,
+    by: list[str],
+    label: Callable[[dict[str, Any]], str],
+    style: Callable[[dict[str, Any]], dict[str, Any]],
+    references: list[tuple[float, dict[str, Any]]],
+) -> MplFigure:
+    """Fig. 1's two panels: the training loss (with the `references`, each a level and its line's style, as
+    dotted horizontals inside its y range) and the suboptimality, against iterations, one line per `by` group."""
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
+    levels = [level for level, _ in references]
+    for col, ax in zip(["loss", "subopt"], axes, strict=True):
+        lines = seed_lines(runs, curves, by, col, label=label, style=style)
+        draw_lines(ax, lines, ITER_LABEL, LOSS_LABEL[col], legend=False, include=levels if col == "loss" else ())
+        if col == "loss":
+            for level, kw in references:
+                ax.axhline(level, **kw)
+        add_legend(ax, lines)
+    return fig
+
+
 # ------------------------------------------------------------------------------- Fig. 1 (a)-(b)
 TRANSFORM_LABELS = {"identity": "identity", "modified_identity": "modified identity", "gaussian": "random (Gaussian)"}
 
@@ -91,33 +114,20 @@ def fig1_transforms(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, ste
     runs = finished(runs)
     if runs.empty:
         return []
-    fig, axes = new_figure(1, 2, figsize=(11, 4))
     order = list(TRANSFORM_LABELS)
-    references = [median(runs["loss_star"]), median(runs["y_sq_half"])]
-    for col, ax in zip(["loss", "subopt"], axes, strict=True):
-        lines = seed_lines(
-            runs,
-            curves,
-            ["transform"],
-            col,
-            label=lambda k: TRANSFORM_LABELS.get(k["transform"], str(k["transform"])),
-            style=lambda k: {"color": color(order.index(k["transform"]) if k["transform"] in order else len(order))},
-        )
-        draw_lines(ax, lines, ITER_LABEL, LOSS_LABEL[col], legend=False, include=references if col == "loss" else ())
-        if col == "loss":
-            ax.axhline(references[0], color="gray", ls=":", label="L* (least squares)")
-            ax.axhline(references[1], color="gray", ls="--", lw=0.8, label=r"$\|Y\|^2 / 2$")
-        add_legend(ax, lines)
+    fig = _loss_panels(
+        runs,
+        curves,
+        ["transform"],
+        label=lambda k: TRANSFORM_LABELS.get(k["transform"], str(k["transform"])),
+        style=lambda k: {"color": color(order.index(k["transform"]) if k["transform"] in order else len(order))},
+        references=[
+            (median(runs["loss_star"]), {"color": "gray", "ls": ":", "label": "L* (least squares)"}),
+            (median(runs["y_sq_half"]), {"color": "gray", "ls": "--", "lw": 0.8, "label": r"$\|Y\|^2 / 2$"}),
+        ],
+    )
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}, c = {_values(runs, 'c')}")
     return save_figure(fig, out_dir, stem)
-
-
-def fig1a(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1a_transforms_m40") -> list[Path]:
-    return fig1_transforms(runs, curves, out_dir, stem, "Fig. 1(a) transforms")
-
-
-def fig1b(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1b_transforms_m200") -> list[Path]:
-    return fig1_transforms(runs, curves, out_dir, stem, "Fig. 1(b) transforms")
 
 
 # ------------------------------------------------------------------------------- Fig. 1 (c)-(d)
@@ -143,24 +153,10 @@ def fig1_depth(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: st
             return {"color": "black", "linewidth": 2.0, "linestyle": "-"}
         return {"color": color(depths.index(k["depth"])), "linewidth": 0.8, "alpha": 0.5, "linestyle": "-"}
 
-    fig, axes = new_figure(1, 2, figsize=(11, 4))
-    loss_star = median(runs["loss_star"])
-    for col, ax in zip(["loss", "subopt"], axes, strict=True):
-        lines = seed_lines(runs, curves, ["model", "depth"], col, label=label, style=style)
-        draw_lines(ax, lines, ITER_LABEL, LOSS_LABEL[col], legend=False, include=[loss_star] if col == "loss" else ())
-        if col == "loss":
-            ax.axhline(loss_star, color="gray", ls=":", label="L*")
-        add_legend(ax, lines)
+    references = [(median(runs["loss_star"]), {"color": "gray", "ls": ":", "label": "L*"})]
+    fig = _loss_panels(runs, curves, ["model", "depth"], label=label, style=style, references=references)
     fig.suptitle(f"{title}: m = {_values(runs, 'm')}, c = {_values(runs, 'c')} (eta ~ 1/L); faint: ResNet at smaller L")
     return save_figure(fig, out_dir, stem)
-
-
-def fig1c(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1c_depth_m40") -> list[Path]:
-    return fig1_depth(runs, curves, out_dir, stem, "Fig. 1(c) ResNet vs standard net")
-
-
-def fig1d(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = "fig1d_depth_m200") -> list[Path]:
-    return fig1_depth(runs, curves, out_dir, stem, "Fig. 1(d) ResNet vs standard net")
 
 
 # ------------------------------------------------------------------------------------- sweeps
@@ -310,6 +306,22 @@ def sweep_sgd_batch(
     ax.set_title("L* = 0 (noise 0): linear convergence of the last iterate (Thm 3.8)")
     fig.suptitle(f"SGD: n = {_values(runs, 'n')}, m = {_values(runs, 'm')}, L = {_values(runs, 'depth')}")
     return save_figure(fig, out_dir, stem)
+
+
+def _panel(draw: Callable[[pd.DataFrame, pd.DataFrame, Path, str, str], list[Path]], stem: str, title: str) -> Figure:
+    """One of Fig. 1's four figures: `draw` with its title, into the file `stem` (a small twin names its own)."""
+
+    def figure(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, stem: str = stem) -> list[Path]:
+        return draw(runs, curves, out_dir, stem, title)
+
+    figure.__name__ = stem.split("_")[0]
+    return figure
+
+
+fig1a = _panel(fig1_transforms, "fig1a_transforms_m40", "Fig. 1(a) transforms")
+fig1b = _panel(fig1_transforms, "fig1b_transforms_m200", "Fig. 1(b) transforms")
+fig1c = _panel(fig1_depth, "fig1c_depth_m40", "Fig. 1(c) ResNet vs standard net")
+fig1d = _panel(fig1_depth, "fig1d_depth_m200", "Fig. 1(d) ResNet vs standard net")
 
 
 def _named(fn: Callable[..., list[Path]], stem: str) -> Figure:

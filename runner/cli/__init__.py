@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def on_store(name: str, help: str) -> argparse.ArgumentParser:
+        """A subcommand that reads the store at its RESULTS argument."""
+        return add_results_root(sub.add_parser(name, help=help))
+
     run = sub.add_parser("run", help="run every cell of a grid that is not yet in the store")
     run.add_argument(
         "grid", nargs="?", help="grid YAML file (optional with --only: the run's params come from the store)"
@@ -88,20 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser("tasks", help="list tasks, or one task's params")
     tasks.add_argument("name", nargs="?")
 
-    compact = sub.add_parser("compact", help="merge small part files; readers see the same results")
-    add_results_root(compact)
+    compact = on_store("compact", "merge small part files; readers see the same results")
     compact.add_argument(
         "--repair",
         action="store_true",
         help="move damaged part files to RESULTS/_store/quarantine; runs whose rows were there run again",
     )
 
-    report = sub.add_parser("report", help="figures, grids, failures and provenance as Markdown and HTML")
-    add_results_root(report)
+    report = on_store("report", "figures, grids, failures and provenance as Markdown and HTML")
     report.add_argument("--out", default=None, help="output folder (default RESULTS/report)")
 
-    check = sub.add_parser("check", help="the claims table: each paper claim decided on the stored runs")
-    add_results_root(check)
+    check = on_store("check", "the claims table: each paper claim decided on the stored runs")
     check.add_argument(
         "--strict",
         action="store_true",
@@ -109,8 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--all", action="store_true", help="list every registered claim, not only those with runs")
 
-    status = sub.add_parser("status", help="done / failed / diverged / pruned / missing per task and grid")
-    add_results_root(status)
+    on_store("status", "done / failed / diverged / pruned / missing per task and grid")
 
     from runner.cli.logs import add_parser as add_logs_parser
     from runner.cli.tune import add_parser as add_tune_parser

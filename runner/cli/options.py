@@ -42,9 +42,10 @@ def nonnegative_float(text: str) -> float:
 RESULTS_ROOT_HELP = "results root: a path or a pyarrow URI (default ./results)"
 
 
-def add_results_root(p: argparse.ArgumentParser) -> None:
-    """The positional results root of the commands that read a store (report, check, status, ...)."""
+def add_results_root(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The positional results root of the commands that read a store (report, check, status, ...); `p`."""
     p.add_argument("results", nargs="?", default="results", metavar="RESULTS", help=RESULTS_ROOT_HELP)
+    return p
 
 
 def add_execution_options(p: argparse.ArgumentParser) -> None:

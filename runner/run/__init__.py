@@ -9,16 +9,16 @@ skipped, failed and timed-out runs only run again with retry_failed, pruned runs
 
 from __future__ import annotations
 
-from tasks.lazy import lazy_exports
+from tasks.lazy import by_module, lazy_exports
 
-_EXPORTS = {
-    "RunReport": "runner.run.grid_run",
-    "run_grid": "runner.run.grid_run",
-    "execute_cells": "runner.run.persist",
-    "plan": "runner.run.plan",
-    "plan_grid": "runner.run.plan",
-    "cells_from_store": "runner.run.rerun",
-}
+_EXPORTS = by_module(
+    {
+        "runner.run.grid_run": ("RunReport", "run_grid"),
+        "runner.run.persist": ("execute_cells",),
+        "runner.run.plan": ("plan", "plan_grid"),
+        "runner.run.rerun": ("cells_from_store",),
+    }
+)
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_exports("runner.run", _EXPORTS)

@@ -60,21 +60,22 @@ class CompactReport:
             f"compacted {self.files_before} part files into {self.files_after}; "
             f"dropped {self.rows_dropped} superseded rows"
         )
-        if self.quarantined:
-            text += f"; moved {len(self.quarantined)} damaged parts to quarantine ({self.rerun} runs will run again)"
-        if self.curves_to_history:
-            text += f"; kept {self.curves_to_history} curve rows of their attempts in attempt_curves/"
-        if self.skipped:
-            text += f"; left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"
-        if self.claims_removed:
-            text += f"; removed the claims of {self.claims_removed} grids no driver is running"
-        if self.unions_rebuilt:
-            text += f"; rebuilt the missing or wrong union schema part of {', '.join(self.unions_rebuilt)}"
-        if self.orphans_removed:
-            text += f"; deleted {self.orphans_removed} staged parts no driver will commit"
-        if self.checkpoints_removed:
-            text += f"; removed the checkpoints of {self.checkpoints_removed} committed runs"
-        return text
+        done = (  # what else this compaction did, each said only where it happened
+            (
+                self.quarantined,
+                f"moved {len(self.quarantined)} damaged parts to quarantine ({self.rerun} runs will run again)",
+            ),
+            (self.curves_to_history, f"kept {self.curves_to_history} curve rows of their attempts in attempt_curves/"),
+            (self.skipped, f"left tasks with damaged parts alone: {', '.join(self.skipped)} (use --repair)"),
+            (self.claims_removed, f"removed the claims of {self.claims_removed} grids no driver is running"),
+            (
+                self.unions_rebuilt,
+                f"rebuilt the missing or wrong union schema part of {', '.join(self.unions_rebuilt)}",
+            ),
+            (self.orphans_removed, f"deleted {self.orphans_removed} staged parts no driver will commit"),
+            (self.checkpoints_removed, f"removed the checkpoints of {self.checkpoints_removed} committed runs"),
+        )
+        return text + "".join(f"; {said}" for happened, said in done if happened)
 
 
 def compact(store: ResultStore, repair: bool = False) -> CompactReport:
@@ -148,13 +149,9 @@ def _compact_task(store: ResultStore, txn: Transaction, name: str, repair: bool,
         old_curves = current_names(old_curves, legacy)
     if curves is not None:
         curves = current_names(curves, legacy)
-    damaged = [p for p in every if p in store.reader.damaged]
-    if damaged and not repair:
-        report.skipped.append(name)
+    damaged = _quarantine_damaged(store, txn, every, name, repair, report)
+    if damaged is None:
         return
-    for part in damaged:
-        txn.quarantine(part)
-        report.quarantined.append(part)
     readable = {kind: [p for p in parts[kind] if p not in damaged] for kind in TASK_KINDS}
 
     latest = latest_per_run(all_runs)
@@ -265,18 +262,29 @@ def _rewrite(
     report.files_after += len(tables)
 
 
+def _quarantine_damaged(
+    store: ResultStore, txn: Transaction, parts: list[str], name: str, repair: bool, report: CompactReport
+) -> list[str] | None:
+    """The damaged ones of `parts` (of the task or table `name`), moved to quarantine with `repair`; without it,
+    None where there are any: `name` is then left alone (listed as skipped), its parts as they are."""
+    damaged = [p for p in parts if p in store.reader.damaged]
+    if damaged and not repair:
+        report.skipped.append(name)
+        return None
+    for part in damaged:
+        txn.quarantine(part)
+        report.quarantined.append(part)
+    return damaged
+
+
 def _compact_table(
     store: ResultStore, txn: Transaction, kind: str, schema: pa.Schema, repair: bool, report: CompactReport
 ) -> None:
     parts = store.parts(kind)
     table = _quiet_read(store, parts, schema)
-    damaged = [p for p in parts if p in store.reader.damaged]
-    if damaged and not repair:
-        report.skipped.append(kind)
+    damaged = _quarantine_damaged(store, txn, parts, kind, repair, report)
+    if damaged is None:
         return
-    for part in damaged:
-        txn.quarantine(part)
-        report.quarantined.append(part)
     readable = [p for p in parts if p not in damaged]
     report.files_before += len(readable)
     if kind == "trials":

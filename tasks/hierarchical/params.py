@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.base import DType, TaskParams, TaskSpec, renamed, tagged_union
+from tasks.base import DType, TaskParams, TaskSpec, fills_defaults, renamed, tagged_union
 
 DEFAULT_K = (6, 4, 3, 2)
 MAX_L = 5
@@ -180,15 +180,10 @@ class WKParams(TrainFields):
         "R_j S*_j; None: plain z^2. Evaluation always reports the untruncated F too",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_resolved(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
+    @fills_defaults
+    def _fill_resolved(cls, out: dict[str, Any]) -> None:
         if out.get("k_start") is None:
             out["k_start"] = "random" if out.get("protocol") == "all_from_start" else "distill"
-        return out
 
     @model_validator(mode="after")
     def _check_wk(self) -> WKParams:
@@ -225,12 +220,8 @@ class KernelParams(TargetFields):
         description="ridge values relative to the mean diagonal of the Gram matrix; best on validation",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_resolved(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
+    @fills_defaults
+    def _fill_resolved(cls, out: dict[str, Any]) -> None:
         kernel = out.get("kernel", "poly")
         if kernel == "poly" and out.get("degree") is None:
             # a bad L is reported by its own field's validation; the default degree just stays unset
@@ -238,7 +229,6 @@ class KernelParams(TargetFields):
                 out["degree"] = 2 ** (int(out.get("L", cls.model_fields["L"].default)) - 1)
         if kernel == "rf" and out.get("n_features") is None:
             out["n_features"] = 4096
-        return out
 
     @model_validator(mode="after")
     def _check_kernel(self) -> KernelParams:

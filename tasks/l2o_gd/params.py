@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.base import DType, TaskParams, TaskSpec, tagged_union
+from tasks.base import DType, TaskParams, TaskSpec, fills_defaults, tagged_union
 
 Data = Literal["gauss", "colnorm", "gt"]
 StepRule = Literal["inv_beta", "two_over", "given"]
@@ -92,17 +92,12 @@ class L2OParams(_Problem):
     svd: bool = Field(True, description="compute alpha_0 = sigma_min(G_{L-1,T}) and its rank (an n2 x N*d SVD)")
     best_c: bool = Field(True, description="also scan constant GD steps c/beta, c in [0.5, 2.2], for the best one")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_n1(cls, data: Any) -> Any:
+    @fills_defaults
+    def _fill_n1(cls, out: dict[str, Any]) -> None:
         """n1 defaults to n2 (spec G1's faithful guess) when there is a layer that uses it."""
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
         depth = out.get("depth", 3)
         if out.get("n1") is None and isinstance(depth, int) and depth >= 3:
             out["n1"] = out.get("n2", cls.model_fields["n2"].default)
-        return out
 
     @model_validator(mode="after")
     def _check_n1(self) -> L2OParams:

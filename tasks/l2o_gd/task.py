@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 import torch
 
 from tasks.base import Checkpoint, FieldType, FromSpec, Result, RunContext, is_diverged
+from tasks.l2o_gd.baselines import as_json, baseline_multipliers, baseline_summary, baselines
 from tasks.l2o_gd.metrics import improvement, ratios
 from tasks.l2o_gd.params import SPEC, GDParams, L2OParams
 from tasks.l2o_gd.problem import Problem, gd_trajectory, make_problem
-from tasks.l2o_gd.train import as_json, baseline_multipliers, baseline_summary, baselines, train_batch
+from tasks.l2o_gd.train import train_batch
 from tasks.resume_state import by_resume_step
 from tasks.status import DIVERGED, OK, Status
 

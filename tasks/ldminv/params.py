@@ -112,19 +112,15 @@ class MinvParams(DataFields):
 
     @model_validator(mode="after")
     def _check(self) -> MinvParams:
-        def only(name: str, ok: bool, when: str) -> None:
-            if getattr(self, name) is not None and not ok:
-                raise ValueError(f"{name} is only used when {when}")
-
-        only("kappa", self.data == "usv_uniform", "data is 'usv_uniform'")
+        self.only_when("kappa", self.data == "usv_uniform", "data is 'usv_uniform'")
         if self.data == "usv_uniform" and self.kappa is None:
             raise ValueError("data 'usv_uniform' needs kappa")
         if self.rank is not None and self.rank > min(self.rows, self.cols):
             raise ValueError(f"rank={self.rank} exceeds min(rows, cols)={min(self.rows, self.cols)}")
-        only("init_scale", self.coeff_init == "uniform", "coeff_init is 'uniform'")
-        only("init_alpha", self.coeff_init == "uniform", "coeff_init is 'uniform'")
-        only("delta", self.coeff_init == "perturb", "coeff_init is 'perturb'")
-        only("coeffs", self.coeff_init == "given", "coeff_init is 'given'")
+        self.only_when("init_scale", self.coeff_init == "uniform", "coeff_init is 'uniform'")
+        self.only_when("init_alpha", self.coeff_init == "uniform", "coeff_init is 'uniform'")
+        self.only_when("delta", self.coeff_init == "perturb", "coeff_init is 'perturb'")
+        self.only_when("coeffs", self.coeff_init == "given", "coeff_init is 'given'")
         if self.coeff_init == "perturb" and self.delta is None:
             raise ValueError("coeff_init 'perturb' needs delta")
         if self.coeff_init == "given":

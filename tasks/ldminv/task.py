@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
-from tasks.base import FieldType, FromSpec, Result, RunContext
+from tasks.base import FieldType, FromSpec, Result, RunContext, one_batch_key
 from tasks.common import torch_dtype
 from tasks.ldminv.params import SPEC, DsvdParams, MinvParams
 from tasks.ldminv.train_dsvd import run_dsvd, run_dsvd_batch
@@ -210,9 +210,7 @@ class LdminvTask(FromSpec, spec=SPEC):
         return floats * torch_dtype(p.dtype).itemsize
 
     def run_batch(self, ps: Sequence[MinvParams | DsvdParams], ctxs: Sequence[RunContext]) -> list[Result]:
-        keys = {self.batch_key(p) for p in ps}
-        if len(keys) != 1:
-            raise ValueError(f"ldminv run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
+        one_batch_key("ldminv", (self.batch_key(p) for p in ps))
         grouped = by_resume_step(ps, ctxs, self.run_batch)
         if grouped is not None:
             return grouped

@@ -25,6 +25,7 @@ from tasks.ldminv.data import DataSpec, Source
 from tasks.ldminv.engine import eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import DsvdParams
+from tasks.ldminv.run_books import RunBooks
 from tasks.ldminv.train_minv import MinvOutcome
 from tasks.resume_state import load_optimizer, optimizer_tensors
 from tasks.status import PREEMPTED
@@ -173,7 +174,7 @@ def evaluate(models: Sequence[DsvdModel], tests: Sequence[tuple[torch.Tensor, ..
 
 
 @dataclass(eq=False)  # members are told apart by identity (they hold tensors)
-class Member:
+class Member(RunBooks):
     """One config's run state inside a batch (what its single run holds in locals)."""
 
     p: DsvdParams
@@ -188,10 +189,6 @@ class Member:
     stopped: bool = False
     pool: tuple[torch.Tensor, ...] = ()
     bg: torch.Generator | None = None
-
-    def logs(self, it: int) -> bool:
-        """Whether this config's curve has a row at iteration `it`."""
-        return it == 0 or it % self.p.log_every == 0 or it == self.p.iters
 
     def checkpoint(self, it: int, opt: torch.optim.Optimizer | None) -> Checkpoint:
         """The state after iteration `it`: step offsets, inner coefficients, optimiser state, batch order,
@@ -231,25 +228,12 @@ class Member:
         self.curve = {k: [v[j] for j in keep] for k, v in st["curve"].items()}
         self.steps = ckpt.step
 
-    def save(self, it: int, opt: torch.optim.Optimizer | None, last: bool) -> bool:
-        """`ctx.checkpoint` after iteration `it`; False (stopped, preempted) when the member must stop now."""
-        if self.ctx.checkpoint(it, lambda: self.checkpoint(it, opt), last=last):
-            return True
-        self.stopped = True
-        return False
-
     def log(self, it: int, value: float, tl: float) -> bool:
         """A curve row at a logged step; False when the member stops here."""
         self.curve["step"].append(it)
         self.curve["train_loss"].append(value + float(self.pool[3]))
         self.curve["test_loss"].append(tl)
-        if is_diverged(tl):
-            self.status, self.diverged_step = "diverged", it
-            return False
-        if not self.ctx.report(it, train_loss=value, test_loss=tl):
-            self.stopped = True
-            return False
-        return it < self.p.iters
+        return self.reported(it, value, tl) and it < self.p.iters
 
 
 def run_dsvd(p: DsvdParams, ctx: RunContext) -> MinvOutcome:

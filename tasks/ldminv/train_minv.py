@@ -24,6 +24,7 @@ from tasks.ldminv.data import DataSpec, Source
 from tasks.ldminv.engine import Batch, Engine, eq4, over_members
 from tasks.ldminv.flops import minv_forward_flops
 from tasks.ldminv.params import MinvParams
+from tasks.ldminv.run_books import RunBooks
 from tasks.resume_state import generator_states, load_generators, load_optimizer, optimizer_tensors
 from tasks.status import PREEMPTED
 
@@ -79,7 +80,9 @@ def _log10(v: float) -> float:
     return math.log10(v) if v > 0 else -300.0 if v == 0 else math.nan
 
 
-class Trainer:
+class Trainer(RunBooks):
+    p: MinvParams
+
     def __init__(self, p: MinvParams, ctx: RunContext) -> None:
         self.p, self.ctx = p, ctx
         self.engine = make_engine(p, ctx.device)
@@ -118,10 +121,6 @@ class Trainer:
         self.log_row(0, math.nan, self.test0, p.lr, math.nan)
         self.stopped = not self.ctx.report(0, test_loss=self.test0)
 
-    def logs(self, it: int) -> bool:
-        """Whether this config's curve has a row at iteration `it`."""
-        return it == 0 or it % self.p.log_every == 0 or it == self.p.iters
-
     def generators(self) -> dict[str, torch.Generator]:
         gens = {"batches": self.batch_gen}
         if self.pool is None:  # fresh matrices every iteration: the train stream goes on from where it was
@@ -154,13 +153,6 @@ class Trainer:
         self.hit_tol, self.grad_init_max = st["hit_tol"], st["grad_init_max"]
         self.last_train, self.test0, self.steps = st["last_train"], st["test0"], ckpt.step
 
-    def save(self, it: int, opt: torch.optim.Optimizer, last: bool) -> bool:
-        """`ctx.checkpoint` after iteration `it`; False (stopped, preempted) when the run must stop now."""
-        if self.ctx.checkpoint(it, lambda: self.checkpoint(it, opt), last=last):
-            return True
-        self.stopped = True
-        return False
-
     def log_row(self, it: int, train: float, test: float, lr: float, gnorm: float) -> None:
         row = (it, train, test, lr, self.max_dev(), gnorm)
         for key, v in zip(CURVE_KEYS, row, strict=True):
@@ -178,11 +170,7 @@ class Trainer:
         if self.logs(it):
             tl = self.test_loss(self.coeffs.detach())
             self.log_row(it, value, tl, lr_now, gnorm)
-            if is_diverged(tl):
-                self.status, self.diverged_step = "diverged", it
-                return False
-            if not self.ctx.report(it, train_loss=value, test_loss=tl):
-                self.stopped = True
+            if not self.reported(it, value, tl):
                 return False
         return it < p.iters
 

@@ -129,10 +129,6 @@ class LinearResNetCommon(TaskParams):
 
     @model_validator(mode="after")
     def _check_variant(self) -> LinearResNetCommon:
-        def only(field: str, ok: bool, when: str) -> None:
-            if getattr(self, field) is not None and not ok:
-                raise ValueError(f"{field} is only used when {when}")
-
         if self.m < max(self.d, self.k):
             raise ValueError(f"m={self.m} must be >= max(d, k) = {max(self.d, self.k)}")
         if self.transform == "modified_identity" and self.m < self.d + self.k:
@@ -141,13 +137,13 @@ class LinearResNetCommon(TaskParams):
             raise ValueError("target neg_identity (Y = -X + noise) needs d == k")
         if self.kappa is not None and self.n < self.d:
             raise ValueError("kappa needs n >= d (X gets d orthonormal right singular vectors)")
-        only("a_var", self.transform == "gaussian", "transform is 'gaussian'")
-        only("b_var", self.transform == "gaussian", "transform is 'gaussian'")
-        only("alpha", self.transform == "modified_identity", "transform is 'modified_identity'")
-        only("w_var", self.model == "standard", "model is 'standard'")
-        only("init_seed", self.model == "standard", "model is 'standard'")
-        only("c", self.step_rule == "normalized", "step_rule is 'normalized'")
-        only("eta", self.step_rule == "given", "step_rule is 'given'")
+        self.only_when("a_var", self.transform == "gaussian", "transform is 'gaussian'")
+        self.only_when("b_var", self.transform == "gaussian", "transform is 'gaussian'")
+        self.only_when("alpha", self.transform == "modified_identity", "transform is 'modified_identity'")
+        self.only_when("w_var", self.model == "standard", "model is 'standard'")
+        self.only_when("init_seed", self.model == "standard", "model is 'standard'")
+        self.only_when("c", self.step_rule == "normalized", "step_rule is 'normalized'")
+        self.only_when("eta", self.step_rule == "given", "step_rule is 'given'")
         if self.step_rule == "given" and self.eta is None:
             raise ValueError("step_rule 'given' needs eta")
         return self

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import FieldType, FromSpec, Result, RunContext
+from tasks.base import FieldType, FromSpec, Result, RunContext, one_batch_key
 from tasks.common import generator, torch_dtype
 from tasks.linear_resnet import flops as F
 from tasks.linear_resnet import theory as T
@@ -289,9 +289,7 @@ class LinearResNetTask(FromSpec, spec=SPEC):
         return floats * torch_dtype(p.dtype).itemsize
 
     def run_batch(self, ps: Sequence[GDParams | SGDParams], ctxs: Sequence[RunContext]) -> list[Result]:
-        keys = {self.batch_key(p) for p in ps}
-        if len(keys) != 1:
-            raise ValueError(f"linear_resnet run_batch needs configs of one batch key, got {sorted(map(str, keys))}")
+        one_batch_key("linear_resnet", (self.batch_key(p) for p in ps))
         grouped = by_resume_step(ps, ctxs, self.run_batch)
         if grouped is not None:
             return grouped

@@ -218,6 +218,16 @@ class Live:
         mb.status, mb.diverged_step, mb.t = status, diverged_step, t
         mb.ws = [w[j].to("cpu", copy=True) for w in self.ws]
 
+    def observe(self, j: int, t: int, excess: float, cost: F.Flops) -> float | None:
+        """Member j's excess loss at iteration t, its evaluation costing `cost`: the member's relative
+        suboptimality, or None when the loss diverged (the member then stops there)."""
+        mb = self.members[j]
+        mb.total = mb.total + cost
+        if is_diverged(mb.s.loss_star + excess):
+            self.stop(j, t, "diverged", t)
+            return None
+        return mb.trace.observe(t, excess)
+
     def drop(self, stopped: list[int], grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Remove the stopped members (indices into the current stack); returns the others' gradients."""
         if not stopped:
@@ -319,13 +329,11 @@ def run_gd(ps: Sequence[GDParams], setups: Sequence[Setup], ctxs: Sequence[RunCo
         stats: tuple[list[list[float]], list[float]] | None = None
         stopped: list[int] = []
         for j, mb in enumerate(live.members):
-            mb.total = mb.total + eval_cost
             excess = excesses[j]
-            if is_diverged(mb.s.loss_star + excess):
-                live.stop(j, t, "diverged", t)
+            rel = live.observe(j, t, excess, eval_cost)
+            if rel is None:
                 stopped.append(j)
                 continue
-            rel = mb.trace.observe(t, excess)
             last = t == mb.p.n_iters or (mb.p.stop_rel > 0 and rel <= mb.p.stop_rel)
             if t % mb.p.log_every == 0 or last:
                 stats = stats or live.log_stats(grads)
@@ -372,13 +380,11 @@ def run_sgd(ps: Sequence[SGDParams], setups: Sequence[Setup], ctxs: Sequence[Run
             for j, mb in enumerate(live.members):
                 if not (t % mb.p.log_every == 0 or t == mb.p.n_iters):
                     continue
-                mb.total = mb.total + full_cost
                 excess = excesses[j]
-                if is_diverged(mb.s.loss_star + excess):
-                    live.stop(j, t, "diverged", t)
+                rel = live.observe(j, t, excess, full_cost)
+                if rel is None:
                     stopped.append(j)
                     continue
-                rel = mb.trace.observe(t, excess)
                 stats = stats or live.log_stats(grads)
                 mb.trace.log(t, excess, stats[0][j], stats[1][j], len(grads))
                 if not mb.ctx.report(t, loss=mb.s.loss_star + excess, rel_subopt=rel):
