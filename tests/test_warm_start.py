@@ -88,6 +88,21 @@ def test_a_grid_that_ends_while_ray_starts_never_waits_for_it(tmp_path: Path) ->
     assert executor._abandoned  # closed before Ray was up: the start stops what it makes, nobody waits
 
 
+def test_a_grid_on_the_auto_executor_starts_ray_only_once_it_pays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a study's trials: a grid's quick cells, forecast far under Ray's cost, run in process and never
+    start the embedded Ray (the grid once started it at once: 0.65 of the sequential loop against 0.50 on
+    a 1,000-run grid on 2 cores)."""
+    started: list[WarmStartExecutor] = []
+    monkeypatch.setattr(WarmStartExecutor, "start", lambda self: started.append(self))
+    grid = {"name": "quick_auto", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0, 3.0, 4.0]}}]}
+    report = run_grid(grid, tmp_path, opts(executor="auto"))
+    assert (report.executor, report.executed, report.counts["ok"]) == ("warm", 4, 4)
+    assert started == []  # not at the start, not by the watcher: the forecast never paid
+    assert sorted(ResultStore(tmp_path).read_runs("faulty")["square"].to_pylist()) == [1.0, 4.0, 9.0, 16.0]
+
+
 def test_a_failing_cell_run_while_ray_starts_is_a_recorded_failure(tmp_path: Path) -> None:
     executor, _ = warm_executor(after=None)
     grid = {"name": "fails", "blocks": [{"task": "faulty", "product": {"x": [1.0, 2.0], "fail": [False, True]}}]}

@@ -13,12 +13,13 @@ the cluster of `--address`). `auto`, the default, decides here, and nowhere else
    least-squares grid, spawn to exit, 2026-11-27, load average ~8): as typed 8.4 / 9.6 / 12.8 s; the same
    command without this rule (the warm start) 1.48x that at the median (0.94 / 1.48 / 1.91 within a
    round); `--executor ray` 2.26x.
-3. Otherwise the warm start (runner.execute.warm): Ray starts in a thread while the first cells run in
-   process, and a grid that ends first never waits for it (20 cells, spawn to exit: 8.6 / 9.9 s against
-   16.3 / 15.5 s going to Ray at once; docs/architecture.md, "Start-up and teardown"). A study goes
-   there too, with Ray's start deferred until its timed trials say Ray saves more than it costs
-   (`CONVGRID_RAY_COST_S`, 5 s): a 300-trial study of 10 ms runs never starts Ray on 2 cores, which
-   took it from 0.60-0.68 to 0.78-1.06 of `optimize` on the process clock.
+3. Otherwise the warm start (runner.execute.warm): the cells run in process, and Ray starts in a thread
+   only once the runs timed there say it saves more than it costs (`CONVGRID_RAY_COST_S`, 5 s), while
+   they go on; work that ends first never waits for it. A study's trials and a grid's cells alike: a
+   300-trial study of 10 ms runs never starts Ray on 2 cores, which took it from 0.60-0.68 to 0.78-1.06
+   of `optimize` on the process clock, and a grid of 1,000 runs of 25 ms went from 0.65 of the sequential
+   loop (Ray started at once) to about local-2's 0.50 (docs/architecture.md, "Concurrency mechanisms,
+   each measured alone").
 """
 
 from __future__ import annotations

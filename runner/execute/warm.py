@@ -15,13 +15,14 @@ A tuner's pruner follows its runs through `WarmChannel`: the judge is called dir
 this process, and through the pool's channel actor (made once Ray is up) by the runs on Ray, so a
 study with a pruner starts at once too.
 
-Where the caller says how many items are still to come (`expect_items`, a study's trials left), Ray is
-not even started until it pays: a watcher times the items in process, runs and the driver's work around
-them apart, and starts Ray once what Ray would save on the items left exceeds what it costs
-(`ray_pays`: the runs divided among its workers, overlapping the driver's own work, which is not). A
-short study then ends without ever starting Ray, as `--executor local` would, and a long one, or one
-with slow trials, moves to Ray after a few trials. Ray's cost (`CONVGRID_RAY_COST_S`, 5 s) is what
-starting the embedded Ray, warming its actors and stopping it added to a study on a 2-core machine
+Where the caller says how many items are still to come (`expect_items`, a study's trials left;
+`expect_total`, a grid's cells), Ray is not even started until it pays: a watcher times the items in
+process, runs and the driver's work around them apart, and starts Ray once what Ray would save on the
+items left exceeds what it costs (`ray_pays`: the runs divided among its workers, overlapping the
+driver's own work, which is not). Short work then ends without ever starting Ray, as `--executor local`
+would, and long work, or slow runs, or runs that wait on each other's GIL, moves to Ray after a few.
+Ray's cost (`CONVGRID_RAY_COST_S`, 5 s) is what starting the embedded Ray, warming its actors and
+stopping it added to a study on a 2-core machine
 (docs/performance_log.md).
 
 Only for the embedded Ray, without hard timeouts and GPU actors (`runner.execute.auto` decides):
@@ -212,6 +213,11 @@ class WarmStartExecutor:
         """How many items are still to come, asked as the work goes on: while set, `execute` defers
         Ray's start until `ray_pays` (see the module's docstring); None starts Ray at once again."""
         self._left = left
+
+    def expect_total(self, items: int) -> None:
+        """A grid's `items` in all: Ray's start is deferred as a study's is, until the runs timed in process
+        say it pays for the items still to come (`items` less those run here)."""
+        self.expect_items(lambda: max(items - self.ran_locally, 0))
 
     def _workers(self) -> int:
         if self.pool.workers is not None:

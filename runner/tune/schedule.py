@@ -18,27 +18,13 @@ part files, not one per trial or batch.
 Either way, a trial whose run is already in the store is told from the stored row without running,
 and trials in flight that ask for the same cell share one run.
 
-In async mode the storage's side runs beside the driver, as in the threads of
-`study.optimize(n_jobs=...)`: the tells (Optuna storage writes: an fsynced journal append, an RDB round
-trip) on a thread of their own, in order, so the next ask and the worker waiting for it do not wait
-for them; and the asks on up to `parallel` threads, each asking its own trial. A trial being asked
-counts as in flight, so no more than `parallel` trials are ever asked and not told; the sampler sees a
-trial as running until its tell lands, as with optimize's threads. Asked in the driver, two asks only
-compete for its GIL, so the driver waits for each; once the asks go to ask processes
-(runner.tune.ask_processes: where the driver's asks set the study's pace), the driver goes on taking
-in finished runs while they are asked, and the executor pulls each trial as its ask is answered (the
-doorbell, runner.execute.doorbell). In line instead: `parallel: 1` (a sequential study's next ask
-should see the last result) and the grid sampler (it counts the points told to know which remain).
-
-Where the runs are in threads of this process (the in-process executor calls the doorbell's
-`on_record`), a run's own thread tells its trials as soon as the run ends and then asks the trial that
-takes its slot, before the driver takes the record in (`ran`): the order of each of `study.optimize`'s
-threads, with the same `parallel` trials in flight. Told beside the next ask, on the teller thread, the
-ask waited on the tell for the journal's and the interpreter's locks, and each trial passed through the
-driver's thread and an asker thread before it ran: a 26 ms study spent ~9 ms of each slot between two
-runs, against ~6 ms in optimize (docs/performance_log.md). The driver then does the bookkeeping of
-those trials (`finished`) and hands the asked trial to the executor at its next pull. The state both
-threads change (the counts, the runs waited for, the trials asked there) is under one lock.
+In async mode the storage's work runs beside the runs, as in the threads of `study.optimize(n_jobs=...)`:
+tells on a teller thread, asks on up to `parallel` asker threads (in ask processes once they pay:
+runner.tune.ask_processes), the executor pulling an answered ask at the doorbell's ring
+(runner.execute.doorbell), and, where the runs are threads of this process, each run's thread telling
+its trials and asking the next one (`ran`). A trial being asked counts as in flight. What each of these
+buys, measured alone: docs/architecture.md, "Concurrency mechanisms, each measured alone". The state the
+driver and the runs' threads both change is under one lock.
 """
 
 from __future__ import annotations
