@@ -49,6 +49,20 @@ class TaskParams(BaseModel):
 
 
 @dataclass
+class Outcome:
+    """Where a learner's training loop ended, for its task to make the run's `Result` of: status, curve
+    columns, summary, the steps taken, the step it diverged at, and its FLOPs. A learner that hands more
+    (a trained net) subclasses it with keyword-only fields."""
+
+    status: Status
+    curve: dict[str, list[Any]]
+    summary: dict[str, Any]
+    n_steps: int
+    diverged_step: int | None = None
+    flops: float = 0.0
+
+
+@dataclass
 class Checkpoint:
     """A run's state at the end of `step`: everything its learner needs to go on from there and give,
     bit for bit, what the run uninterrupted gives.

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from tasks import base
 from tasks.base import Checkpoint, RunContext, is_diverged
 from tasks.common import generator, torch_dtype
 from tasks.hierarchical import flops as FL
@@ -86,14 +87,10 @@ def init_net(p: WKParams, target: Target, mean_sq: torch.Tensor, device: str) ->
     return net
 
 
-@dataclass
-class Outcome:
-    status: Status
-    curve: dict[str, list[Any]]
-    summary: dict[str, Any]
-    flops: float
-    n_steps: int
-    diverged_step: int | None
+@dataclass(kw_only=True)
+class Outcome(base.Outcome):
+    """A training's end with the trained net and the weight snapshots the correction checks read."""
+
     net: WKNet
     snapshots: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
 
@@ -322,7 +319,7 @@ class Trainer:
                     build = partial(self.checkpoint, gb, opt, opt_params, last, loss)
                     if not self.ctx.checkpoint(self.epochs, build, last=self.epochs == total_epochs):
                         status = self.ctx.stop_status()
-                        return Outcome(status, {}, {}, 0.0, 0, None, net)
+                        return Outcome(status, {}, {}, 0, net=net)
                 if self.epochs % p.log_every == 0 or epoch == phase.epochs - 1:
                     last = self.record(phase, loss)
                     if not self.ctx.report(self.epochs, test_mse=last["test_mse"], train_mse=last["train_mse"]):
@@ -341,7 +338,9 @@ class Trainer:
             # the last evaluated point predates the blow-up: the result is an infinite error
             for key in ("test_mse", "train_mse", "val_mse", "test_median_se"):
                 self.summary[key] = math.inf
-        return Outcome(status, self.curve, self.summary, self.flops, self.steps, diverged_step, net, self.snap)
+        return Outcome(
+            status, self.curve, self.summary, self.steps, diverged_step, self.flops, net=net, snapshots=self.snap
+        )
 
     def after_layer(self, layer: int, row: dict[str, Any]) -> None:
         self.summary[f"mse_after_l{layer}"] = row["test_mse"]

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from tasks.base import Checkpoint, RunContext, is_diverged
+from tasks.base import Checkpoint, Outcome, RunContext, is_diverged
 from tasks.common import torch_dtype
 from tasks.l2o_gd import diagnostics as D
 from tasks.l2o_gd import theory as TH
@@ -48,17 +47,6 @@ def checkpoints(epochs: int, every: int) -> set[int]:
             pts |= {b * base for b in (1, 2, 5) if b * base <= epochs}
             base *= 10
     return pts | {0, epochs}
-
-
-@dataclass
-class Outcome:
-    status: Status
-    curve: dict[str, list[Any]]
-    summary: dict[str, Any]
-    n_steps: int
-    diverged_step: int | None = None
-    flops: float = 0.0
-    rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def flops_per_epoch(p: L2OParams) -> float:
