@@ -94,6 +94,9 @@ class ForecastsWork(Protocol):
 
     def expect_items(self, left: Callable[[], int] | None) -> None: ...
 
+    def expect_total(self, items: int) -> None:
+        """`items` in all (a grid's cells): those still to come are the ones not yet run."""
+
 
 class ReportChannel(Protocol):
     """Intermediate values from runs to a judge in the driver, verdicts back.

@@ -17,11 +17,10 @@ from typing import Any
 from runner.coord.claims import Claims
 from runner.errors import ConfigError, redact
 from runner.execute.auto import make_executor
-from runner.execute.base import Executor
+from runner.execute.base import Executor, ForecastsWork
 from runner.execute.checkpointing import preempted
 from runner.execute.options import ExecutionOptions, ExecutorKind, as_options
 from runner.execute.progress import Resumes
-from runner.execute.warm import WarmStartExecutor
 from runner.fs.exclusive import for_root
 from runner.grid.cells import CellSource, Grid, GridFile
 from runner.grid.key import grid_key_of
@@ -117,7 +116,7 @@ def run_grid(
         runner = executor or make_executor(
             options, lambda within: expected_seconds(grid, todo, store, within), label=grid.name
         )
-        if executor is None and isinstance(runner, WarmStartExecutor):
+        if executor is None and isinstance(runner, ForecastsWork):
             # the embedded Ray only once the cells timed here say it pays, as for a study: on 2 cores a
             # grid of 1,000 runs of 25 ms took 0.65 of the sequential loop with Ray started at once, 0.50
             # in process (docs/architecture.md, "Concurrency mechanisms, each measured alone")
