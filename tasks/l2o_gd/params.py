@@ -60,8 +60,10 @@ class L2OParams(_Problem):
     )
     n2: int = Field(5120, ge=1, le=65_536, description="width of the last hidden layer n_{L-1} (the paper: N*d = 5120)")
     e: float = Field(100.0, gt=0.0, le=1e6, description="expansion: hidden weights are orthogonal times e (sec. 5)")
+    # The bound is wide because the effective step is lr e^{2(L-1)}: holding it fixed at a small e (spec G6's
+    # fixed-eta variant, e = 0.1 at L = 4) takes lr = 1e7.
     lr: float = Field(
-        1e-7, gt=0.0, le=1e3, description="learning rate eta of full-batch gradient descent (the paper: 1e-7)"
+        1e-7, gt=0.0, le=1e8, description="learning rate eta of full-batch gradient descent (the paper: 1e-7)"
     )
     epochs: int = Field(
         50_000, ge=0, le=10_000_000, description="training steps k, one per full batch (the paper: 50000)"
