@@ -59,11 +59,6 @@ ONE_DRAW_RULE = (
     "median r_T of the learner at the grid's best lr above the baseline's, decided on any number of problem draws; "
     "a run below it short of the paper's budget undecided unless its trend settled it"
 )
-PAIRED_NEEDS = (
-    "learner runs on at least 3 problem draws (seeds; 5 where the margin is within twice the spread), each paired "
-    "with the baseline on the same problems, at two learning rates so that each draw's lr is chosen on the others "
-    "(budget_ladder with seeds 0-4: 5 x 2 runs of 5,000 epochs, ~7.5 h of this CPU)"
-)
 
 
 def _beats_a_step(cid: str, statement: str, check: Check, change: RuleChange, **kw: Any) -> Claim:
@@ -130,7 +125,6 @@ CLAIMS = [
             "a win of 3e-4 on one problem draw, with the lr chosen on that same problem, while 2/(beta+beta0) "
             "alone spans r_T 0.56-0.96 across draws: a win smaller than the margin the spread justifies is no "
             "more a win than such a loss is a loss",
-            needs=PAIRED_NEEDS,
         ),
     ),
     _beats_a_step(
@@ -144,7 +138,6 @@ CLAIMS = [
             ONE_DRAW_RULE,
             "undecided at this budget",
             "the same symmetric, paired, held-out rule as 001.g4.beats_constant_steps",
-            needs=PAIRED_NEEDS + " and the tuned-step studies on each draw's problems",
         ),
         expected=UNDECIDED,
         why_expected=BUDGET_EXPECTED,
@@ -296,8 +289,6 @@ CLAIMS = [
                 "does not hold (e = 1 in all 12 cells)",
                 "e = 1 is the grid's minimum: a threshold found there is censored (it lies at or below it), and one "
                 "problem draw decides nothing close; censored cells now leave the claim undecided",
-                needs="theory_e_fixed_eta extended below e = 1 (e.g. 0.1, 0.3) with 3 seeds: 4 T x 3 L x 7 e x 3 = "
-                "252 runs of 50 epochs, ~1.5 h of this CPU",
             ),
         ),
     ),

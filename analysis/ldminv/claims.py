@@ -43,7 +43,6 @@ CLAIMS = on_drawn_problems(
             verdict,
             "one draw decides nothing close: a claim whose randomness is in the problem needs at least 3 draws "
             "(issue 43), and this grid ran 2 (its store of 2026-11-27 is gone)",
-            needs=f"problem draws: {grid} on 3 seeds (the grid's repeat: 3)",
         )
         for cid, grid, verdict in (
             ("000.fig1a.depth_over_order", "fig1_kl", "holds"),
