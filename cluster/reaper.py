@@ -6,12 +6,18 @@ all, and most of them share the driver's fate on their own; but a SIGKILLed driv
 scheduler's kill -9) left the two agents running for good, holding ports and memory.
 
 So the driver starts one small watcher process (`start`), in a session of its own, holding the read
-end of a pipe whose write end only the driver has. The watcher looks every LOOK_S at the driver's
-descendants (pid and start time, from /proc) and, once the pipe reads end-of-file (the driver is gone,
-by whatever means), kills those of the last look that are still the same processes (pid and start
-time: never a pid reused by another process since). It kills nothing else: only processes the driver
-started, and only after the driver is gone. A driver that ends normally has stopped its Ray already.
-Linux only (/proc); elsewhere nothing is started.
+end of a pipe whose write end only the driver has. The watcher looks at the driver's descendants (pid
+and start time, from /proc) at once, tells the driver it has (so `start` returns only once everything
+the driver has started so far is known: a driver killed a moment after its Ray came up leaks nothing),
+and then every LOOK_S. Once the pipe reads end-of-file (the driver is gone, by whatever means), it
+takes everything it ever saw that is still the same process (pid and start time: never a pid reused
+by another process since), adds what those have started since its last look (the raylet may start a
+worker or an agent between two looks and outlive the driver by a moment), and kills them. It kills
+nothing else: only processes the driver started, and only after the driver is gone. A driver that
+ends normally has stopped its Ray already. Linux only (/proc); elsewhere nothing is started.
+
+The watcher runs this file by its path, importing nothing of convgrid: importing the `cluster`
+package pulls in pydantic and the settings, which under load delayed its first look by seconds.
 """
 
 from __future__ import annotations
@@ -45,13 +51,13 @@ def _table() -> dict[int, tuple[int, str]]:
     return found
 
 
-def descendants(pid: int) -> dict[int, str]:
-    """pid -> start time of every process under `pid`."""
+def descendants(*pids: int) -> dict[int, str]:
+    """pid -> start time of every process under any of `pids` (from one look at /proc)."""
     table = _table()
     children: dict[int, list[int]] = {}
     for child, (parent, _) in table.items():
         children.setdefault(parent, []).append(child)
-    found, todo = {}, [pid]
+    found, todo = {}, list(pids)
     while todo:
         for child in children.get(todo.pop(), []):
             found[child] = table[child][1]
@@ -83,37 +89,49 @@ def reap(pids: dict[int, str]) -> int:
     return len(alive)
 
 
-def watch(driver: int, pipe: int) -> None:
-    """In the watcher: look at `driver`'s descendants until `pipe` reads end-of-file, then reap them."""
-    last: dict[int, str] = {}
+def watch(driver: int, pipe: int, ready: int) -> None:
+    """In the watcher: look at `driver`'s descendants until `pipe` reads end-of-file, then reap them.
+
+    Writes one byte to `ready` after the first look."""
+    seen: dict[int, str] = {}
+    me = os.getpid()
+    first = True
     while True:
-        ready, _, _ = select.select([pipe], [], [], LOOK_S)
-        if ready and not os.read(pipe, 1):
+        seen = _still(seen) | {pid: start for pid, start in descendants(driver).items() if pid != me}
+        if first:
+            os.write(ready, b".")
+            os.close(ready)
+            first = False
+        ready_to_read, _, _ = select.select([pipe], [], [], LOOK_S)
+        if ready_to_read and not os.read(pipe, 1):
             break
-        last = {pid: start for pid, start in descendants(driver).items() if pid != os.getpid()}
-    reap(last)
+    survivors = _still(seen)
+    survivors |= {pid: start for pid, start in descendants(*survivors).items() if pid != me}
+    reap(survivors)
 
 
-def start() -> None:
-    """Start this process's watcher (once; Linux only)."""
+def start(timeout_s: float = 30.0) -> None:
+    """Start this process's watcher (once; Linux only); return once it has looked at our descendants.
+
+    `timeout_s` bounds the wait for that first look; past it the watcher still runs and looks later."""
     global _PIPE
     if _PIPE is not None or not os.path.isdir("/proc/self"):
         return
     read_end, write_end = os.pipe()  # neither is inherited by other children (PEP 446)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `cluster` imports from
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    subprocess.Popen(
-        [sys.executable, "-m", "cluster.reaper", str(os.getpid())],
+    watcher = subprocess.Popen(
+        [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid())],
         stdin=read_end,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a Ctrl-C to the driver's terminal is not the watcher's
         close_fds=True,
-        env={**os.environ, "PYTHONPATH": path},
     )
     os.close(read_end)
     _PIPE = write_end
+    assert watcher.stdout is not None
+    with watcher.stdout:
+        select.select([watcher.stdout], [], [], timeout_s)  # its first look done (or it failed to start)
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), sys.stdin.fileno())
+    watch(int(sys.argv[1]), sys.stdin.fileno(), sys.stdout.fileno())

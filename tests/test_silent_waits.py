@@ -95,11 +95,10 @@ def test_a_sigkilled_driver_leaves_no_ray_process_it_started(tmp_path: Path) -> 
             started = descendants(driver.pid)
             names = {_name(p) for p in started}
             time.sleep(0.2)
-        time.sleep(1.5)  # the watcher's next look sees them too
         driver.send_signal(signal.SIGKILL)
         driver.wait()
         deadline = time.monotonic() + 20
-        while (left := {p: _name(p) for p in started if _name(p) and "cluster.reaper" not in _name(p)}) and (
+        while (left := {p: _name(p) for p in started if _name(p) and "cluster/reaper.py" not in _name(p)}) and (
             time.monotonic() < deadline
         ):
             time.sleep(0.2)
@@ -108,6 +107,73 @@ def test_a_sigkilled_driver_leaves_no_ray_process_it_started(tmp_path: Path) -> 
         if driver.poll() is None:
             driver.kill()
         reap(started)  # only processes this test's driver started
+
+
+PARENT = """
+import subprocess, sys, time
+sys.stdin.readline()
+subprocess.Popen(["sleep", "600"])
+print("started", flush=True)
+time.sleep(600)
+"""
+
+WATCHED = f"""
+import subprocess, sys
+from cluster.reaper import start
+early = subprocess.Popen(["sleep", "600"])
+parent = subprocess.Popen([sys.executable, "-c", {PARENT!r}], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+start()
+print(early.pid, parent.pid, flush=True)
+sys.stdin.readline()
+parent.stdin.write(b"go\\n"); parent.stdin.flush()
+print(parent.stdout.readline().decode().strip(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_driver_killed_the_moment_its_watcher_started_or_a_child_started_one_leaves_nothing() -> None:
+    """Killed right after `start` returned, or right after a watched child started a grandchild (both
+    before the watcher's next look): the first look is done before `start` returns, and at the end the
+    watcher adds what its survivors started since (before, both were left running)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cluster.reaper import descendants, reap
+
+    repo = Path(__file__).resolve().parent.parent
+    for kill_after_grandchild in (False, True):
+        driver = subprocess.Popen(
+            [sys.executable, "-c", WATCHED],
+            cwd=repo,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        started: dict[int, str] = {}
+        try:
+            assert driver.stdin is not None and driver.stdout is not None
+            early, parent = map(int, driver.stdout.readline().split())
+            if kill_after_grandchild:
+                driver.stdin.write(b"go\n")
+                driver.stdin.flush()
+                assert driver.stdout.readline() == b"started\n"
+            started = descendants(driver.pid)
+            assert {early, parent} <= set(started)
+            assert len(started) == 3 + kill_after_grandchild  # the watcher, early, parent (and its sleep)
+            driver.send_signal(signal.SIGKILL)
+            driver.wait()
+            deadline = time.monotonic() + 30
+            while (left := {p: _name(p) for p in started if _name(p) and "cluster/reaper.py" not in _name(p)}) and (
+                time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
+            assert not left, (kill_after_grandchild, left)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+            reap(started)
 
 
 def _name(pid: int) -> str:
