@@ -22,6 +22,7 @@ package pulls in pydantic and the settings, which under load delayed its first l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -99,7 +100,8 @@ def watch(driver: int, pipe: int, ready: int) -> None:
     while True:
         seen = _still(seen) | {pid: start for pid, start in descendants(driver).items() if pid != me}
         if first:
-            os.write(ready, b".")
+            with contextlib.suppress(BrokenPipeError):  # the driver stopped waiting (start's timeout)
+                os.write(ready, b".")
             os.close(ready)
             first = False
         ready_to_read, _, _ = select.select([pipe], [], [], LOOK_S)
