@@ -66,23 +66,23 @@ def descendants(*pids: int) -> dict[int, str]:
     return found
 
 
-def _still(pids: dict[int, str]) -> dict[int, str]:
+def still_running(pids: dict[int, str]) -> dict[int, str]:
     table = _table()
     return {pid: start for pid, start in pids.items() if pid in table and table[pid][1] == start}
 
 
 def reap(pids: dict[int, str]) -> int:
     """SIGTERM, then SIGKILL after GRACE_S, to those of `pids` that are still the same processes; how many."""
-    alive = _still(pids)
+    alive = still_running(pids)
     for pid in alive:
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
     deadline = time.monotonic() + GRACE_S
-    while _still(alive) and time.monotonic() < deadline:
+    while still_running(alive) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in _still(alive):
+    for pid in still_running(alive):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -98,7 +98,7 @@ def watch(driver: int, pipe: int, ready: int) -> None:
     me = os.getpid()
     first = True
     while True:
-        seen = _still(seen) | {pid: start for pid, start in descendants(driver).items() if pid != me}
+        seen = still_running(seen) | {pid: start for pid, start in descendants(driver).items() if pid != me}
         if first:
             with contextlib.suppress(BrokenPipeError):  # the driver stopped waiting (start's timeout)
                 os.write(ready, b".")
@@ -107,7 +107,7 @@ def watch(driver: int, pipe: int, ready: int) -> None:
         ready_to_read, _, _ = select.select([pipe], [], [], LOOK_S)
         if ready_to_read and not os.read(pipe, 1):
             break
-    survivors = _still(seen)
+    survivors = still_running(seen)
     survivors |= {pid: start for pid, start in descendants(*survivors).items() if pid != me}
     reap(survivors)
 

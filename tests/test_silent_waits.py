@@ -5,11 +5,17 @@ the driver takes them."""
 from __future__ import annotations
 
 import errno
+import os
+import signal
+import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 
 import pytest
 
+from cluster.reaper import descendants, reap, still_running
 from runner import ResultStore
 from runner.coord.study_lease import GarbageLeaseWarning, StudyLease
 from runner.execute import staging
@@ -72,14 +78,6 @@ time.sleep(600)
 @pytest.mark.faults
 def test_a_sigkilled_driver_leaves_no_ray_process_it_started(tmp_path: Path) -> None:
     """DashboardAgent and RuntimeEnvAgent outlived a SIGKILLed driver for good (issue 44)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from cluster.reaper import descendants, reap
-
     repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     driver = subprocess.Popen(
@@ -95,14 +93,7 @@ def test_a_sigkilled_driver_leaves_no_ray_process_it_started(tmp_path: Path) -> 
             started = descendants(driver.pid)
             names = {_name(p) for p in started}
             time.sleep(0.2)
-        driver.send_signal(signal.SIGKILL)
-        driver.wait()
-        deadline = time.monotonic() + 20
-        while (left := {p: _name(p) for p in started if _name(p) and "cluster/reaper.py" not in _name(p)}) and (
-            time.monotonic() < deadline
-        ):
-            time.sleep(0.2)
-        assert not left  # the agents survived before
+        assert not _left_after_killing(driver, started)  # the agents survived before
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -135,13 +126,6 @@ def test_a_driver_killed_the_moment_its_watcher_started_or_a_child_started_one_l
     """Killed right after `start` returned, or right after a watched child started a grandchild (both
     before the watcher's next look): the first look is done before `start` returns, and at the end the
     watcher adds what its survivors started since (before, both were left running)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from cluster.reaper import descendants, reap
-
     repo = Path(__file__).resolve().parent.parent
     for kill_after_grandchild in (False, True):
         driver = subprocess.Popen(
@@ -162,18 +146,23 @@ def test_a_driver_killed_the_moment_its_watcher_started_or_a_child_started_one_l
             started = descendants(driver.pid)
             assert {early, parent} <= set(started)
             assert len(started) == 3 + kill_after_grandchild  # the watcher, early, parent (and its sleep)
-            driver.send_signal(signal.SIGKILL)
-            driver.wait()
-            deadline = time.monotonic() + 30
-            while (left := {p: _name(p) for p in started if _name(p) and "cluster/reaper.py" not in _name(p)}) and (
-                time.monotonic() < deadline
-            ):
-                time.sleep(0.1)
-            assert not left, (kill_after_grandchild, left)
+            assert not _left_after_killing(driver, started), kill_after_grandchild
         finally:
             if driver.poll() is None:
                 driver.kill()
             reap(started)
+
+
+def _left_after_killing(driver: subprocess.Popen[bytes], started: dict[int, str]) -> dict[int, str]:
+    """SIGKILL `driver`; which of the processes it `started` (its watcher aside) still run 30 s later."""
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    deadline = time.monotonic() + 30
+    while (left := {p: _name(p) for p in still_running(started) if "cluster/reaper.py" not in _name(p)}) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    return left
 
 
 def _name(pid: int) -> str:
