@@ -304,8 +304,8 @@ CLAIMS: list[Claim] = [
 ]
 
 # The problem is a draw (the target W* from target_seed, the inputs from data_seed, each None reading the seed):
-# one draw decides nothing close (issue 43), so every claim is refused a verdict on fewer than 3 of them. C6's
-# grid ran 2 seeds (its 73-minute store of 2026-11-27 is gone): it stands undecided until a third has run.
+# one draw decides nothing close (issue 43), so every claim is refused a verdict on fewer than 3 of them. C6 was
+# decided on 2 seeds, reopened, and decided again on c6_kernels' 3 seeds (2026-11-29, 75 runs, 74 min of wall time).
 CLAIMS = on_drawn_problems(
     CLAIMS,
     "target_seed+data_seed",
@@ -317,8 +317,6 @@ CLAIMS = on_drawn_problems(
             "holds",
             "one draw decides nothing close: a claim whose randomness is in the problem needs at least 3 draws "
             "(issue 43), and this grid ran 2",
-            needs="problem draws: c6_kernels on 3 seeds (the grid's repeat: 3; its n = 2e4 kernel cells took most "
-            "of its 73 minutes on 2 seeds)",
         )
     },
 )
