@@ -35,7 +35,12 @@ def three_nodes() -> Iterator[Any]:
 
     from cluster import connect
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    # The GCS calls a node dead after health_check_failure_threshold missed checks, one per period: 5 x 3 s by
+    # default, during which an actor placed on the lost node waits (the idle-actor test spent 30 s of its 34 so).
+    # A lost node is detected the same way, only sooner: 5 checks 1 s apart. A live raylet would have to leave
+    # five checks in a row unanswered for 2 s each to be called dead, which a loaded machine does not do.
+    detect = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000, "health_check_failure_threshold": 5}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "_system_config": detect})
     for _ in range(2):
         cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
